@@ -1,0 +1,26 @@
+# torq-gen-config: per-layer executor discovery for an ONNX model.
+#   snakemake --cores 2                                   # embedded default model
+#   snakemake --cores 2 --config model=path/to/model.onnx
+# Stages: prepare the model -> split into layers (checkpoint) -> reference + MLIR per
+# layer -> compile/run/compare per (layer, executor) -> report and compiler JSON.
+from pathlib import Path
+
+from snakemake.utils import min_version
+
+min_version("9.20")
+
+
+configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/prepare.smk"
+include: "rules/split.smk"
+include: "rules/layer_tests.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

@@ -1,0 +1,111 @@
+# Configuration, paths and input functions shared by the rules. Logic lives in the
+# torq_gen_config package (workflow/torq_gen_config); this file only wires it up.
+import json
+import re
+import os
+
+from snakemake.exceptions import WorkflowError
+
+from torq_gen_config import jobs
+from torq_gen_config.backends import NEEDS_MLIR
+from torq_gen_config.config import model_name, resolve_model_path, validate_config
+from torq_gen_config.errors import TorqGenConfigError
+
+try:
+    config.update(validate_config(config))
+except TorqGenConfigError as e:
+    raise WorkflowError(str(e))
+
+MODEL_PATH = str(resolve_model_path(config["model"]))
+if MODEL_PATH.lower().endswith(".tflite"):
+    raise WorkflowError(f"{MODEL_PATH}: TFLite models are not supported; torq-gen-config is ONNX-only")
+if not os.path.isfile(MODEL_PATH):
+    raise WorkflowError(f"model file not found: {MODEL_PATH}")
+MODEL_NAME = model_name(MODEL_PATH)
+OUT = os.path.normpath(config["output_dir"] or os.path.join("results", MODEL_NAME))
+WORK = os.path.join(OUT, "work")
+LAYERS = os.path.join(WORK, "layers")
+LOGS = os.path.join(WORK, "logs")
+EXECUTORS = {e["name"]: e for e in config["executors"]}
+REPORT = os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json")
+COMPILER_JSON = os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json")
+
+
+wildcard_constraints:
+    layer=r"[A-Za-z0-9._-]+",
+    executor="|".join(re.escape(n) for n in EXECUTORS),
+
+
+def final_outputs():
+    """The report and compiler JSON of the configured model."""
+    return [REPORT, COMPILER_JSON]
+
+
+_MANIFEST_CACHE = {}
+
+
+def manifest_layers():
+    """Layers of the split (after the checkpoint ran), cached per manifest mtime."""
+    path = checkpoints.split_layers.get().output.manifest
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _MANIFEST_CACHE:
+        with open(path) as f:
+            layers = json.load(f)["layers"]
+        _MANIFEST_CACHE.clear()
+        _MANIFEST_CACHE[key] = {l["slug"]: l for l in layers}
+    return _MANIFEST_CACHE[key]
+
+
+def get_layer(wildcards):
+    """The small manifest record of one layer (ID, slug, op type, node index)."""
+    layers = manifest_layers()
+    if wildcards.layer not in layers:
+        raise WorkflowError(f"unknown layer {wildcards.layer!r}: not in {LAYERS}/manifest.json")
+    l = layers[wildcards.layer]
+    return {k: l[k] for k in ("layer_id", "slug", "op_type", "node_index")}
+
+
+def get_layer_model(wildcards):
+    """The layer's ONNX model, written by the split checkpoint."""
+    get_layer(wildcards)
+    return os.path.join(LAYERS, wildcards.layer, "model.onnx")
+
+
+def get_test_inputs(wildcards):
+    """Inputs of one (layer, executor) test: model, reference and, for backends that
+    compile MLIR, the layer's MLIR and its import status."""
+    inputs = {
+        "model": get_layer_model(wildcards),
+        "reference": os.path.join(LAYERS, wildcards.layer, "reference.npz"),
+    }
+    if NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]]:
+        inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
+        inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
+    return inputs
+
+
+def get_executor(wildcards):
+    """The executor definition (name, backend, options): a per-job param, so a change
+    to one executor reruns only that executor's jobs."""
+    return EXECUTORS[wildcards.executor]
+
+
+def all_layer_results(wildcards):
+    """Every (layer, executor) result file; known once the split checkpoint ran."""
+    return [
+        os.path.join(LAYERS, slug, name, "result.json")
+        for slug in manifest_layers()
+        for name in EXECUTORS
+    ]
+
+
+def run_options():
+    """Options recorded in the report's provenance."""
+    return {
+        "model": MODEL_PATH,
+        "output_dir": OUT,
+        "target_opset": config["target_opset"],
+        "timeout_s": config["timeout_s"],
+        "inputs": config["inputs"],
+        "tolerance": config["tolerance"],
+    }

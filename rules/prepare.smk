@@ -1,0 +1,28 @@
+# Model preparation and the full-model MLIR with its node -> line:col map.
+
+
+rule prepare_model:
+    input:
+        model=MODEL_PATH,
+    output:
+        model=os.path.join(WORK, "prepared.onnx"),
+        info=os.path.join(WORK, "prepare.json"),
+    params:
+        target_opset=config["target_opset"],
+    log:
+        os.path.join(LOGS, "prepare_model.log"),
+    run:
+        jobs.prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
+                               target_opset=params.target_opset, log=log[0])
+
+
+rule import_full_model:
+    input:
+        model=rules.prepare_model.output.model,
+    output:
+        mlir=os.path.join(WORK, "full.mlir"),
+        locations=os.path.join(WORK, "locations.json"),
+    log:
+        os.path.join(LOGS, "import_full_model.log"),
+    run:
+        jobs.import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations, log=log[0])

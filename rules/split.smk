@@ -1,0 +1,39 @@
+# Layer split (checkpoint: the layer list is known only after it ran), then per layer
+# the reference outputs and the MLIR import.
+
+
+checkpoint split_layers:
+    input:
+        model=rules.prepare_model.output.model,
+        info=rules.prepare_model.output.info,
+    output:
+        manifest=os.path.join(LAYERS, "manifest.json"),
+    log:
+        os.path.join(LOGS, "split_layers.log"),
+    run:
+        jobs.split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest, log=log[0])
+
+
+rule layer_reference:
+    input:
+        model=get_layer_model,
+    output:
+        reference=os.path.join(LAYERS, "{layer}", "reference.npz"),
+    params:
+        inputs=config["inputs"],
+    log:
+        os.path.join(LOGS, "layer_reference", "{layer}.log"),
+    run:
+        jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs, log=log[0])
+
+
+rule import_layer:
+    input:
+        model=get_layer_model,
+    output:
+        mlir=os.path.join(LAYERS, "{layer}", "model.mlir"),
+        status=os.path.join(LAYERS, "{layer}", "import.json"),
+    log:
+        os.path.join(LOGS, "import_layer", "{layer}.log"),
+    run:
+        jobs.import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status, log=log[0])

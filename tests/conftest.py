@@ -1,0 +1,54 @@
+"""Shared fixtures: real models shipped by the onnx wheel, and small hand-built models."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+REPO = Path(__file__).resolve().parents[1]
+ONNX_DIR = Path(onnx.__file__).parent
+LIGHT = ONNX_DIR / "backend" / "test" / "data" / "light"
+SQUEEZENET = LIGHT / "light_squeezenet.onnx"
+
+
+@pytest.fixture(scope="session")
+def squeezenet_path() -> Path:
+    """onnx's light_squeezenet (SqueezeNet 1.0 structure, opset 9, 105 nodes, 66 layers)."""
+    assert SQUEEZENET.exists(), SQUEEZENET
+    return SQUEEZENET
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, name="g"):
+    """A small ONNX model built with onnx.helper (checked)."""
+    graph = helper.make_graph(nodes, name, inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def tvi(name, dtype, shape):
+    """Shorthand for helper.make_tensor_value_info."""
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def run_cli(*args, cwd=None, timeout=900):
+    """Run the torq-gen-config console script; returns CompletedProcess (text)."""
+    exe = shutil.which("torq-gen-config") or str(Path(sys.executable).parent / "torq-gen-config")
+    return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def run_snakemake(*args, cwd=REPO, timeout=900):
+    """Run snakemake from the repository root (picks up profiles/default)."""
+    exe = str(Path(sys.executable).parent / "snakemake")
+    return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+__all__ = ["make_model", "tvi", "run_cli", "run_snakemake", "TensorProto", "helper", "REPO", "LIGHT", "SQUEEZENET", "os"]

@@ -1,0 +1,88 @@
+"""Layer split: constant folding, layer IDs and slugs, manifests, unchanged files kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from conftest import TensorProto, helper, make_model, tvi
+from onnx import numpy_helper
+
+from torq_gen_config.model.prepare import prepare_model
+from torq_gen_config.model.split import layer_slug, split_layers
+
+
+def test_squeezenet_has_66_layers(tmp_path, squeezenet_path):
+    model, info = prepare_model(squeezenet_path)
+    man = split_layers(model, info, tmp_path / "layers")
+    layers = man["layers"]
+    assert len(layers) == 66
+    assert len(man["folded_nodes"]) == 39
+    assert {f["op_type"] for f in man["folded_nodes"]} == {"ConstantOfShape"}
+    ids = [layer["layer_id"] for layer in layers]
+    assert len(set(ids)) == 66
+    first = layers[0]
+    assert first["layer_id"] == "Conv_r0" and first["node_index"] == 39  # 39 ConstantOfShape nodes come first
+    assert [i["name"] for i in first["initializers"]] == ["conv1_w_0", "conv1_b_0"]
+    assert first["mac_count"] == 64 * 111 * 111 * 3 * 3 * 3
+    softmax = layers[-1]
+    assert softmax["layer_id"] == "Softmax_softmaxout_1" and softmax["node_index"] == 104
+    assert len(softmax["prepared_node_indices"]) == 3  # Flatten, Softmax, Reshape; Shape was folded
+    sm = onnx.load(tmp_path / "layers" / softmax["slug"] / "model.onnx")
+    assert [n.op_type for n in sm.graph.node] == ["Flatten", "Softmax", "Reshape"]
+    assert sm.graph.name == "main"
+    # every layer model loads in ONNX Runtime and runs
+    sess = ort.InferenceSession(str(tmp_path / "layers" / "Conv_r0" / "model.onnx"), providers=["CPUExecutionProvider"])
+    y = sess.run(None, {"data_0": np.ones((1, 3, 224, 224), np.float32)})[0]
+    assert y.shape == (1, 64, 111, 111)
+
+
+def test_unchanged_layer_files_keep_mtime(tmp_path, squeezenet_path):
+    model, info = prepare_model(squeezenet_path)
+    split_layers(model, info, tmp_path / "layers")
+    p = tmp_path / "layers" / "Relu_r1" / "model.onnx"
+    before = p.stat().st_mtime_ns
+    split_layers(model, info, tmp_path / "layers")
+    assert p.stat().st_mtime_ns == before
+
+
+def test_stale_layer_dirs_removed(tmp_path, squeezenet_path):
+    model, info = prepare_model(squeezenet_path)
+    stale = tmp_path / "layers" / "Old_layer"
+    stale.mkdir(parents=True)
+    (stale / "model.onnx").write_bytes(b"x")
+    split_layers(model, info, tmp_path / "layers")
+    assert not stale.exists()
+
+
+def test_slug_is_safe_and_stable():
+    assert layer_slug("Conv_r0") == "Conv_r0"
+    s = layer_slug("MaxPool_/features/pool/MaxPool_output_0")
+    assert "/" not in s and s.startswith("MaxPool__features_pool_MaxPool_output_0-")
+    assert s == layer_slug("MaxPool_/features/pool/MaxPool_output_0")
+    assert layer_slug("a/b") != layer_slug("a_b")
+    assert len(layer_slug("X_" + "y" * 500)) <= 80
+
+
+def test_shape_arithmetic_and_constants_fold(tmp_path):
+    # x -> Relu -> y; Shape(y) is static -> folded; Reshape(y, shape) is a layer with an initializer
+    w = numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["y"], name="relu"),
+        helper.make_node("Shape", ["y"], ["s"], name="shape"),
+        helper.make_node("Identity", ["w"], ["w2"], name="ident"),
+        helper.make_node("Add", ["y", "w2"], ["z"], name="add"),
+        helper.make_node("Reshape", ["z", "s"], ["out/0"], name="reshape"),
+    ]
+    m = make_model(nodes, [tvi("x", TensorProto.FLOAT, [2, 3])], [tvi("out/0", TensorProto.FLOAT, [2, 3])], [w])
+    p = tmp_path / "m.onnx"
+    onnx.save(m, p)
+    model, info = prepare_model(p)
+    man = split_layers(model, info, tmp_path / "layers")
+    assert [layer["layer_id"] for layer in man["layers"]] == ["Relu_y", "Add_z", "Reshape_out/0"]
+    assert [f["op_type"] for f in man["folded_nodes"]] == ["Shape", "Identity"]
+    add = man["layers"][1]
+    assert add["node_index"] == 3 and [i["name"] for i in add["initializers"]] == ["w2"]
+    reshape = man["layers"][2]
+    assert "/" not in reshape["slug"]
+    assert [i["name"] for i in reshape["initializers"]] == ["s"]

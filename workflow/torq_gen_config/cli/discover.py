@@ -1,0 +1,96 @@
+"""``torq-gen-config discover``: run executor discovery on a model.
+
+Runs the Snakemake workflow (through its Python API) with the output directory as
+working directory, shows Snakemake's progress, and prints the final report text.
+Exit status 0 when discovery completed, also when some layers failed on some
+executors: those failures are verdicts, recorded in the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from ..errors import ConfigError
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register the ``discover`` subcommand."""
+    p = sub.add_parser(
+        "discover",
+        help="test every layer on every executor and write the report and compiler JSON",
+        description="Split the model into layers, test each layer on each configured executor "
+                    "(compile, run, compare with an ONNX Runtime reference) and recommend one executor per layer.",
+    )
+    add_model_options(p)
+    p.add_argument("-j", "--jobs", "--cores", dest="cores", type=int, default=os.cpu_count() or 1,
+                   help="parallel jobs (default: number of CPU cores)")
+    p.add_argument("--tolerance-avg", type=float, help="fp_avg_tol: mean normalized error allowed (default 0.01)")
+    p.add_argument("--tolerance-max", type=float, help="fp_max_tol: max normalized error allowed (default 0.01)")
+    p.add_argument("--timeout", type=float, help="seconds allowed per tool call of one (layer, executor) job (default 300)")
+    p.add_argument("-n", "--dry-run", action="store_true", help="only show which jobs would run")
+    p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
+    p.add_argument("-v", "--verbose", action="store_true", help="Snakemake debug output")
+    p.set_defaults(func=run)
+    return p
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by the commands that work on a model (discover, run)."""
+    p.add_argument("--model", required=True, help="path to the ONNX model (.onnx)")
+    p.add_argument("--output-dir", default=".", help="directory for the report and compiler JSON (default: current directory); "
+                                                       "intermediate files go to <output-dir>/work")
+    p.add_argument("--config-file", help="YAML file with workflow settings (executors, tolerance, ...) "
+                                         "on top of config/config.yaml")
+
+
+def build_config(args: argparse.Namespace) -> dict:
+    """The validated workflow config for the given command-line options.
+
+    Raises:
+        ConfigError: an invalid config file or option value.
+        ModelError: the model is missing, unreadable or not ONNX.
+    """
+    from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
+    from ..model.prepare import load_model
+
+    model = Path(args.model).expanduser().resolve()
+    load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
+    config = load_config_file(DEFAULT_CONFIG_PATH)
+    if getattr(args, "config_file", None):
+        config.update(load_config_file(args.config_file))
+    config["model"] = str(model)
+    config["output_dir"] = "."
+    tol = dict(config.get("tolerance") or {})
+    if getattr(args, "tolerance_avg", None) is not None:
+        tol["fp_avg_tol"] = args.tolerance_avg
+    if getattr(args, "tolerance_max", None) is not None:
+        tol["fp_max_tol"] = args.tolerance_max
+    if tol:
+        config["tolerance"] = tol
+    if getattr(args, "timeout", None) is not None:
+        config["timeout_s"] = args.timeout
+    return validate_config(config)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run discovery; print the final report text. Returns the exit status."""
+    from ..config import model_name
+    from ..fileio import read_json
+    from ..workflow_api import run_workflow
+
+    if args.cores < 1:
+        raise ConfigError("--jobs must be at least 1")
+    config = build_config(args)
+    out = Path(args.output_dir).expanduser().resolve()
+    run_workflow(config=config, workdir=out, cores=args.cores, dryrun=args.dry_run, quiet=args.quiet,
+                 verbose=args.verbose)
+    if args.dry_run:
+        return 0
+    name = model_name(config["model"])
+    report = read_json(out / f"torq_gen_config_{name}.json", "report JSON")
+    print(report["final_report_text"])
+    print(f"\nReport:        {out / f'torq_gen_config_{name}.json'}")
+    print(f"Compiler JSON: {out / f'torq_gen_config_{name}_compiler.json'}")
+    return 0

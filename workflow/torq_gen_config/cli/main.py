@@ -1,0 +1,47 @@
+"""The ``torq-gen-config`` command: one console script with subcommands.
+
+Each subcommand lives in its own module with an ``add_parser`` and a ``run``
+function (the Polygraphy layout). Errors meant for the user end the command with a
+one-line ``torq-gen-config: error: ...`` and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from ..errors import TorqGenConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with all subcommands registered."""
+    from . import discover
+
+    parser = argparse.ArgumentParser(
+        prog="torq-gen-config",
+        description="Find, layer by layer, which executor runs an ONNX model correctly and fastest, "
+                    "and write the per-op assignment for the compiler.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    discover.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TorqGenConfigError as e:
+        print(f"torq-gen-config: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("torq-gen-config: interrupted; finished layers are kept, rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Workflow configuration: schema validation, defaults and path resolution.
+
+The same JSON schema (``workflow/schemas/config.schema.yaml``) validates the
+configuration in the Snakefile (``snakemake.utils.validate``) and in the CLI, so
+both forms accept exactly the same keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG_PATH = REPO_ROOT / "config" / "config.yaml"
+ONNX_PACKAGE_PREFIX = "onnx:"
+
+
+def load_schema() -> dict:
+    """Return the config JSON schema (draft 2020-12) as a dict."""
+    import yaml
+
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def load_config_file(path: str | os.PathLike) -> dict:
+    """Read a YAML config file.
+
+    Raises:
+        ConfigError: missing file or invalid YAML.
+    """
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def validate_config(config: dict) -> dict:
+    """Validate ``config`` against the schema, fill in defaults, check cross-field rules.
+
+    Returns:
+        A new dict with schema defaults filled in.
+
+    Raises:
+        ConfigError: one line naming the offending key and the problem.
+    """
+    import jsonschema
+
+    config = copy.deepcopy(config)
+    validator_cls = jsonschema.validators.validator_for(load_schema())
+    validator = _with_defaults(validator_cls)(load_schema())
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise ConfigError(f"invalid configuration at {where}: {e.message}")
+    check_executors(config["executors"])
+    return config
+
+
+def check_executors(executors: list[dict]) -> None:
+    """Cross-field checks the schema cannot express: unique executor names.
+
+    Raises:
+        ConfigError: duplicate executor name.
+    """
+    seen: set[str] = set()
+    for ex in executors:
+        if ex["name"] in seen:
+            raise ConfigError(f"executor name {ex['name']!r} is used twice; names must be unique")
+        seen.add(ex["name"])
+
+
+def resolve_model_path(model: str, base_dir: str | os.PathLike | None = None) -> Path:
+    """Turn the ``model`` config value into an absolute path.
+
+    ``onnx:<relative path>`` points inside the installed onnx package (the embedded
+    default model ships there). Other values are paths relative to ``base_dir``
+    (default: the current directory).
+    """
+    if model.startswith(ONNX_PACKAGE_PREFIX):
+        import importlib.util
+
+        spec = importlib.util.find_spec("onnx")
+        if spec is None or not spec.submodule_search_locations:
+            raise ConfigError("the onnx package is not installed, cannot resolve " + model)
+        return Path(list(spec.submodule_search_locations)[0]) / model[len(ONNX_PACKAGE_PREFIX):]
+    p = Path(model).expanduser()
+    if not p.is_absolute():
+        p = Path(base_dir or os.getcwd()) / p
+    return p
+
+
+def model_name(model_path: str | os.PathLike) -> str:
+    """The model name used in file names and the report: the file stem."""
+    return Path(model_path).stem
+
+
+def _with_defaults(validator_cls: Any) -> Any:
+    """Extend a jsonschema validator class so that ``default`` values are filled in."""
+    import jsonschema
+
+    validate_properties = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})

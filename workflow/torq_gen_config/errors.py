@@ -1,0 +1,17 @@
+"""Exceptions with messages meant for the user (one line, no traceback)."""
+
+
+class TorqGenConfigError(Exception):
+    """Base class: the message is shown to the user as is, on one line."""
+
+
+class ModelError(TorqGenConfigError):
+    """The input model is missing, unreadable, of the wrong format or unsupported."""
+
+
+class ConfigError(TorqGenConfigError):
+    """The configuration (config.yaml, --config, CLI flags) is invalid."""
+
+
+class ReportError(TorqGenConfigError):
+    """A report or compiler JSON is missing, malformed or of the wrong kind."""

@@ -1,0 +1,109 @@
+"""Atomic file writes and JSON helpers.
+
+Every result file of the workflow is written through these functions: the data
+goes to a temporary file in the same directory, is flushed and fsync'ed, then
+renamed over the target with :func:`os.replace` (atomic on POSIX). A reader (or a
+rerun after a kill) sees either the old file or the complete new one, never a
+partial write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .errors import ReportError
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, creating parent directories.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically. See :func:`atomic_write_bytes`."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write ``data`` as indented JSON (keys in insertion order) atomically."""
+    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n")
+
+
+def write_bytes_if_changed(path: str | os.PathLike, data: bytes) -> bool:
+    """Write ``data`` atomically unless ``path`` already holds exactly these bytes.
+
+    Keeping an unchanged file untouched keeps its mtime, so Snakemake does not
+    rerun the jobs that consume it (files over 1 MB are compared by mtime only).
+
+    Returns:
+        True when the file was (re)written, False when it was already up to date.
+    """
+    path = Path(path)
+    try:
+        if path.stat().st_size == len(data) and path.read_bytes() == data:
+            return False
+    except FileNotFoundError:
+        pass
+    atomic_write_bytes(path, data)
+    return True
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
+    """Read a JSON file with a one-line error for the user.
+
+    Raises:
+        ReportError: the file is missing or is not valid JSON.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise ReportError(f"cannot read {what} {path}: {e.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{what} {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+
+def _json_default(obj: Any) -> Any:
+    """Convert numpy scalars and paths for :func:`json.dumps`."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if np is not None:
+        if isinstance(obj, np.integer):
+            return int(obj)
+        if isinstance(obj, np.floating):
+            return float(obj)
+        if isinstance(obj, np.bool_):
+            return bool(obj)
+        if isinstance(obj, np.ndarray):
+            return obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")

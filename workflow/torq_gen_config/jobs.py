@@ -1,0 +1,200 @@
+"""Entry points of the workflow's jobs: one function per rule in ``rules/*.smk``.
+
+Each function takes plain paths and values (what the rule's ``input``, ``output``,
+``params`` and ``log`` hold) and calls the library. The rules run them in-process
+(``run:`` blocks with the local executor's threads, see ``profiles/default``), so a
+job costs milliseconds of start-up instead of a Python process with numpy, ONNX
+Runtime and IREE imported (notes/snakemake.md: ~55-75 ms per ``script:`` job plus
+~0.25 s of imports here). Tools that can crash or hang run as subprocesses with
+timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .fileio import read_json, write_json
+
+
+def _log(log_path: str | None, text: str) -> None:
+    if not log_path:
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as f:
+        f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
+
+
+def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int, log: str | None = None) -> None:
+    """Rule ``prepare_model``: load, check and prepare the user's model.
+
+    Raises:
+        ModelError: the model is missing, corrupt or unsupported (the job fails
+            with that one-line message and writes nothing).
+    """
+    import onnx
+
+    from .fileio import write_bytes_if_changed
+    from .model.prepare import prepare_model
+
+    t0 = time.perf_counter()
+    m, info = prepare_model(model, target_opset=target_opset)
+    write_bytes_if_changed(prepared, m.SerializeToString(deterministic=True))
+    info["onnx_version"] = onnx.__version__
+    write_json(info_path, info)
+    _log(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
+              f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; warnings: {info['warnings']}")
+    for w in info["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    for d in info["fixed_dims"]:
+        print(f"note: input {d['input']} dim {d['axis']} ({d['was']}) fixed to 1", file=sys.stderr)
+
+
+def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str | None = None) -> None:
+    """Rule ``import_full_model``: full-model MLIR and the node -> line:col map."""
+    from .mlir.importer import import_full_model
+
+    res = import_full_model(prepared, mlir)
+    res["mlir_file"] = os.path.basename(mlir)
+    write_json(locations, res)
+    _log(log, f"imported full model: {res['status']}, {len(res['nodes'])} nodes, "
+              f"{res['n_unverified']} unverified; {res.get('message') or ''}")
+    if res["status"] != "ok":
+        print(f"warning: full-model MLIR import failed, layers get no mlir_location: {res['message'][:300]}", file=sys.stderr)
+
+
+def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str | None = None) -> None:
+    """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest."""
+    import onnx
+
+    from .model.split import split_layers
+
+    t0 = time.perf_counter()
+    model = onnx.load(prepared)
+    info = read_json(info_path, "preparation info")
+    man = split_layers(model, info, Path(manifest).parent)
+    write_json(manifest, man)
+    _log(log, f"split into {len(man['layers'])} layers ({len(man['folded_nodes'])} constant nodes folded) "
+              f"in {time.perf_counter() - t0:.2f} s")
+    print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded", file=sys.stderr)
+
+
+def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, log: str | None = None) -> None:
+    """Rule ``layer_reference``: layer inputs and ONNX Runtime reference outputs."""
+    from .reference import compute_reference
+
+    meta = compute_reference(layer_onnx, reference, input_settings)
+    _log(log, f"reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
+
+
+def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None = None) -> None:
+    """Rule ``import_layer``: the layer's MLIR (an importer failure is recorded, not raised)."""
+    from .mlir.importer import import_layer
+
+    res = import_layer(layer_onnx, mlir)
+    write_json(status, res)
+    _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
+
+
+def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
+                   import_status: str | None, result: str, tolerance: dict, timeout_s: float,
+                   log: str | None = None) -> None:
+    """Rule ``test_layer``: compile, run and compare one layer on one executor."""
+    from .layer_test import one_line_summary, run_layer_test
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
+                         layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
+                         result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s)
+    print(one_line_summary(res), flush=True)
+
+
+def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
+                  executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
+                  output_dir: str, user_choices: str | None = None, log: str | None = None) -> dict:
+    """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
+
+    Statuses are re-derived from the stored metrics with the current ``tolerance``,
+    so a tolerance change needs no recompile.
+    """
+    from . import __version__
+    from .mlir.importer import layer_location
+    from .report.build import build_compiler_json, build_report
+
+    man = read_json(manifest, "layer manifest")
+    info = read_json(prepare_info, "preparation info")
+    locs = read_json(locations, "MLIR locations")
+    names = [e["name"] for e in executors]
+    layers, results = [], {}
+    for layer in man["layers"]:
+        layers.append({
+            "layer_id": layer["layer_id"], "slug": layer["slug"], "op_type": layer["op_type"],
+            "node_index": layer["node_index"], "mlir_location": layer_location(layer, locs),
+            "mac_count": layer.get("mac_count"), "skipped_reason": None,
+        })
+        per = {}
+        for name in names:
+            p = Path(results_root) / layer["slug"] / name / "result.json"
+            if p.exists():
+                per[name] = json.loads(p.read_text())
+        results[layer["layer_id"]] = per
+    mlir_file = os.path.relpath(Path(locations).parent / locs["mlir_file"], output_dir) if locs.get("status") == "ok" else None
+    provenance = build_provenance(info=info, locations=locs, executors=executors, options=options,
+                                  tool_version=__version__, results=results)
+    previous = read_json(user_choices, "user choices") if user_choices and Path(user_choices).exists() else None
+    rep = build_report(model_name=model_name, layers=layers, results=results, executors=executors,
+                       default_tolerance=tolerance, mlir_file=mlir_file, provenance=provenance,
+                       previous_report=previous)
+    write_json(report, rep)
+    write_json(compiler, build_compiler_json(rep))
+    _log(log, f"report written: {report}")
+    return rep
+
+
+def build_provenance(*, info: dict, locations: dict, executors: list[dict], options: dict, tool_version: str,
+                     results: dict) -> dict:
+    """Versions, options and inputs that produced a report (JSON-safe)."""
+    import platform
+
+    versions = {"torq-gen-config": tool_version, "python": platform.python_version()}
+    for mod in ("onnx", "onnxruntime", "numpy", "snakemake"):
+        versions[mod] = _module_version(mod)
+    versions["iree-base-compiler"] = _dist_version("iree-base-compiler")
+    versions["iree-base-runtime"] = _dist_version("iree-base-runtime")
+    ref_versions = sorted({(r.get("reference") or {}).get("ort_version") for per in results.values()
+                           for r in per.values() if (r.get("reference") or {}).get("ort_version")})
+    tools = {}
+    for per in results.values():
+        for name, r in per.items():
+            if name not in tools and r.get("tool"):
+                tools[name] = r["tool"]
+    return {
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "versions": versions,
+        "reference": {"engine": "onnxruntime", "execution_provider": "CPUExecutionProvider",
+                      "graph_optimization_level": "disabled", "ort_versions": ref_versions},
+        "executors": executors,
+        "executor_tools": tools,
+        "options": options,
+        "model": {"source": info.get("source"), "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
+                  "warnings": info.get("warnings")},
+        "mlir": {"status": locations.get("status"), "message": locations.get("message"),
+                 "unverified_nodes": locations.get("n_unverified")},
+    }
+
+
+def _module_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(name)
+    except Exception:
+        return None
+
+
+_dist_version = _module_version

@@ -1,0 +1,153 @@
+"""One (layer, executor) test: compile, run, compare, write ``result.json``.
+
+The verdict is one of ``success`` / ``difference`` / ``error`` (seed 001 section 2,
+"Status types") plus ``unverified`` when the executor ran but the reference itself
+failed (never a success). Errors carry the stage (``import``, ``compile``, ``run``,
+``compare``, ``timeout``, ``crash``) and the tool's message, bounded in length. The
+metrics are stored raw, so :func:`torq_gen_config.compare.derive_status` can
+re-derive the verdict for another tolerance without recompiling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .fileio import write_json
+
+RESULT_SCHEMA = "torq-gen-config/layer-result/1"
+SUMMARY_LIMIT = 512
+MESSAGE_LIMIT = 4000
+
+
+def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_npz: str, layer_mlir: str | None,
+                   import_status: str | None, work_dir: str, result_path: str, log_path: str | None,
+                   tolerance: dict, timeout_s: float) -> dict:
+    """Test one layer on one executor and write the result file atomically.
+
+    Args:
+        layer: the layer's manifest entry (``layer_id``, ``slug``, ``op_type``, ...).
+        executor: ``{"name", "backend", "options"}`` from the config.
+        layer_onnx: the layer's ONNX model.
+        reference_npz: inputs and reference outputs (see :mod:`torq_gen_config.reference`).
+        layer_mlir: the layer's MLIR (backends with ``needs_mlir``), else None.
+        import_status: path of the layer's ``import.json`` (status of the MLIR import).
+        work_dir: directory for this job's compiled module, inputs and outputs.
+        result_path: where ``result.json`` goes.
+        log_path: the job's log file (tool command lines and full stderr).
+        tolerance: ``fp_avg_tol``, ``fp_max_tol`` (and optional ``int_atol``).
+        timeout_s: wall-clock limit (s) for each tool call.
+
+    Returns:
+        The result dict (also written to ``result_path``). Never raises for a
+        failing layer: every failure becomes an ``error`` verdict.
+    """
+    from .backends import make_backend
+    from .backends.base import StageError
+    from .compare import compare_outputs, derive_status
+    from .reference import load_reference
+    from .tools import bounded_message, first_error_line
+
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "schema": RESULT_SCHEMA,
+        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
+        "executor": executor["name"], "backend": executor["backend"],
+        "status": None, "tolerance_used": dict(tolerance), "metrics": None, "failure_report": None,
+        "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
+    }
+
+    def fail(stage: str, message: str, during: str | None = None) -> dict:
+        result["status"] = "error"
+        result["failure_report"] = {
+            "type": "error", "stage": stage, "during": during,
+            "summary": f"{stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+            "message": bounded_message(message, MESSAGE_LIMIT),
+        }
+        return _finish(result, result_path, log_path)
+
+    inputs, ref_outputs, meta = load_reference(reference_npz)
+    result["reference"] = {"status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
+                           "ort_version": meta.get("ort_version")}
+    try:
+        backend = make_backend(executor)
+    except Exception as e:
+        return fail("compile", f"backend {executor['backend']!r} is not available: {e}")
+    result["tool"] = _safe_describe(backend)
+
+    if backend.needs_mlir:
+        st = json.loads(Path(import_status).read_text()) if import_status else {"status": "ok"}
+        if st.get("status") != "ok":
+            return fail("import", st.get("message") or "MLIR import failed")
+    try:
+        artifact = backend.compile(onnx_path=layer_onnx, mlir_path=layer_mlir, work_dir=work_dir,
+                                   timeout_s=timeout_s, log_path=log_path)
+        result["timing"]["compile_ms"] = _round(artifact.compile_ms)
+        outputs, run_ms = backend.run(artifact, inputs=inputs, input_names=meta["input_names"],
+                                      output_names=meta["output_names"], work_dir=work_dir,
+                                      timeout_s=timeout_s, log_path=log_path)
+        result["timing"]["run_ms"] = _round(run_ms)
+    except StageError as e:
+        return fail(e.stage, e.message, getattr(e, "during", None))
+    except Exception as e:  # a backend bug must not stop the other layers
+        return fail("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+
+    if meta["status"] != "ok":
+        result["status"] = "unverified"
+        result["failure_report"] = {
+            "type": "reference_error", "stage": "reference", "during": None,
+            "summary": f"ran, but the reference failed: {first_error_line(meta.get('message') or '')}"[:SUMMARY_LIMIT],
+            "message": bounded_message(meta.get("message") or "", MESSAGE_LIMIT),
+        }
+        return _finish(result, result_path, log_path)
+    try:
+        metrics = compare_outputs(outputs, ref_outputs, meta["output_names"])
+        status, summary = derive_status(metrics, tolerance)
+    except Exception as e:
+        return fail("compare", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    result["metrics"] = metrics
+    result["status"] = status
+    if status != "success":
+        result["failure_report"] = {"type": "accuracy_failure", "stage": None, "during": None,
+                                    "summary": summary[:SUMMARY_LIMIT], "message": summary}
+    return _finish(result, result_path, log_path)
+
+
+def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
+    write_json(result_path, result)
+    if log_path:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(f"[{time.strftime('%H:%M:%S')}] verdict: {result['status']}"
+                    f"{' - ' + result['failure_report']['summary'] if result['failure_report'] else ''}\n")
+    return result
+
+
+def one_line_summary(result: dict) -> str:
+    """A console line for a finished job, e.g. ``[llvm-cpu] Conv_r0: success (412 ms compile)``."""
+    t = result.get("timing") or {}
+    extra = ""
+    if result.get("failure_report"):
+        extra = " - " + result["failure_report"]["summary"][:120]
+    elif t.get("compile_ms") is not None:
+        extra = f" ({t['compile_ms']:.0f} ms compile, {t.get('run_ms') or 0:.1f} ms run)"
+    return f"[{result['executor']}] {result['layer_id']}: {result['status']}{extra}"
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 3)
+
+
+def _safe_describe(backend) -> dict:
+    try:
+        return backend.describe()
+    except Exception as e:  # provenance must not fail a test
+        return {"error": str(e)}
+
+
+def ensure_dir(p: str | os.PathLike) -> None:
+    """Create a directory (and parents) if missing."""
+    Path(p).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,323 @@
+"""Model preparation: load and check the user's ONNX model, fix symbolic dimensions,
+upgrade the opset, infer shapes, and keep track of which prepared node comes from
+which node of the user's model.
+
+Layer IDs and node indices always refer to the user's model (seed 001 section 6,
+"Position-Based Matching"). The opset upgrade (``onnx.version_converter``) renames
+tensors and can expand one node into several (Softmax-9 becomes
+Shape/Flatten/Softmax/Reshape at opset 13+), so every user node is tagged with a
+unique name before the conversion and the tags are read back afterwards
+(notes/toolchain.md section 2-3).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelError
+
+#: Prefix of the temporary node names used to trace nodes through the opset upgrade.
+_TAG = "__tgc_node_"
+
+
+def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
+    """Load an ONNX model file and check that it really is one.
+
+    Args:
+        path: ``.onnx`` file (external data next to it is loaded too).
+
+    Returns:
+        The loaded ``onnx.ModelProto``.
+
+    Raises:
+        ModelError: the file is missing, a directory, a ``.tflite`` model (rejected:
+            the tool is ONNX-only, seed 002 section 11), not a protobuf, truncated,
+            or has no graph.
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    p = Path(path)
+    if p.suffix.lower() == ".tflite":
+        raise ModelError(f"{p}: TFLite models are not supported; torq-gen-config is ONNX-only (convert the model to ONNX first)")
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"model path is a directory, not an ONNX file: {p}")
+    if p.stat().st_size == 0:
+        raise ModelError(f"{p}: file is empty, not an ONNX model")
+    try:
+        model = onnx.load(str(p))
+    except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
+        raise ModelError(f"{p}: not a valid ONNX model (cannot parse the protobuf: {_one_line(e)})") from None
+    except OSError as e:
+        raise ModelError(f"{p}: cannot read model: {_one_line(e)}") from None
+    if not model.opset_import or not model.HasField("graph") or len(model.graph.node) == 0:
+        raise ModelError(f"{p}: not a valid ONNX model (no graph, nodes or opset; is the file truncated or of another format?)")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ModelError(f"{p}: ONNX checker rejected the model: {_one_line(e)}") from None
+    return model
+
+
+def default_opset(model: "onnx.ModelProto") -> int:  # noqa: F821
+    """Version of the default ("" / "ai.onnx") domain in ``model.opset_import``."""
+    for op in model.opset_import:
+        if op.domain in ("", "ai.onnx"):
+            return op.version
+    return 0
+
+
+def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
+    """One record per node of the user's model, in graph order.
+
+    ``node_index`` is the position among the non-``Constant`` nodes (the seed's
+    ``_node_index``), ``None`` for ``Constant`` nodes.
+    """
+    table = []
+    k = 0
+    for i, n in enumerate(model.graph.node):
+        is_const = n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+        table.append({
+            "graph_index": i,
+            "node_index": None if is_const else k,
+            "op_type": n.op_type,
+            "domain": n.domain,
+            "name": n.name,
+            "inputs": list(n.input),
+            "outputs": list(n.output),
+        })
+        if not is_const:
+            k += 1
+    return table
+
+
+def prepare_model(src: str | os.PathLike, *, target_opset: int = 17) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
+    """Prepare the user's model for layer split and import.
+
+    Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
+    fix symbolic or missing input dimensions to 1; upgrade the default-domain opset
+    to ``target_opset`` when lower (IREE's importer legalizes several ops only from
+    opset 17, notes/toolchain.md section 4); restore the user's node and tensor
+    names; infer shapes (with data propagation).
+
+    Returns:
+        ``(prepared_model, info)``; ``info`` is JSON-safe and holds
+        ``user_nodes`` (see :func:`user_node_table`), ``prepared_nodes`` (per
+        prepared node: ``op_type``, ``graph_index`` of the user node it comes
+        from), ``fixed_dims``, ``opset`` (original, prepared), ``warnings``.
+
+    Raises:
+        ModelError: see :func:`load_model`.
+    """
+    import onnx
+    from onnx import version_converter
+
+    model = load_model(src)
+    info: dict[str, Any] = {"source": str(src), "warnings": [], "fixed_dims": []}
+    info["user_nodes"] = user_node_table(model)
+    orig_opset = default_opset(model)
+    info["opset"] = {"original": orig_opset, "prepared": orig_opset}
+
+    init_names = {t.name for t in model.graph.initializer}
+    keep_inputs = [i for i in model.graph.input if i.name not in init_names]
+    del model.graph.input[:]
+    model.graph.input.extend(keep_inputs)
+    if model.ir_version < 4:
+        model.ir_version = 4
+
+    info["fixed_dims"] = fix_symbolic_dims(model)
+
+    original_names = [n.name for n in model.graph.node]
+    for i, n in enumerate(model.graph.node):
+        n.name = f"{_TAG}{i}"
+
+    if orig_opset and orig_opset < target_opset:
+        try:
+            model = version_converter.convert_version(model, target_opset)
+            info["opset"]["prepared"] = target_opset
+        except Exception as e:  # the converter raises bare RuntimeError/ValidationError
+            info["warnings"].append(
+                f"opset upgrade {orig_opset} -> {target_opset} failed ({_one_line(e)}); "
+                f"the model is imported at opset {orig_opset} and some ops may fail to compile")
+
+    origin = trace_node_origins(model, len(original_names))
+    _restore_tensor_names(model, info["user_nodes"], origin)
+    _restore_node_names(model, original_names, origin, info["user_nodes"])
+
+    min_ir = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
+    if model.ir_version < min_ir:
+        model.ir_version = min_ir
+    try:
+        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as e:
+        info["warnings"].append(f"shape inference failed: {_one_line(e)}")
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        info["warnings"].append(f"prepared model does not pass the ONNX checker: {_one_line(e)}")
+
+    info["prepared_nodes"] = [
+        {"op_type": n.op_type, "domain": n.domain, "graph_index": origin[j]}
+        for j, n in enumerate(model.graph.node)
+    ]
+    return model, info
+
+
+def fix_symbolic_dims(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
+    """Set every symbolic (``dim_param``) or unknown input dimension to 1, in place.
+
+    Graph outputs and value_info with symbolic dims are cleared so that shape
+    inference recomputes them from the fixed inputs.
+
+    Returns:
+        One record per changed dimension: ``{"input", "axis", "was"}`` (JSON-safe).
+    """
+    changed = []
+    for inp in model.graph.input:
+        tt = inp.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            was = d.dim_param if d.HasField("dim_param") else "?"
+            d.Clear()
+            d.dim_value = 1
+            changed.append({"input": inp.name, "axis": axis, "was": was})
+    if changed:
+        for vi in list(model.graph.value_info):
+            if any(not dd.HasField("dim_value") for dd in vi.type.tensor_type.shape.dim):
+                model.graph.value_info.remove(vi)
+        for out in model.graph.output:
+            tt = out.type.tensor_type
+            if tt.HasField("shape") and any(not dd.HasField("dim_value") for dd in tt.shape.dim):
+                tt.ClearField("shape")
+    return changed
+
+
+def trace_node_origins(model: "onnx.ModelProto", n_user_nodes: int) -> list[int | None]:  # noqa: F821
+    """For each node of ``model`` (after the opset upgrade), the graph index of the
+    user node it comes from.
+
+    Nodes keep their tag name through the converter; nodes the converter added
+    (expansions such as Softmax-9 -> Shape/Flatten/Softmax/Reshape) are unnamed and
+    are attributed by data flow: first to the group of a consumer, then (for sinks)
+    to the group of a producer, and finally to the nearest preceding tagged node.
+    """
+    nodes = list(model.graph.node)
+    origin: list[int | None] = []
+    for n in nodes:
+        if n.name.startswith(_TAG) and n.name[len(_TAG):].isdigit() and int(n.name[len(_TAG):]) < n_user_nodes:
+            origin.append(int(n.name[len(_TAG):]))
+        else:
+            origin.append(None)
+    if all(o is not None for o in origin):
+        return origin
+    producer = {}
+    consumers = defaultdict(list)
+    for j, n in enumerate(nodes):
+        for t in n.output:
+            if t:
+                producer[t] = j
+        for t in n.input:
+            if t:
+                consumers[t].append(j)
+    changed = True
+    while changed:
+        changed = False
+        for j, n in enumerate(nodes):
+            if origin[j] is not None:
+                continue
+            cons = [c for t in n.output for c in consumers.get(t, [])]
+            got = next((origin[c] for c in cons if origin[c] is not None), None)
+            if got is None and not cons:
+                prods = [producer[t] for t in n.input if t in producer]
+                got = next((origin[p] for p in prods if origin[p] is not None), None)
+            if got is not None:
+                origin[j] = got
+                changed = True
+    last = None
+    for j in range(len(nodes)):
+        if origin[j] is None:
+            origin[j] = last if last is not None else 0
+        last = origin[j]
+    return origin
+
+
+def _restore_tensor_names(model: "onnx.ModelProto", user_nodes: list[dict], origin: list[int | None]) -> None:  # noqa: F821
+    """Give back the user's tensor names that the opset converter replaced.
+
+    For a user node that stayed a single node with the same number of outputs, its
+    outputs are renamed to the user's names (everywhere they are referenced) when the
+    user's name is not taken by another tensor. Expanded nodes keep the converter's
+    internal names (their graph-visible outputs keep the user's names already).
+    """
+    groups = defaultdict(list)
+    for j, o in enumerate(origin):
+        groups[o].append(j)
+    nodes = model.graph.node
+    used = set()
+    for n in nodes:
+        used.update(t for t in n.output if t)
+        used.update(t for t in n.input if t)
+    used.update(i.name for i in model.graph.input)
+    used.update(t.name for t in model.graph.initializer)
+    rename: dict[str, str] = {}
+    for o, js in groups.items():
+        if o is None or len(js) != 1:
+            continue
+        node = nodes[js[0]]
+        want = user_nodes[o]["outputs"]
+        if len(want) != len(node.output):
+            continue
+        for cur, new in zip(node.output, want):
+            if cur and new and cur != new and new not in used:
+                rename[cur] = new
+                used.add(new)
+    if not rename:
+        return
+    for n in nodes:
+        for k, t in enumerate(n.input):
+            if t in rename:
+                n.input[k] = rename[t]
+        for k, t in enumerate(n.output):
+            if t in rename:
+                n.output[k] = rename[t]
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        if vi.name in rename:
+            vi.name = rename[vi.name]
+
+
+def _restore_node_names(model, original_names: list[str], origin: list[int], user_nodes: list[dict]) -> None:
+    """Put the user's node names back after the opset upgrade.
+
+    In an expansion, the node of the user's op type keeps the user's name and the
+    added nodes get ``<name>/<OpType>_<k>`` (or stay unnamed when the user's node had
+    no name), so node names stay unique.
+    """
+    taken: set[int] = set()
+    for j, n in enumerate(model.graph.node):
+        o = origin[j]
+        name = original_names[o]
+        if o not in taken and n.op_type == user_nodes[o]["op_type"]:
+            taken.add(o)
+            n.name = name
+        else:
+            n.name = f"{name}/{n.op_type}_{j}" if name else ""
+    for j, n in enumerate(model.graph.node):  # a group without a node of the user's op type
+        o = origin[j]
+        if o not in taken:
+            taken.add(o)
+            n.name = original_names[o]
+
+
+def _one_line(e: BaseException) -> str:
+    """First non-empty line of an exception message, at most 300 characters."""
+    text = str(e).strip() or type(e).__name__
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
+    return line[:300]

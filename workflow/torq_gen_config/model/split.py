@@ -1,0 +1,302 @@
+"""Layer split: one small ONNX model per layer of the user's model.
+
+A *layer* is a node of the user's model that computes on run-time data. Nodes whose
+inputs are all constant (``Constant``, ``ConstantOfShape`` of a constant shape,
+``Identity`` of an initializer, ``Shape``/``Size`` of a tensor with a static shape
+and arithmetic on such values) are evaluated here and their values become
+initializers of the layers that consume them; they are not layers
+(notes/reference_tool.md section 4: "Constant nodes are not layers, but their values
+(and shape subgraphs that fold) become initializers of the layer").
+
+Layer ID: ``<OpType>_<first output name>`` of the user's node (seed 001 section 6).
+When the opset upgrade expanded a user node into several nodes, the layer model
+holds the non-constant part of that expansion, and it is still one layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..fileio import write_bytes_if_changed
+
+#: Ops whose output is not a function of their inputs: never folded.
+NONDETERMINISTIC_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
+#: Name of the layer model file inside each layer directory.
+LAYER_MODEL = "model.onnx"
+_SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def layer_slug(layer_id: str, max_len: int = 80) -> str:
+    """A safe, stable directory name for a layer ID.
+
+    Characters outside ``[A-Za-z0-9._-]`` (output names often contain ``/`` or
+    ``:``) become ``_``; when anything was replaced or cut, an 8-hex-digit hash of
+    the full ID is appended so that two IDs never share a slug.
+    """
+    s = _SLUG_BAD.sub("_", layer_id).strip("._") or "layer"
+    if s != layer_id or len(s) > max_len:
+        h = hashlib.sha1(layer_id.encode("utf-8")).hexdigest()[:8]
+        s = f"{s[: max_len - 9]}-{h}"
+    return s
+
+
+def fold_constants(model: "onnx.ModelProto") -> tuple[dict[str, Any], set[int], list[str]]:  # noqa: F821
+    """Evaluate every node of ``model`` whose result does not depend on run-time data.
+
+    Args:
+        model: shape-inferred model (static shapes let ``Shape``/``Size`` fold).
+
+    Returns:
+        ``(values, folded, warnings)``: ``values`` maps tensor name -> numpy array
+        for initializers and folded node outputs; ``folded`` holds the indices of
+        folded nodes in ``model.graph.node``.
+    """
+    import numpy as np
+    from onnx import numpy_helper
+
+    values: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    shapes = _static_shapes(model)
+    folded: set[int] = set()
+    warnings: list[str] = []
+    opsets = {o.domain: o.version for o in model.opset_import}
+    for j, node in enumerate(model.graph.node):
+        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS:
+            continue
+        if any(a.type in (5, 10) for a in node.attribute):  # GRAPH / GRAPHS: subgraphs may read outer values
+            continue
+        ins = [t for t in node.input if t]
+        if node.op_type in ("Shape", "Size") and ins and ins[0] in shapes:
+            shp = shapes[ins[0]]
+            if node.op_type == "Size":
+                values[node.output[0]] = np.array(int(np.prod(shp)), dtype=np.int64)
+            else:
+                start = _attr(node, "start", 0)
+                end = _attr(node, "end", None)
+                values[node.output[0]] = np.array(shp[start:end], dtype=np.int64)
+            folded.add(j)
+            continue
+        if not all(t in values for t in ins):
+            continue
+        try:
+            outs = _evaluate_node(node, values, opsets)
+        except Exception as e:  # a node the reference evaluator cannot run stays a layer
+            warnings.append(f"could not fold {node.op_type} node {node.name or j}: {str(e).splitlines()[0][:200]}")
+            continue
+        for name, val in zip(node.output, outs):
+            if name:
+                values[name] = np.asarray(val)
+        folded.add(j)
+    return values, folded, warnings
+
+
+def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.PathLike) -> dict:  # noqa: F821
+    """Write one ONNX model per layer and return the manifest.
+
+    Args:
+        model: the prepared model (see :func:`torq_gen_config.model.prepare.prepare_model`).
+        info: the preparation info (``user_nodes``, ``prepared_nodes``).
+        layers_dir: directory that receives ``<slug>/model.onnx`` per layer. A file
+            whose bytes did not change is left untouched (its mtime too), so only
+            changed layers rerun; directories of layers that no longer exist are removed.
+
+    Returns:
+        The manifest (JSON-safe): ``layers`` (in model order) with ``layer_id``,
+        ``slug``, ``op_type``, ``node_index``, ``graph_index``, ``node_name``,
+        ``prepared_node_indices``, ``primary_prepared_index`` (the node of the
+        layer's own op type, used for its MLIR location), ``inputs``/``outputs``
+        (name, dtype, shape), ``initializers`` (name, dtype, shape), ``mac_count``;
+        and ``folded_nodes`` (user nodes that were constant-folded), ``warnings``.
+    """
+    from ..mac_count import mac_count
+
+    layers_dir = Path(layers_dir)
+    layers_dir.mkdir(parents=True, exist_ok=True)
+    values, folded, warnings = fold_constants(model)
+    nodes = list(model.graph.node)
+    groups: dict[int, list[int]] = {}
+    for j, p in enumerate(info["prepared_nodes"]):
+        groups.setdefault(p["graph_index"], []).append(j)
+    types = _value_types(model)
+    graph_outputs = [o.name for o in model.graph.output]
+
+    layers = []
+    folded_nodes = []
+    slugs: dict[str, str] = {}
+    for un in info["user_nodes"]:
+        if un["node_index"] is None:  # a Constant node: never a layer
+            continue
+        members = [j for j in groups.get(un["graph_index"], []) if j not in folded]
+        if not members:
+            folded_nodes.append({"node_index": un["node_index"], "op_type": un["op_type"], "outputs": un["outputs"]})
+            continue
+        first_out = next((t for t in un["outputs"] if t), f"node{un['node_index']}")
+        layer_id = f"{un['op_type']}_{first_out}"
+        slug = layer_slug(layer_id)
+        if slug in slugs and slugs[slug] != layer_id:
+            slug = f"{slug}-{un['node_index']}"
+        slugs[slug] = layer_id
+        primary = next((j for j in members if nodes[j].op_type == un["op_type"]), members[-1])
+        layer_model, io = build_layer_model(model, members, values, types, graph_outputs, layer_id, un["node_index"])
+        data = layer_model.SerializeToString(deterministic=True)
+        write_bytes_if_changed(layers_dir / slug / LAYER_MODEL, data)
+        layers.append({
+            "layer_id": layer_id,
+            "slug": slug,
+            "op_type": un["op_type"],
+            "node_index": un["node_index"],
+            "graph_index": un["graph_index"],
+            "node_name": un["name"],
+            "prepared_node_indices": members,
+            "primary_prepared_index": primary,
+            **io,
+            "mac_count": _safe_mac_count(mac_count, layer_model),
+        })
+
+    keep = {layer["slug"] for layer in layers}
+    for d in layers_dir.iterdir():
+        if d.is_dir() and d.name not in keep and (d / LAYER_MODEL).exists():
+            shutil.rmtree(d)
+    return {"layers": layers, "folded_nodes": folded_nodes, "warnings": warnings,
+            "total_user_nodes": len(info["user_nodes"])}
+
+
+def build_layer_model(model, members: list[int], values: dict, types: dict, graph_outputs: list[str],
+                      layer_id: str, node_index: int):
+    """Build the stand-alone ONNX model of one layer.
+
+    Run-time inputs become graph inputs (types from shape inference), constant
+    inputs become initializers, and every tensor produced by the layer's nodes that
+    is not consumed inside the layer becomes a graph output. The graph is named
+    ``main`` so that the imported MLIR function is ``@main``.
+
+    Returns:
+        ``(model, io)`` with ``io`` = ``{"inputs", "outputs", "initializers"}`` lists
+        of ``{"name", "dtype", "shape"}``.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    nodes = [model.graph.node[j] for j in members]
+    produced = [t for n in nodes for t in n.output if t]
+    produced_set = set(produced)
+    consumed_inside = {t for n in nodes for t in n.input if t}
+    inputs, inits = [], []
+    seen = set()
+    for n in nodes:
+        for t in n.input:
+            if not t or t in produced_set or t in seen:
+                continue
+            seen.add(t)
+            if t in values:
+                inits.append(numpy_helper.from_array(values[t], name=t))
+            else:
+                inputs.append(_value_info(t, types))
+    outputs = [_value_info(t, types) for t in produced if t not in consumed_inside or t in graph_outputs]
+    graph = helper.make_graph([_copy_node(n) for n in nodes], "main", inputs, outputs, initializer=inits)
+    layer = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="torq-gen-config")
+    layer.ir_version = model.ir_version
+    helper.set_model_props(layer, {"torq_gen_config.layer_id": layer_id, "torq_gen_config.node_index": str(node_index)})
+    try:
+        layer = onnx.shape_inference.infer_shapes(layer, data_prop=True)
+    except Exception:
+        pass
+    out_types = _value_types(layer)
+    io = {
+        "inputs": [_describe(vi.name, types) for vi in inputs],
+        "outputs": [_describe(vi.name, out_types) for vi in outputs],
+        "initializers": [{"name": t.name, "dtype": _dtype_name(t.data_type), "shape": list(t.dims)} for t in inits],
+    }
+    return layer, io
+
+
+def _copy_node(node):
+    import onnx
+
+    n = onnx.NodeProto()
+    n.CopyFrom(node)
+    return n
+
+
+def _value_types(model) -> dict:
+    """Map tensor name -> TypeProto from graph inputs, outputs and value_info."""
+    types = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type
+    return types
+
+
+def _value_info(name: str, types: dict):
+    import onnx
+
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    if name in types:
+        vi.type.CopyFrom(types[name])
+    return vi
+
+
+def _describe(name: str, types: dict) -> dict:
+    t = types.get(name)
+    if t is None or not t.HasField("tensor_type"):
+        return {"name": name, "dtype": None, "shape": None}
+    tt = t.tensor_type
+    shape = None
+    if tt.HasField("shape"):
+        shape = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    return {"name": name, "dtype": _dtype_name(tt.elem_type), "shape": shape}
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except Exception:
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _static_shapes(model) -> dict[str, list[int]]:
+    """Tensor name -> fully static shape, for tensors whose shape inference is complete."""
+    shapes = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+    for t in model.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    return shapes
+
+
+def _attr(node, name: str, default):
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _evaluate_node(node, values: dict, opsets: dict) -> list:
+    """Run one node on constant inputs with onnx's reference evaluator."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    ins = [t for t in node.input if t]
+    graph = helper.make_graph([node], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
+    feeds = {t: values[t] for t in ins}
+    graph.input.extend([helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(values[t].dtype), values[t].shape) for t in ins])
+    return ReferenceEvaluator(m).run(None, feeds)
+
+
+def _safe_mac_count(fn, layer_model) -> int | None:
+    try:
+        return fn(layer_model)
+    except Exception:
+        return None

@@ -1,0 +1,204 @@
+"""Deterministic layer inputs and ONNX Runtime reference outputs.
+
+Inputs are drawn from ``numpy.random.default_rng(seed)`` with per-dtype ranges
+(config ``inputs``); index inputs (``Gather``/``GatherElements``/``GatherND``/
+``ScatterElements``/``ScatterND`` indices) are bounded by the indexed dimension, so
+that no executor reads out of bounds (the original tool segfaulted on this,
+notes/reference_tool.md section 2). References come from ONNX Runtime CPU with all
+graph optimizations disabled.
+
+The reference file (``reference.npz``) holds ``input_<i>``, ``output_<i>`` arrays
+and ``__meta__`` (a JSON string: names, status, message, ONNX Runtime version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+#: Default value ranges per dtype class, [low, high) (config ``inputs``).
+DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range": [-40, 40], "uint8_range": [0, 80]}
+#: (op type, input position) of index tensors and the data input/axis they index.
+_INDEX_INPUTS = {
+    ("Gather", 1): "gather",
+    ("GatherElements", 1): "gather",
+    ("ScatterElements", 1): "gather",
+    ("GatherND", 1): "gathernd",
+    ("ScatterND", 1): "gathernd",
+}
+
+
+def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
+    """Deterministic random inputs for the run-time inputs of a layer model.
+
+    Args:
+        layer_model: single-layer model whose graph inputs carry static shapes
+            (unknown dims are taken as 1).
+        settings: ``seed``, ``float_range``, ``int_range``, ``uint8_range``.
+
+    Returns:
+        Input name -> array, in graph input order. Floats are drawn uniformly and
+        cast (bfloat16 through ml_dtypes), integers uniformly in [low, high), bools
+        in {False, True}; index inputs are drawn in [0, dim) of the indexed axis.
+    """
+    import numpy as np
+    from onnx import helper
+
+    s = {**DEFAULT_INPUT_SETTINGS, **(settings or {})}
+    rng = np.random.default_rng(s["seed"])
+    bounds = _index_bounds(layer_model)
+    feeds = {}
+    for vi in layer_model.graph.input:
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if vi.name in bounds:
+            hi = max(1, bounds[vi.name])
+            feeds[vi.name] = rng.integers(0, hi, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(dtype, np.integer):
+            lo, hi = s["uint8_range"] if dtype == np.uint8 else s["int_range"]
+            info = np.iinfo(dtype)
+            lo, hi = max(lo, info.min), min(hi, int(info.max) + 1)
+            feeds[vi.name] = rng.integers(lo, hi, size=shape).astype(dtype)
+        else:
+            lo, hi = s["float_range"]
+            feeds[vi.name] = rng.uniform(lo, hi, size=shape).astype(np.float32).astype(dtype)
+    return feeds
+
+
+def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
+                      *, intra_op_num_threads: int = 1) -> dict:
+    """Make inputs for a layer, run ONNX Runtime (optimizations off) and store both.
+
+    A failing reference (ONNX Runtime refuses the model or fails to run it) is
+    recorded, not raised: the file then holds the inputs and ``status: error`` with
+    ONNX Runtime's message, so executors can still run (their results are
+    "unverified").
+
+    Returns:
+        The metadata dict stored as ``__meta__`` (``status``, ``message``,
+        ``input_names``, ``output_names``, ``ort_version``, ``run_ms``).
+    """
+    import time
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    layer = onnx.load(str(layer_path))
+    inputs = make_inputs(layer, settings)
+    output_names = [o.name for o in layer.graph.output]
+    meta: dict[str, Any] = {
+        "status": "ok", "message": None, "engine": "onnxruntime", "ort_version": ort.__version__,
+        "graph_optimization_level": "disabled", "input_names": list(inputs), "output_names": output_names,
+        "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": None,
+    }
+    outputs = []
+    try:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.intra_op_num_threads = intra_op_num_threads
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(str(layer_path), so, providers=["CPUExecutionProvider"])
+        t0 = time.perf_counter()
+        outputs = sess.run(output_names, inputs)
+        meta["run_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+    except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
+        meta["status"] = "error"
+        meta["message"] = f"ONNX Runtime failed on the layer: {str(e).strip()[:2000]}"
+        outputs = []
+    arrays = {f"input_{i}": a for i, a in enumerate(inputs.values())}
+    arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
+    save_npz(out_path, arrays, meta)
+    return meta
+
+
+def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dict) -> None:  # noqa: F821
+    """Write arrays plus a JSON ``__meta__`` entry to an ``.npz`` atomically.
+
+    bfloat16 arrays (ml_dtypes) are stored as uint16 bit patterns and listed in
+    ``meta["bf16_keys"]`` so that :func:`load_npz` restores them.
+    """
+    import io
+
+    import numpy as np
+
+    from .fileio import atomic_write_bytes
+
+    meta = dict(meta)
+    bf16 = []
+    store = {}
+    for k, a in arrays.items():
+        if a.dtype.name == "bfloat16":
+            bf16.append(k)
+            a = a.view(np.uint16)
+        store[k] = a
+    meta["bf16_keys"] = bf16
+    store["__meta__"] = np.array(json.dumps(meta))
+    buf = io.BytesIO()
+    np.savez(buf, **store)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  # noqa: F821
+    """Read a file written by :func:`save_npz`: ``(arrays, meta)``."""
+    import numpy as np
+
+    with np.load(Path(path), allow_pickle=False) as z:
+        meta = json.loads(str(z["__meta__"]))
+        arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    if meta.get("bf16_keys"):
+        import ml_dtypes
+
+        for k in meta["bf16_keys"]:
+            arrays[k] = arrays[k].view(ml_dtypes.bfloat16)
+    return arrays, meta
+
+
+def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
+    """Read ``reference.npz``: ``(inputs by name, reference outputs by name, meta)``.
+
+    Outputs are empty when the reference failed (``meta["status"] == "error"``).
+    """
+    arrays, meta = load_npz(path)
+    inputs = {n: arrays[f"input_{i}"] for i, n in enumerate(meta["input_names"])}
+    outputs = {n: arrays[f"output_{i}"] for i, n in enumerate(meta["output_names"]) if f"output_{i}" in arrays}
+    return inputs, outputs, meta
+
+
+def _index_bounds(layer_model) -> dict[str, int]:
+    """Graph input name -> exclusive upper bound for inputs used as indices."""
+    from onnx import helper
+
+    shapes = {}
+    for vi in list(layer_model.graph.input) + list(layer_model.graph.value_info):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape"):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
+    for t in layer_model.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    graph_inputs = {vi.name for vi in layer_model.graph.input}
+    bounds = {}
+    for node in layer_model.graph.node:
+        for pos, t in enumerate(node.input):
+            kind = _INDEX_INPUTS.get((node.op_type, pos))
+            if kind is None or t not in graph_inputs:
+                continue
+            data_shape = shapes.get(node.input[0])
+            if not data_shape:
+                continue
+            if kind == "gather":
+                axis = 0
+                for a in node.attribute:
+                    if a.name == "axis":
+                        axis = helper.get_attribute_value(a)
+                dim = data_shape[axis % len(data_shape)]
+            else:  # GatherND / ScatterND: bound by the smallest indexed dim
+                dim = min(d for d in data_shape if d > 0) if any(d > 0 for d in data_shape) else 1
+            if dim > 0:
+                bounds[t] = min(bounds.get(t, dim), dim)
+    return bounds

@@ -1,0 +1,91 @@
+"""Run the Snakemake workflow from Python (the ``torq-gen-config`` commands use this).
+
+The workflow runs with the output directory as Snakemake's working directory, so
+each output directory has its own ``.snakemake`` state and lock, and two discoveries
+of different models can run at the same time. Settings match the workflow profile
+``profiles/default``: greedy scheduler, jobs as threads, keep going, rerun incomplete.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import REPO_ROOT
+from .errors import TorqGenConfigError
+
+SNAKEFILE = REPO_ROOT / "Snakefile"
+
+
+class WorkflowFailed(TorqGenConfigError):
+    """Snakemake reported failed jobs or could not build the workflow."""
+
+
+def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, targets: list[str] | None = None,
+                 forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False,
+                 quiet: bool = False, verbose: bool = False) -> None:
+    """Execute the workflow with ``config`` overriding ``config/config.yaml``.
+
+    Args:
+        config: config overrides (validated by the Snakefile against the schema).
+        workdir: Snakemake working directory (created); relative paths in ``config``
+            are resolved against it, so pass absolute paths.
+        cores: local cores (jobs run in parallel up to this number).
+        targets: target files or rules (default: the report and compiler JSON).
+        forcerun: rules or files to rerun even if up to date.
+        forceall: rerun every job.
+        dryrun: only print what would run.
+        quiet: hide Snakemake's per-job rule blocks (progress lines stay).
+        verbose: Snakemake debug output.
+
+    Raises:
+        WorkflowFailed: a job failed or the workflow could not be built; the message
+            is Snakemake's reason in one line.
+    """
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import (
+        ConfigSettings,
+        DAGSettings,
+        ExecutionSettings,
+        OutputSettings,
+        Quietness,
+        ResourceSettings,
+        SchedulingSettings,
+    )
+    from snakemake_interface_common.exceptions import WorkflowError
+
+    if not SNAKEFILE.exists():
+        raise WorkflowFailed(f"Snakefile not found at {SNAKEFILE}; install the package from a checkout with `pip install -e .`")
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
+    try:
+        with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
+                                         show_failed_logs=True)) as api:
+            wf = api.workflow(
+                snakefile=SNAKEFILE,
+                workdir=workdir,
+                resource_settings=ResourceSettings(cores=cores),
+                config_settings=ConfigSettings(config=config),
+            )
+            dag = wf.dag(DAGSettings(targets=frozenset(targets or []), forcerun=frozenset(forcerun or []),
+                                     forceall=forceall, force_incomplete=True))
+            dag.execute_workflow(
+                executor="local",
+                pseudo_executor="dryrun" if dryrun else None,
+                execution_settings=ExecutionSettings(keep_going=True, use_threads=True, ignore_incomplete=False),
+                scheduling_settings=SchedulingSettings(scheduler="greedy"),
+            )
+    except WorkflowError as e:
+        raise WorkflowFailed(_one_line(e)) from None
+    except Exception as e:  # snakemake raises several exception types for bad workflows
+        if type(e).__name__ in ("WorkflowError", "RuleException", "MissingInputException", "IncompleteFilesException",
+                                "LockException", "ChildIOException"):
+            raise WorkflowFailed(_one_line(e)) from None
+        raise
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " ".join(lines[:3])[:500] if lines else type(e).__name__
