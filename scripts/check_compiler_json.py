@@ -1,0 +1,41 @@
+#!/usr/bin/env python
+"""Check a compiler JSON against the MLIR it refers to.
+
+Every ``op_assignments`` key must be the ``line:col`` of a ``torch.operator`` in the
+report's ``mlir_file`` whose op type is the layer's op type. Thin entry point over
+:func:`torq_gen_config.mlir.importer.operator_at`.
+
+Usage: python scripts/check_compiler_json.py results/<model>/torq_gen_config_<model>.json
+Exit status 0 when every key checks out, 1 otherwise (the mismatches are listed).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from torq_gen_config.mlir.importer import operator_at
+
+
+def main(report_path: str) -> int:
+    report_path = Path(report_path)
+    report = json.loads(report_path.read_text())
+    compiler_path = report_path.with_name(report_path.stem + "_compiler.json")
+    compiler = json.loads(compiler_path.read_text())
+    lines = (report_path.parent / report["mlir_file"]).read_text().splitlines()
+    by_loc = {op["mlir_location"]: (lid, op["op_type"]) for lid, op in report["ops"].items()}
+    bad = 0
+    for loc in compiler["op_assignments"]:
+        lid, op_type = by_loc.get(loc, (None, None))
+        found = operator_at(lines, loc)
+        if lid is None or found != f"onnx.{op_type}":
+            bad += 1
+            print(f"MISMATCH {loc}: layer {lid} ({op_type}) but the MLIR has {found}")
+    print(f"{len(compiler['op_assignments']) - bad} of {len(compiler['op_assignments'])} assignments point at "
+          f"a torch.operator of the layer's op type in {report['mlir_file']}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,206 @@
+"""End-to-end runs of the whole workflow with the real tools (IREE, ONNX Runtime).
+
+Marked ``slow``: they run the Snakemake workflow as a user does, in both forms
+(``snakemake`` from the repository root and ``torq-gen-config discover``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import REPO, TensorProto, helper, make_model, run_cli, run_snakemake, tvi
+from onnx import numpy_helper
+
+from torq_gen_config.mlir.importer import operator_at
+
+pytestmark = pytest.mark.slow
+EXECUTORS = ["llvm-cpu", "vmvx", "ort"]
+
+
+def small_cnn(path: Path, bias: float = 0.1) -> Path:
+    """Conv -> Relu -> MaxPool -> Add: 4 layers, compiles in ~1 s per executor."""
+    w = numpy_helper.from_array(np.full((4, 3, 3, 3), 0.05, np.float32), "w")
+    b = numpy_helper.from_array(np.full((4,), bias, np.float32), "b")
+    c = numpy_helper.from_array(np.full((1, 4, 4, 4), 0.5, np.float32), "c")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["conv/out"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["conv/out"], ["relu"], name="relu"),
+        helper.make_node("MaxPool", ["relu"], ["pool"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("Add", ["pool", "c"], ["y"], name="add"),
+    ]
+    m = make_model(nodes, [tvi("x", TensorProto.FLOAT, [1, 3, 8, 8])], [tvi("y", TensorProto.FLOAT, [1, 4, 4, 4])], [w, b, c])
+    onnx.save(m, path)
+    return path
+
+
+def load_outputs(out: Path, name: str) -> tuple[dict, dict]:
+    report = json.loads((out / f"torq_gen_config_{name}.json").read_text())
+    compiler = json.loads((out / f"torq_gen_config_{name}_compiler.json").read_text())
+    return report, compiler
+
+
+def check_compiler_keys(out: Path, report: dict, compiler: dict) -> None:
+    """Every compiler JSON key is the line:col of a torch.operator of the layer's op type."""
+    lines = (out / report["mlir_file"]).read_text().splitlines()
+    by_loc = {op["mlir_location"]: (lid, op) for lid, op in report["ops"].items()}
+    assert compiler["op_assignments"]
+    for loc, assignment in compiler["op_assignments"].items():
+        lid, op = by_loc[loc]
+        assert operator_at(lines, loc) == f"onnx.{op['op_type']}", (lid, loc)
+        assert assignment["executor"] == op["recommended_executor"]
+
+
+def test_snakemake_form_squeezenet(tmp_path, squeezenet_path):
+    out = tmp_path / "sq"
+    r = run_snakemake("--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report, compiler = load_outputs(out, "light_squeezenet")
+    assert report["model_name"] == "light_squeezenet"
+    assert len(report["ops"]) == 66
+    for lid, op in report["ops"].items():
+        assert set(op["executors"]) == set(EXECUTORS), lid
+        assert all(e["status"] in ("success", "difference", "error") for e in op["executors"].values())
+        assert op["recommended_executor"] in EXECUTORS, lid
+    assert len(compiler["op_assignments"]) == 66
+    check_compiler_keys(out, report, compiler)
+    prov = report["provenance"]
+    assert prov["versions"]["onnxruntime"] and prov["reference"]["ort_versions"]
+    assert [e["name"] for e in prov["executors"]] == EXECUTORS
+
+    # nothing changed: nothing to do
+    r = run_snakemake("--cores", "2", "-n", "--config", f"model={squeezenet_path}", f"output_dir={out}")
+    assert r.returncode == 0 and "Nothing to be done" in (r.stdout + r.stderr), (r.stdout + r.stderr)[-2000:]
+
+    # re-target one (layer, executor): only that job runs
+    target = out / "work" / "layers" / "Conv_r0" / "vmvx" / "result.json"
+    before = json.loads(target.read_text())
+    target.unlink()
+    r = run_snakemake("--cores", "1", "--config", f"model={squeezenet_path}", f"output_dir={out}", str(target))
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = r.stdout + r.stderr
+    assert "1 of 1 steps (100%) done" in log, log[-2000:]
+    assert json.loads(target.read_text())["status"] == before["status"]
+
+
+def test_cli_discover_squeezenet(tmp_path, squeezenet_path):
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "FINAL EXECUTOR DISCOVERY REPORT" in r.stdout
+    report, compiler = load_outputs(out, "light_squeezenet")
+    assert len(report["ops"]) == 66
+    assert all(len(op["executors"]) == 3 for op in report["ops"].values())
+    assert report["mlir_file"] == "work/full.mlir"
+    check_compiler_keys(out, report, compiler)
+    assert "steps" in r.stderr  # Snakemake's progress lines
+
+
+def test_compile_failure_falls_to_next_executor(tmp_path):
+    """A layer IREE cannot compile: stage compile with the compiler's message; ORT takes it."""
+    from test_backends import IREE_COMPILE_FAILURE  # the op measured to fail iree-compile
+
+    model = IREE_COMPILE_FAILURE["build"]()
+    onnx.save(model, tmp_path / "failing.onnx")
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", tmp_path / "failing.onnx", "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report, compiler = load_outputs(out, "failing")
+    failing = [op for op in report["ops"].values() if op["op_type"] == IREE_COMPILE_FAILURE["op_type"]]
+    assert len(failing) == 1
+    op = failing[0]
+    for name in ("llvm-cpu", "vmvx"):
+        fr = op["executors"][name]["failure_report"]
+        assert op["executors"][name]["status"] == "error"
+        assert fr["stage"] == "compile", fr
+        assert IREE_COMPILE_FAILURE["message"] in fr["message"]
+    assert op["executors"]["ort"]["status"] == "success"
+    assert op["recommended_executor"] == "ort"
+    others = [o for o in report["ops"].values() if o is not op]
+    assert others and all(o["recommended_executor"] == "llvm-cpu" for o in others)
+
+
+@pytest.mark.parametrize("kind", ["missing", "text", "tflite", "truncated"])
+def test_bad_model_inputs(tmp_path, squeezenet_path, kind):
+    out = tmp_path / "out"
+    if kind == "missing":
+        model = tmp_path / "nope.onnx"
+    elif kind == "text":
+        model = tmp_path / "text.onnx"
+        model.write_text("hello, I am not a model\n")
+    elif kind == "tflite":
+        model = tmp_path / "m.tflite"
+        model.write_bytes(b"\x1c\x00\x00\x00TFL3" + b"\x00" * 100)
+    else:
+        model = tmp_path / "trunc.onnx"
+        data = squeezenet_path.read_bytes()
+        model.write_bytes(data[: len(data) // 2])
+    r = run_cli("discover", "--model", model, "--output-dir", out)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("torq-gen-config: error:"), r.stderr
+    assert not list(out.glob("torq_gen_config_*.json")) if out.exists() else True
+    # the Snakemake form fails too, without writing a result
+    r = run_snakemake("--cores", "1", "--config", f"model={model}", f"output_dir={out}")
+    assert r.returncode != 0
+    assert not (out / f"torq_gen_config_{model.stem}.json").exists()
+
+
+def test_model_change_reruns_only_affected_layers(tmp_path):
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    cfg = ["--config", f"model={model}", f"output_dir={out}"]
+    r = run_snakemake("--cores", "2", *cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    relu = out / "work" / "layers" / "Relu_relu" / "llvm-cpu" / "result.json"
+    relu_mtime = relu.stat().st_mtime_ns
+    small_cnn(tmp_path / "cnn.onnx", bias=0.2)  # only the Conv layer's bias changes
+    r = run_snakemake("--cores", "2", *cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = r.stdout + r.stderr
+    assert relu.stat().st_mtime_ns == relu_mtime, "an unchanged layer was retested"
+    report, _ = load_outputs(out, "cnn")
+    assert len(report["ops"]) == 4
+    assert "test_layer" in log and log.count("rule test_layer") + log.count("localrule test_layer") == 3, log[-3000:]
+
+
+def test_timeout_becomes_error_verdict(tmp_path):
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    r = run_snakemake("--cores", "2", "--config", f"model={model}", f"output_dir={out}", "timeout_s=0.001")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report, compiler = load_outputs(out, "cnn")
+    for op in report["ops"].values():
+        for name in ("llvm-cpu", "vmvx"):
+            e = op["executors"][name]
+            assert e["status"] == "error" and e["failure_report"]["stage"] == "timeout"
+
+
+def test_interrupted_run_resumes(tmp_path, squeezenet_path):
+    out = tmp_path / "out"
+    cmd = [str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    layers = out / "work" / "layers"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(layers.glob("*/*/result.json"))) < 20:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)  # the hardest interruption: no clean-up at all
+    proc.wait()
+    done = {p: p.stat().st_mtime_ns for p in layers.glob("*/*/result.json")}
+    assert len(done) >= 20
+    for p in done:
+        json.loads(p.read_text())  # every result that exists is complete (atomic writes)
+    r = run_snakemake("--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    kept = sum(1 for p, m in done.items() if p.stat().st_mtime_ns == m)
+    assert kept >= len(done) - 2, f"only {kept} of {len(done)} finished results were kept"
+    report, _ = load_outputs(out, "light_squeezenet")
+    assert len(report["ops"]) == 66 and all(len(op["executors"]) == 3 for op in report["ops"].values())

@@ -1,0 +1,118 @@
+"""Backends: how an executor compiles and runs one layer.
+
+The registry :data:`BACKEND_KINDS` maps a backend kind (the ``backend`` field of an
+executor in the configuration) to ``"module:Class"``. Backend modules are imported
+lazily, only when an executor of that kind is made, so a backend whose
+dependencies are missing or broken does not affect the others.
+
+To add a backend: write ``torq_gen_config/backends/<kind>.py`` with a
+:class:`~torq_gen_config.backends.base.Backend` subclass and add one line here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+from .base import Backend, CompiledArtifact, StageError
+
+__all__ = [
+    "BACKEND_KINDS",
+    "Backend",
+    "BackendUnavailableError",
+    "CompiledArtifact",
+    "StageError",
+    "UnknownBackendError",
+    "backend_class",
+    "make_backend",
+    "NEEDS_MLIR",
+]
+
+#: backend kind -> "module:Class"
+BACKEND_KINDS: dict[str, str] = {
+    "iree": "torq_gen_config.backends.iree:IreeBackend",
+    "onnxruntime": "torq_gen_config.backends.onnxruntime:OnnxRuntimeBackend",
+}
+
+#: backend kind -> whether its compile input is the layer's MLIR (the workflow needs
+#: this to build its DAG without importing the backend; a test checks it against
+#: each class's ``needs_mlir``).
+NEEDS_MLIR: dict[str, bool] = {
+    "iree": True,
+    "onnxruntime": False,
+    "torq": True,
+}
+
+
+class UnknownBackendError(ConfigError, ValueError):
+    """An executor names a backend kind that is not in :data:`BACKEND_KINDS`."""
+
+
+class BackendUnavailableError(ConfigError, ImportError):
+    """The module of a requested backend cannot be imported (missing or broken dependency)."""
+
+
+def backend_class(kind: str) -> type[Backend]:
+    """The Backend subclass registered for ``kind``, imported on first use.
+
+    Raises:
+        UnknownBackendError (a ValueError): ``kind`` is not registered; the message
+            lists the known kinds.
+        BackendUnavailableError (an ImportError): the backend's module fails to
+            import or lacks the class; the message names the backend and the error.
+    """
+    if kind not in BACKEND_KINDS:
+        raise UnknownBackendError(
+            f"unknown backend {kind!r} (known backends: {', '.join(sorted(BACKEND_KINDS))})"
+        )
+    target = BACKEND_KINDS[kind]
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # ImportError, or any error raised while the module runs
+        raise BackendUnavailableError(
+            f"backend {kind!r} is unavailable: importing {module_name} failed: {type(e).__name__}: {e}"
+        ) from e
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise BackendUnavailableError(
+            f"backend {kind!r} is unavailable: {module_name} has no Backend subclass {class_name!r}"
+        )
+    return cls
+
+
+def make_backend(executor: Mapping[str, Any]) -> Backend:
+    """Create the backend object for one executor of the configuration.
+
+    Args:
+        executor: ``{"name": str, "backend": kind, "options": dict}``; ``options``
+            may be omitted (empty).
+
+    Returns:
+        An instance of the registered Backend subclass, with validated options.
+
+    Raises:
+        ConfigError: ``executor`` is not a mapping, or lacks a non-empty ``name``
+            or ``backend`` string; or the backend rejects the options.
+        UnknownBackendError (ConfigError and ValueError): unknown backend kind; the
+            message lists the known kinds.
+        BackendUnavailableError (ConfigError and ImportError): the backend's module
+            cannot be imported; the message names the executor, backend and error.
+    """
+    if not isinstance(executor, Mapping):
+        raise ConfigError(f"an executor must be a mapping with name/backend/options, got {type(executor).__name__}")
+    name = executor.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"executor {dict(executor)!r}: 'name' must be a non-empty string")
+    kind = executor.get("backend")
+    if not isinstance(kind, str) or not kind:
+        raise ConfigError(f"executor {name!r}: 'backend' must be a non-empty string")
+    options = executor.get("options")
+    try:
+        cls = backend_class(kind)
+    except UnknownBackendError as e:
+        raise UnknownBackendError(f"executor {name!r}: {e}") from None
+    except BackendUnavailableError as e:
+        raise BackendUnavailableError(f"executor {name!r}: {e}") from e.__cause__
+    return cls(name, options if options is not None else {})

@@ -1,0 +1,265 @@
+"""The backend interface: compile a layer for an executor, run it, describe the executor.
+
+A *backend* is a kind of executor (``"iree"``, ``"onnxruntime"``, ...). An *executor*
+is a named, configured backend from the configuration::
+
+    {"name": "iree-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}}
+
+For each layer the workflow calls :meth:`Backend.compile` once, then
+:meth:`Backend.run` with the layer's inputs. A failure of the layer on the executor
+(the compiler rejects an op, the run errors out, a timeout, a crash) is raised as
+:class:`StageError`; it is a result to record, not a bug. Other exceptions
+(``ValueError`` for a wrong call, :class:`~torq_gen_config.tools.ToolNotFoundError`
+for a missing tool, :class:`~torq_gen_config.errors.ConfigError` for bad options)
+mean the workflow itself or its setup is wrong.
+
+This module imports no heavy dependency (no numpy at import time).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+__all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "check_options", "check_inputs"]
+
+#: Stages a layer can fail at, in pipeline order. "timeout" and "crash" say how a
+#: compile or run ended; ``StageError.during`` then says which of the two it was.
+STAGES = ("import", "compile", "run", "timeout", "crash")
+#: Values of ``StageError.during``.
+DURING = ("import", "compile", "run")
+
+
+class StageError(Exception):
+    """A layer failed on an executor at a given stage.
+
+    Attributes:
+        stage: one of :data:`STAGES`: ``"import"`` (ONNX to MLIR), ``"compile"``
+            (the compiler or session creation rejected the layer), ``"run"`` (the
+            run failed), ``"timeout"`` (ran past its time limit), ``"crash"`` (the
+            tool died of a signal).
+        message: the tool's message, already bounded (see
+            :func:`torq_gen_config.tools.bounded_message`); ``str(err) == message``.
+        during: for ``"timeout"`` and ``"crash"``, the step that was running
+            (``"import"``, ``"compile"`` or ``"run"``); for the other stages it
+            defaults to None (the stage itself says it).
+
+    Raises:
+        ValueError: ``stage`` or ``during`` is not one of the allowed values.
+    """
+
+    def __init__(self, stage: str, message: str, *, during: str | None = None):
+        if stage not in STAGES:
+            raise ValueError(f"StageError: unknown stage {stage!r} (expected one of {', '.join(STAGES)})")
+        if during is not None and during not in DURING:
+            raise ValueError(f"StageError: unknown 'during' {during!r} (expected one of {', '.join(DURING)})")
+        message = str(message) if message is not None else ""
+        super().__init__(message)
+        self.stage = stage
+        self.message = message
+        self.during = during
+
+    @property
+    def summary(self) -> str:
+        """One line (<= 512 chars) for tables.
+
+        For ``"timeout"`` and ``"crash"`` it is the message's first line (which says
+        what timed out or crashed); otherwise the first error line of the message.
+        """
+        from ..tools import first_error_line
+
+        if self.stage in ("timeout", "crash"):
+            return first_error_line(self.message.strip().split("\n", 1)[0]) or self.stage
+        return first_error_line(self.message) or self.stage
+
+    def to_dict(self) -> dict:
+        """JSON-ready form: ``{"stage", "during", "message", "summary"}``."""
+        return {"stage": self.stage, "during": self.during, "message": self.message, "summary": self.summary}
+
+    def __repr__(self) -> str:
+        during = f", during={self.during!r}" if self.during else ""
+        return f"StageError({self.stage!r}, {self.summary!r}{during})"
+
+
+@dataclass
+class CompiledArtifact:
+    """What :meth:`Backend.compile` produced for one layer.
+
+    Attributes:
+        path: the compiled file (e.g. an IREE ``.vmfb``), or None for in-process
+            backends that keep no file.
+        compile_ms: wall-clock compile time in milliseconds (None if not measured).
+        info: JSON-serialisable details for provenance (command line, flags, I/O
+            signature, ...). Its content is backend-specific.
+        handle: an in-process object kept between compile and run (e.g. an
+            onnxruntime ``InferenceSession``); never serialised, None for
+            file-based backends.
+    """
+
+    path: str | None
+    compile_ms: float | None
+    info: dict = field(default_factory=dict)
+    handle: Any = field(default=None, repr=False, compare=False)
+
+
+class Backend(ABC):
+    """Base class of all backends.
+
+    Subclasses set the class attributes :attr:`kind` and :attr:`needs_mlir`, parse
+    and validate their options in ``__init__`` and implement :meth:`compile`,
+    :meth:`run` and :meth:`describe`.
+
+    Attributes:
+        kind: backend kind as used in the configuration (``"iree"``, ``"onnxruntime"``).
+        needs_mlir: True when the compile input is the layer's MLIR file (the
+            workflow must import the layer first); False when it is the layer ONNX.
+        name: the executor's name from the configuration.
+        options: the executor's options as given (a shallow copy).
+    """
+
+    kind: str = ""
+    needs_mlir: bool = False
+
+    def __init__(self, name: str, options: Mapping[str, Any] | None):
+        """Store the executor name and options.
+
+        Raises:
+            ConfigError: ``name`` is empty or ``options`` is not a mapping.
+        """
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{self.kind or type(self).__name__} executor: name must be a non-empty string (got {name!r})")
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise ConfigError(
+                f"executor {name!r}: options must be a mapping, got {type(options).__name__}"
+            )
+        self.name = name
+        self.options = dict(options)
+
+    @abstractmethod
+    def compile(
+        self,
+        *,
+        onnx_path: str,
+        mlir_path: str | None,
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> CompiledArtifact:
+        """Compile one layer.
+
+        Args:
+            onnx_path: the layer's ONNX file.
+            mlir_path: the layer's MLIR file (required when :attr:`needs_mlir`).
+            work_dir: a directory for this (layer, executor) pair; created if missing.
+            timeout_s: wall-clock limit in seconds.
+            log_path: text log to append the tool's command line and output to.
+
+        Returns:
+            The :class:`CompiledArtifact`.
+
+        Raises:
+            StageError: stage ``"compile"``, or ``"timeout"``/``"crash"`` with
+                ``during="compile"``.
+        """
+
+    @abstractmethod
+    def run(
+        self,
+        artifact: CompiledArtifact,
+        *,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> tuple[dict[str, "np.ndarray"], float]:
+        """Run a compiled layer once.
+
+        Args:
+            artifact: what :meth:`compile` returned.
+            inputs: input arrays by name (any shape/dtype the layer takes).
+            input_names: the layer's inputs in graph order (the call order).
+            output_names: the layer's outputs in graph order.
+            work_dir: a directory for temporary files; created if missing.
+            timeout_s: wall-clock limit in seconds.
+            log_path: text log to append the tool's command line and output to.
+
+        Returns:
+            ``(outputs, run_ms)``: output arrays by name (every name of
+            ``output_names``) and the wall-clock time of the run in milliseconds.
+
+        Raises:
+            StageError: stage ``"run"``, or ``"timeout"``/``"crash"`` with ``during="run"``.
+            ValueError: an input named in ``input_names`` is missing from ``inputs``.
+        """
+
+    @abstractmethod
+    def describe(self) -> dict:
+        """Provenance: backend kind, executor name, effective options, tool paths and versions.
+
+        Returns:
+            A JSON-serialisable dict; it never raises for a missing tool (the problem
+            is reported in the dict instead).
+        """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, options={self.options!r})"
+
+
+def check_options(
+    executor: str,
+    options: Mapping[str, Any],
+    allowed: Mapping[str, type | tuple[type, ...]],
+) -> None:
+    """Check that ``options`` only has known keys with values of the right type.
+
+    Args:
+        executor: executor name, for the message.
+        options: the options to check.
+        allowed: option name -> accepted type(s). ``None`` values are always accepted
+            (meaning "use the default"). ``bool`` is not accepted where ``int`` is.
+
+    Raises:
+        ConfigError: an unknown key (the message lists the known ones) or a value of
+            the wrong type.
+    """
+    for key, value in options.items():
+        if key not in allowed:
+            raise ConfigError(
+                f"executor {executor!r}: unknown option {key!r} "
+                f"(known options: {', '.join(sorted(allowed)) or 'none'})"
+            )
+        if value is None:
+            continue
+        types = allowed[key] if isinstance(allowed[key], tuple) else (allowed[key],)
+        if isinstance(value, bool) and bool not in types:
+            ok = False
+        else:
+            ok = isinstance(value, types)
+        if not ok:
+            names = " or ".join(t.__name__ for t in types)
+            raise ConfigError(
+                f"executor {executor!r}: option {key!r} must be {names}, got {type(value).__name__} {value!r}"
+            )
+
+
+def check_inputs(inputs: Mapping[str, Any], input_names: list[str]) -> None:
+    """Check that every name of ``input_names`` has an array in ``inputs``.
+
+    Raises:
+        ValueError: names missing from ``inputs`` (listed in the message).
+    """
+    missing = [n for n in input_names if n not in inputs]
+    if missing:
+        raise ValueError(
+            f"missing input array(s) {missing} (given: {sorted(inputs)})"
+        )

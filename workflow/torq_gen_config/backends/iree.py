@@ -1,0 +1,520 @@
+"""IREE backend: compile a layer's MLIR with ``iree-compile``, run it with ``iree-run-module``.
+
+Executor options (all optional):
+
+``target`` (str, default ``"llvm-cpu"``)
+    IREE compiler target backend: ``"llvm-cpu"``, ``"vmvx"`` (local CPU devices),
+    ``"cuda"``, ``"rocm"`` or ``"vulkan-spirv"``.
+``device`` (str)
+    ``iree-run-module --device`` value. Default ``"local-task"`` for llvm-cpu and
+    vmvx (``"local-sync"`` also works), ``"cuda"`` for cuda, ``"hip"`` for rocm,
+    ``"vulkan"`` for vulkan-spirv.
+``target_cpu`` (str, default ``"host"``)
+    ``--iree-llvmcpu-target-cpu`` for llvm-cpu; ignored for other targets.
+``compile_flags`` (list of str)
+    Extra ``iree-compile`` flags, appended after the target flags. GPU architectures
+    go here, e.g. ``--iree-cuda-target=sm_80`` (IREE 3.13 defaults to sm_60 and
+    rejects sm_90/sm_100; see iree-org/iree#22147) or ``--iree-rocm-target=gfx942``
+    (required for rocm). Layers with f64 inputs/outputs need
+    ``--iree-input-demote-f64-to-f32=false``: by default IREE demotes f64 to f32
+    and the run then fails with ``buffer view byte length ... exceeds backing buffer``.
+``run_flags`` (list of str)
+    Extra ``iree-run-module`` flags, appended at the end.
+
+Tools: ``iree-compile`` and ``iree-run-module`` are the native binaries of the
+installed ``iree-base-compiler`` / ``iree-base-runtime`` wheels (not the Python
+wrapper scripts in ``bin/``, which hide a crash's signal), unless the environment
+variables ``IREE_COMPILE`` / ``IREE_RUN_MODULE`` name other executables; the
+fallback is the interpreter's ``bin`` directory, then ``PATH``.
+
+Data types at the ``iree-run-module`` boundary (IREE 3.13, checked): bool, int8-64,
+uint8-64, float16, float32 and bfloat16 inputs go through ``.npy`` files; outputs are
+read from ``.npy`` files except bfloat16 ones (IREE cannot write bf16 ``.npy``:
+``UNIMPLEMENTED; unsupported data encoding``), which are read from raw ``.bin``
+files using the static shape of the MLIR signature; a bf16 output with a dynamic
+shape is therefore not supported. IREE writes unsigned outputs as signed ``.npy``;
+they are reinterpreted with the unsigned dtype of the MLIR signature. String and
+object arrays are not supported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..tools import ToolNotFoundError, ToolResult, bounded_message, find_tool, run_tool
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+__all__ = ["IreeBackend", "TARGETS", "parse_mlir_signature", "iree_tool_path"]
+
+#: target backend -> (``--iree-hal-target-device`` value, default runtime ``--device``)
+TARGETS: dict[str, tuple[str, str]] = {
+    "llvm-cpu": ("local", "local-task"),
+    "vmvx": ("local", "local-task"),
+    "cuda": ("cuda", "cuda"),
+    "rocm": ("hip", "hip"),
+    "vulkan-spirv": ("vulkan", "vulkan"),
+}
+
+#: The exported function of every layer module (the ONNX graph is named "main"
+#: before import, and the importer names the function after the graph).
+FUNCTION = "main"
+
+MODULE_FILE = "module.vmfb"
+
+_OPTIONS = {
+    "target": str,
+    "device": str,
+    "target_cpu": str,
+    "compile_flags": list,
+    "run_flags": list,
+}
+
+# torch-mlir element types -> numpy dtype names (bfloat16 is ml_dtypes').
+_TORCH_DTYPES = {
+    "i1": "bool",
+    "si8": "int8",
+    "si16": "int16",
+    "si32": "int32",
+    "si64": "int64",
+    "ui8": "uint8",
+    "ui16": "uint16",
+    "ui32": "uint32",
+    "ui64": "uint64",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+}
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],([^>]+)>")
+_DEMOTE_F64_OFF = "--iree-input-demote-f64-to-f32=false"
+# Messages LLVM's crash handler prints before re-raising the signal.
+_CRASH_MARKERS = ("Stack dump:", "PLEASE submit a bug report", "Please report issues to https://github.com/iree-org")
+
+
+def _package_dir(module: str) -> str | None:
+    """Directory of an installed package, without importing it (only its parents)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def iree_tool_path(name: str) -> str:
+    """Path of an IREE command-line tool (``"iree-compile"`` or ``"iree-run-module"``).
+
+    Search order: ``$IREE_COMPILE`` / ``$IREE_RUN_MODULE``; the native binary inside
+    the installed wheel (``iree/compiler/_mlir_libs`` or ``iree/_runtime_libs``);
+    the interpreter's ``bin`` directory; ``PATH``.
+
+    Raises:
+        ToolNotFoundError: not found; the message names every place searched.
+        ValueError: ``name`` is not one of the two tools.
+    """
+    if name == "iree-compile":
+        env_var, pkg_dirs = "IREE_COMPILE", [("iree.compiler", "_mlir_libs")]
+    elif name == "iree-run-module":
+        env_var, pkg_dirs = "IREE_RUN_MODULE", [("iree._runtime_libs", "")]
+    else:
+        raise ValueError(f"iree_tool_path: unknown tool {name!r}")
+    dirs = []
+    for pkg, sub in pkg_dirs:
+        d = _package_dir(pkg)
+        if d:
+            dirs.append(os.path.join(d, sub) if sub else d)
+    return find_tool(name, env_var, search_dirs=dirs)
+
+
+def _parse_types(text: str) -> list[dict]:
+    out = []
+    for dims, elt in _VTENSOR.findall(text):
+        dims = dims.strip()
+        shape = [] if not dims else [None if d.strip() == "?" else int(d) for d in dims.split(",")]
+        out.append({"shape": shape, "dtype": _TORCH_DTYPES.get(elt.strip(), elt.strip())})
+    return out
+
+
+def parse_mlir_signature(mlir_path: str | os.PathLike, function: str = FUNCTION) -> dict | None:
+    """Read the argument and result tensor types of ``func.func @<function>`` in an imported layer.
+
+    Only the lines up to the function header are read (the weights blob at the end
+    of the file is not).
+
+    Args:
+        mlir_path: an MLIR file written by ``iree-import-onnx``.
+        function: the function name (``"main"``).
+
+    Returns:
+        ``{"inputs": [...], "outputs": [...]}``, each item ``{"shape": [int | None, ...],
+        "dtype": str}`` (numpy dtype names, ``"bfloat16"`` for bf16, the torch-mlir
+        name for anything else; ``None`` for a dynamic dimension), or None when the
+        header is not found or not of the ``!torch.vtensor`` form.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    header = f"func.func @{function}("
+    with open(mlir_path, "r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            pos = line.find(header)
+            if pos < 0:
+                continue
+            rest = line[pos + len(header):]
+            arrow = rest.find(") -> ")
+            if arrow < 0:  # no results, or the header spans several lines
+                return None
+            args, results = rest[:arrow], rest[arrow + len(") -> "):]
+            for stop in (" attributes ", " {"):
+                cut = results.find(stop)
+                if cut >= 0:
+                    results = results[:cut]
+            return {"inputs": _parse_types(args), "outputs": _parse_types(results)}
+    return None
+
+
+class IreeBackend(Backend):
+    """Executor backed by the IREE compiler and runtime command-line tools (see module doc)."""
+
+    kind = "iree"
+    needs_mlir = True
+
+    def __init__(self, name: str, options: dict | None):
+        """Validate the options.
+
+        Raises:
+            ConfigError: unknown option, wrong type, unknown ``target``, or
+                ``compile_flags``/``run_flags`` not a list of strings.
+        """
+        from ..errors import ConfigError
+
+        super().__init__(name, options)
+        check_options(name, self.options, _OPTIONS)
+        target = self.options.get("target") or "llvm-cpu"
+        if target not in TARGETS:
+            raise ConfigError(
+                f"executor {name!r}: unknown IREE target {target!r} (known targets: {', '.join(TARGETS)})"
+            )
+        for key in ("compile_flags", "run_flags"):
+            flags = self.options.get(key) or []
+            if not all(isinstance(x, str) for x in flags):
+                raise ConfigError(f"executor {name!r}: option {key!r} must be a list of strings, got {flags!r}")
+        self.target: str = target
+        self.hal_device: str = TARGETS[target][0]
+        self.device: str = self.options.get("device") or TARGETS[target][1]
+        self.target_cpu: str | None = (self.options.get("target_cpu") or "host") if target == "llvm-cpu" else None
+        self.compile_flags: list[str] = list(self.options.get("compile_flags") or [])
+        self.run_flags: list[str] = list(self.options.get("run_flags") or [])
+        self._tools: dict[str, str] = {}
+        self._compiler_version: str | None = None
+
+    # ----------------------------------------------------------------- tools
+    def _tool(self, name: str) -> str:
+        if name not in self._tools:
+            self._tools[name] = iree_tool_path(name)
+        return self._tools[name]
+
+    def target_flags(self) -> list[str]:
+        """The ``iree-compile`` flags selecting this executor's device and target.
+
+        Returns:
+            e.g. ``["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+            "--iree-llvmcpu-target-cpu=host"]`` or ``["--iree-hal-target-device=cuda"]``.
+        """
+        flags = [f"--iree-hal-target-device={self.hal_device}"]
+        if self.hal_device == "local":
+            flags.append(f"--iree-hal-local-target-device-backends={self.target}")
+        if self.target_cpu:
+            flags.append(f"--iree-llvmcpu-target-cpu={self.target_cpu}")
+        return flags
+
+    def compile_argv(self, mlir_path: str, output_path: str) -> list[str]:
+        """The full ``iree-compile`` command line for one layer.
+
+        Raises:
+            ToolNotFoundError: ``iree-compile`` cannot be found.
+        """
+        return [self._tool("iree-compile"), mlir_path, *self.target_flags(), *self.compile_flags, "-o", output_path]
+
+    # ------------------------------------------------------------- failures
+    def _check_result(self, res: ToolResult, *, tool: str, during: str, timeout_s: float) -> None:
+        """Raise the StageError that describes a failed tool run; return if it succeeded."""
+        text = res.stderr if res.stderr.strip() else res.stdout
+        if res.timed_out:
+            msg = f"{tool} timed out after {timeout_s:g} s (process group killed)"
+            partial = bounded_message(text, 3000)
+            raise StageError("timeout", msg + ("\n" + partial if partial else ""), during=during)
+        if res.crashed:
+            msg = f"{tool} crashed: killed by {res.signal_name}"
+            detail = bounded_message(text, 3500, from_error=False)
+            raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
+        if res.returncode != 0:
+            if any(m in res.stderr for m in _CRASH_MARKERS):
+                # A wrapper script turned the signal into an exit status; LLVM's crash
+                # handler output still tells us it was a crash.
+                msg = f"{tool} crashed (exit status {res.returncode} with a crash report)"
+                detail = bounded_message(text, 3500, from_error=False)
+                raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
+            detail = bounded_message(text) or f"{tool} failed with exit status {res.returncode} and no output"
+            raise StageError(during, detail)
+
+    # -------------------------------------------------------------- compile
+    def compile(
+        self,
+        *,
+        onnx_path: str,
+        mlir_path: str | None,
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> CompiledArtifact:
+        """Compile the layer's MLIR into ``<work_dir>/module.vmfb``.
+
+        Command: ``iree-compile <mlir> --iree-hal-target-device=<local|cuda|hip|vulkan>
+        [--iree-hal-local-target-device-backends=<target>] [--iree-llvmcpu-target-cpu=<cpu>]
+        <compile_flags> -o <work_dir>/module.vmfb``. An old ``module.vmfb`` is removed
+        first and a failed compile's partial output is removed, so the file exists
+        only after a successful compile.
+
+        Args:
+            onnx_path: the layer ONNX (recorded in ``info`` only).
+            mlir_path: the layer MLIR from ``iree-import-onnx`` (function ``@main``).
+            work_dir: output directory (created).
+            timeout_s: wall-clock limit in seconds.
+            log_path: log file for the command line and compiler output.
+
+        Returns:
+            CompiledArtifact with ``path`` = the ``.vmfb``, ``compile_ms`` = iree-compile
+            wall time in ms, ``info`` = ``{"argv", "target", "device", "vmfb_bytes",
+            "signature" (see :func:`parse_mlir_signature`), "compiler_stderr"}``.
+
+        Raises:
+            StageError: ``"compile"`` (non-zero exit; message = bounded stderr),
+                ``"timeout"`` / ``"crash"`` with ``during="compile"``.
+            ValueError: ``mlir_path`` is None.
+            FileNotFoundError: ``mlir_path`` does not exist.
+            ToolNotFoundError: ``iree-compile`` cannot be found.
+        """
+        if mlir_path is None:
+            raise ValueError(f"executor {self.name!r} (iree) needs the layer's MLIR file, got mlir_path=None")
+        if not os.path.isfile(mlir_path):
+            raise FileNotFoundError(f"layer MLIR file not found: {mlir_path}")
+        work = Path(work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        out = work / MODULE_FILE
+        out.unlink(missing_ok=True)
+        argv = self.compile_argv(os.path.abspath(mlir_path), str(out.absolute()))
+        try:
+            res = run_tool(argv, timeout_s=timeout_s, log_path=log_path)
+            self._check_result(res, tool="iree-compile", during="compile", timeout_s=timeout_s)
+            if not out.is_file():
+                raise StageError("compile", f"iree-compile exited with status 0 but wrote no module ({out})")
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+        try:
+            signature = parse_mlir_signature(mlir_path)
+        except OSError:
+            signature = None
+        info: dict[str, Any] = {
+            "argv": argv,
+            "onnx_path": os.fspath(onnx_path) if onnx_path else None,
+            "mlir_path": os.fspath(mlir_path),
+            "target": self.target,
+            "device": self.device,
+            "function": FUNCTION,
+            "vmfb_bytes": out.stat().st_size,
+            "signature": signature,
+        }
+        if res.stderr.strip():
+            info["compiler_stderr"] = bounded_message(res.stderr, 2000)
+        return CompiledArtifact(path=str(out), compile_ms=res.wall_ms, info=info)
+
+    # ------------------------------------------------------------------ run
+    def run(
+        self,
+        artifact: CompiledArtifact,
+        *,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> tuple[dict[str, "np.ndarray"], float]:
+        """Run the compiled module once with ``iree-run-module``.
+
+        The inputs are written as ``<work_dir>/in_<i>.npy`` in ``input_names`` order;
+        the command is ``iree-run-module --module=<vmfb> --device=<device>
+        --function=main --input=@in_0.npy ... --output=@out_0.npy ... <run_flags>``
+        (run inside ``work_dir``); outputs are read back and named after
+        ``output_names`` in order (see the module doc for dtype handling).
+
+        Args:
+            artifact: from :meth:`compile` (``path`` = the ``.vmfb``).
+            inputs: arrays by name; shapes/dtypes must match the layer's signature.
+            input_names: call order of the inputs.
+            output_names: names for the function's results, in order; there must be
+                exactly as many as the function returns.
+            work_dir: directory for the ``.npy`` files (created).
+            timeout_s: wall-clock limit in seconds.
+            log_path: log file for the command line and runtime output.
+
+        Returns:
+            ``(outputs, run_ms)``: arrays by output name, and the wall time of the
+            ``iree-run-module`` process in ms (includes process start-up and module
+            loading, about 25 ms on a CPU; not a kernel benchmark).
+
+        Raises:
+            StageError: ``"run"`` (non-zero exit, e.g. a shape mismatch or a missing
+                driver; an input or output IREE cannot exchange), ``"timeout"`` /
+                ``"crash"`` with ``during="run"``.
+            ValueError: an input is missing, or ``artifact.path`` is None.
+            FileNotFoundError: the module file does not exist.
+            ToolNotFoundError: ``iree-run-module`` cannot be found.
+        """
+        import numpy as np
+
+        check_inputs(inputs, input_names)
+        if artifact.path is None:
+            raise ValueError(f"executor {self.name!r}: artifact has no module path")
+        module = os.path.abspath(artifact.path)
+        if not os.path.isfile(module):
+            raise FileNotFoundError(f"IREE module not found: {module}")
+        work = Path(work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+
+        signature = (artifact.info or {}).get("signature") or {}
+        out_sig = signature.get("outputs") or []
+        if len(out_sig) != len(output_names):
+            out_sig = [None] * len(output_names)
+
+        argv = [self._tool("iree-run-module"), f"--module={module}", f"--device={self.device}", f"--function={FUNCTION}"]
+        for i, name in enumerate(input_names):
+            arr = np.asarray(inputs[name])
+            if arr.dtype.kind in "OUS" or arr.dtype.type is np.void:
+                raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which iree-run-module cannot read")
+            fname = f"in_{i}.npy"
+            np.save(work / fname, np.ascontiguousarray(arr), allow_pickle=False)
+            argv.append(f"--input=@{fname}")
+        out_files: list[tuple[str, dict | None, bool]] = []
+        for i, (name, sig) in enumerate(zip(output_names, out_sig)):
+            raw = sig is not None and sig["dtype"] == "bfloat16"
+            if raw and any(d is None for d in sig["shape"]):
+                raise StageError(
+                    "run",
+                    f"output {name!r} is bfloat16 with a dynamic shape {sig['shape']}: iree-run-module cannot "
+                    "write bf16 .npy files and a raw .bin output needs a static shape",
+                )
+            fname = f"out_{i}.bin" if raw else f"out_{i}.npy"
+            (work / fname).unlink(missing_ok=True)
+            argv.append(f"--output=@{fname}")
+            out_files.append((fname, sig, raw))
+        argv += self.run_flags
+
+        res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
+        try:
+            self._check_result(res, tool="iree-run-module", during="run", timeout_s=timeout_s)
+        except StageError as e:
+            if e.stage == "run" and _DEMOTE_F64_OFF not in self.compile_flags and _has_f64(signature):
+                e.message += (
+                    f"\nhint: this layer has f64 inputs/outputs; IREE demotes f64 to f32 unless compiled "
+                    f"with {_DEMOTE_F64_OFF} (add it to the executor's compile_flags)"
+                )
+                e.args = (e.message,)
+            raise
+
+        outputs: dict[str, Any] = {}
+        for name, (fname, sig, raw) in zip(output_names, out_files):
+            path = work / fname
+            if not path.is_file():
+                raise StageError("run", f"iree-run-module exited with status 0 but wrote no output file {fname} for {name!r}")
+            if raw:
+                import ml_dtypes
+
+                data = np.fromfile(path, dtype=ml_dtypes.bfloat16)
+                expected = int(np.prod(sig["shape"], dtype=np.int64))
+                if data.size != expected:
+                    raise StageError(
+                        "run",
+                        f"output {name!r}: raw bf16 file holds {data.size} values, expected {expected} "
+                        f"for shape {sig['shape']}",
+                    )
+                arr = data.reshape(sig["shape"])
+            else:
+                arr = np.load(path, allow_pickle=False)
+                if sig is not None:
+                    arr = _fix_dtype(arr, sig["dtype"])
+            outputs[name] = arr
+        return outputs, res.wall_ms
+
+    # ------------------------------------------------------------- describe
+    def describe(self) -> dict:
+        """Provenance of this executor.
+
+        Returns:
+            ``{"kind", "name", "target", "device", "target_cpu", "compile_flags",
+            "run_flags", "target_flags", "iree_compile", "iree_run_module",
+            "iree_compiler_version", "iree_runtime_version"}``; a tool that cannot be
+            found appears as ``{"error": message}`` instead of its path.
+        """
+        from importlib import metadata
+
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "target": self.target,
+            "device": self.device,
+            "target_cpu": self.target_cpu,
+            "compile_flags": list(self.compile_flags),
+            "run_flags": list(self.run_flags),
+            "target_flags": self.target_flags(),
+        }
+        for tool, key in (("iree-compile", "iree_compile"), ("iree-run-module", "iree_run_module")):
+            try:
+                d[key] = self._tool(tool)
+            except ToolNotFoundError as e:
+                d[key] = {"error": str(e)}
+        d["iree_compiler_version"] = self._compile_version(d["iree_compile"])
+        try:
+            d["iree_runtime_version"] = metadata.version("iree-base-runtime")
+        except metadata.PackageNotFoundError:
+            d["iree_runtime_version"] = None
+        return d
+
+    def _compile_version(self, tool: Any) -> str | None:
+        """First line of ``iree-compile --version`` mentioning the version (cached)."""
+        if self._compiler_version is None and isinstance(tool, str):
+            try:
+                res = run_tool([tool, "--version"], timeout_s=60)
+            except OSError:
+                return None
+            for line in res.stdout.splitlines():
+                if "version" in line.lower() and "IREE" in line:
+                    self._compiler_version = line.strip()
+                    break
+        return self._compiler_version
+
+
+def _has_f64(signature: dict) -> bool:
+    return any(t.get("dtype") == "float64" for k in ("inputs", "outputs") for t in (signature or {}).get(k) or [])
+
+
+def _fix_dtype(arr: "np.ndarray", expected: str) -> "np.ndarray":
+    """Reinterpret IREE's signless integer output as the signature's unsigned dtype."""
+    import numpy as np
+
+    if expected.startswith("uint") and arr.dtype.kind == "i":
+        target = np.dtype(expected)
+        if target.itemsize == arr.dtype.itemsize:
+            return arr.view(target)
+    return arr

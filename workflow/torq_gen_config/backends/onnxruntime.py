@@ -1,0 +1,381 @@
+"""onnxruntime backend: run a layer's ONNX in-process with an ``InferenceSession``.
+
+Executor options (all optional):
+
+``providers`` (list, default ``["CPUExecutionProvider"]``)
+    Execution providers in priority order. Each item is a provider name or a
+    ``[name, {provider options}]`` pair, e.g. ``["CUDAExecutionProvider", {"device_id": 0}]``.
+    A provider that this onnxruntime build does not have, or that fails to
+    initialise (onnxruntime then silently falls back to the CPU), makes the compile
+    step fail instead of measuring the wrong executor.
+``graph_optimization_level`` (str, default ``"all"``)
+    ``"all"``, ``"extended"``, ``"basic"`` or ``"disabled"`` (also ``"layout"``
+    where the installed onnxruntime has ``ORT_ENABLE_LAYOUT``).
+``intra_op_num_threads`` (int, default 1)
+    Threads inside one operator; 0 lets onnxruntime choose.
+
+"Compile" is the creation of the ``InferenceSession``; the session is kept in
+``CompiledArtifact.handle`` and reused by :meth:`OnnxRuntimeBackend.run`.
+
+This module also provides the reference engine of the workflow:
+:func:`ort_reference_session` (CPU, all graph optimisations disabled) and
+:func:`ort_version`. onnxruntime is imported only inside the functions.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..tools import bounded_message
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import onnxruntime
+
+__all__ = ["OnnxRuntimeBackend", "ort_reference_session", "ort_version", "OPT_LEVELS"]
+
+#: option value -> name of the ``onnxruntime.GraphOptimizationLevel`` member
+OPT_LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+
+_OPTIONS = {
+    "providers": list,
+    "graph_optimization_level": str,
+    "intra_op_num_threads": int,
+}
+
+
+def ort_version() -> str:
+    """The version of the installed onnxruntime (e.g. ``"1.32.0"``).
+
+    Raises:
+        ImportError: onnxruntime is not installed.
+    """
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: int = 1) -> "onnxruntime.InferenceSession":
+    """The reference engine: an onnxruntime CPU session with ALL graph optimisations disabled.
+
+    Disabling the optimisations (``ORT_DISABLE_ALL``) keeps every node as written
+    (no fusion, no constant folding, no layout change), so the reference computes
+    the ONNX semantics node by node.
+
+    Args:
+        onnx_path: the ONNX model (a layer or a whole model).
+        intra_op_num_threads: threads inside one operator (default 1: deterministic
+            reductions; 0 lets onnxruntime choose).
+
+    Returns:
+        An ``onnxruntime.InferenceSession`` on ``CPUExecutionProvider``.
+
+    Raises:
+        FileNotFoundError: ``onnx_path`` does not exist.
+        onnxruntime's exceptions (``...onnxruntime_pybind11_state.Fail``, ``InvalidGraph``,
+            ``NotImplemented``, ...): the model cannot be loaded, e.g. an operator or
+            type that the CPU provider does not implement.
+    """
+    import onnxruntime as ort
+
+    if not os.path.isfile(onnx_path):
+        raise FileNotFoundError(f"ONNX model not found: {onnx_path}")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = int(intra_op_num_threads)
+    so.log_severity_level = 3  # errors only
+    return ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def _append_log(log_path: str | os.PathLike | None, text: str) -> None:
+    if log_path is None:
+        return
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"=== {stamp} {text.rstrip()}\n\n")
+
+
+class OnnxRuntimeBackend(Backend):
+    """Executor backed by an in-process onnxruntime ``InferenceSession`` (see module doc)."""
+
+    kind = "onnxruntime"
+    needs_mlir = False
+
+    def __init__(self, name: str, options: dict | None):
+        """Validate the options (without importing onnxruntime).
+
+        Raises:
+            ConfigError: unknown option, wrong type, unknown optimisation level,
+                malformed provider entry, or a negative thread count.
+        """
+        from ..errors import ConfigError
+
+        super().__init__(name, options)
+        check_options(name, self.options, _OPTIONS)
+        providers = self.options.get("providers")
+        if providers is None:
+            providers = ["CPUExecutionProvider"]
+        if not providers:
+            raise ConfigError(f"executor {name!r}: option 'providers' must not be empty")
+        self.providers: list[str | tuple[str, dict]] = []
+        for p in providers:
+            if isinstance(p, str) and p:
+                self.providers.append(p)
+            elif (
+                isinstance(p, (list, tuple))
+                and len(p) == 2
+                and isinstance(p[0], str)
+                and p[0]
+                and isinstance(p[1], dict)
+            ):
+                self.providers.append((p[0], dict(p[1])))
+            else:
+                raise ConfigError(
+                    f"executor {name!r}: each entry of 'providers' must be a provider name or "
+                    f"[name, {{options}}], got {p!r}"
+                )
+        level = self.options.get("graph_optimization_level") or "all"
+        if level not in OPT_LEVELS:
+            raise ConfigError(
+                f"executor {name!r}: graph_optimization_level must be one of {', '.join(OPT_LEVELS)}, got {level!r}"
+            )
+        self.graph_optimization_level: str = level
+        threads = self.options.get("intra_op_num_threads")
+        threads = 1 if threads is None else threads
+        if threads < 0:
+            raise ConfigError(f"executor {name!r}: intra_op_num_threads must be >= 0, got {threads}")
+        self.intra_op_num_threads: int = threads
+
+    @property
+    def provider_names(self) -> list[str]:
+        """The requested provider names, in priority order."""
+        return [p if isinstance(p, str) else p[0] for p in self.providers]
+
+    def _session_options(self):
+        import onnxruntime as ort
+
+        level_name = OPT_LEVELS[self.graph_optimization_level]
+        if not hasattr(ort.GraphOptimizationLevel, level_name):
+            raise StageError(
+                "compile",
+                f"graph_optimization_level {self.graph_optimization_level!r} ({level_name}) is not "
+                f"supported by onnxruntime {ort.__version__}",
+            )
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
+        so.intra_op_num_threads = self.intra_op_num_threads
+        so.log_severity_level = 3  # errors only; provider fallback is checked explicitly
+        return so
+
+    def _create_session(self, onnx_path: str) -> tuple[Any, float]:
+        """Create the session; return ``(session, wall_ms)``. Raises StageError("compile")."""
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        missing = [n for n in self.provider_names if n not in available]
+        if missing:
+            raise StageError(
+                "compile",
+                f"onnxruntime {ort.__version__} has no execution provider {', '.join(missing)} "
+                f"(available: {', '.join(available)})",
+            )
+        so = self._session_options()
+        start = time.perf_counter()
+        try:
+            session = ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=self.providers)
+        except Exception as e:  # onnxruntime raises its own pybind exception types
+            raise StageError("compile", bounded_message(f"{type(e).__name__}: {e}")) from None
+        wall_ms = (time.perf_counter() - start) * 1000.0
+        active = session.get_providers()
+        dropped = [n for n in self.provider_names if n not in active]
+        if dropped:
+            raise StageError(
+                "compile",
+                f"onnxruntime could not initialise execution provider {', '.join(dropped)} "
+                f"(session fell back to {', '.join(active)})",
+            )
+        return session, wall_ms
+
+    def compile(
+        self,
+        *,
+        onnx_path: str,
+        mlir_path: str | None,
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> CompiledArtifact:
+        """Create the ``InferenceSession`` for the layer ONNX (timed as the compile).
+
+        Session creation cannot be interrupted in-process: when it finishes after
+        ``timeout_s`` the layer is reported as a compile timeout all the same.
+
+        Args:
+            onnx_path: the layer ONNX file.
+            mlir_path: ignored.
+            work_dir: unused (no files are written); accepted for the interface.
+            timeout_s: limit in seconds, checked after the session is created.
+            log_path: a one-line record of the session creation is appended here.
+
+        Returns:
+            CompiledArtifact with ``path=None``, ``compile_ms`` = session creation wall
+            time in ms, ``info`` = ``{"onnx_path", "providers" (active ones),
+            "graph_optimization_level", "intra_op_num_threads", "onnxruntime_version"}``
+            and ``handle`` = the session.
+
+        Raises:
+            StageError: ``"compile"`` (onnxruntime cannot load the model, e.g. an
+                unsupported operator or type; a requested provider is missing or fell
+                back), ``"timeout"`` with ``during="compile"``.
+            FileNotFoundError: ``onnx_path`` does not exist.
+        """
+        if not os.path.isfile(onnx_path):
+            raise FileNotFoundError(f"layer ONNX file not found: {onnx_path}")
+        what = (
+            f"onnxruntime InferenceSession({onnx_path}, providers={self.provider_names}, "
+            f"graph_optimization_level={self.graph_optimization_level}, intra_op_num_threads={self.intra_op_num_threads})"
+        )
+        try:
+            session, wall_ms = self._create_session(onnx_path)
+        except StageError as e:
+            _append_log(log_path, f"{what}\n--- FAILED (compile)\n{e.message}")
+            raise
+        _append_log(log_path, f"{what}\n--- ok; wall {wall_ms:.1f} ms; active providers {session.get_providers()}")
+        if timeout_s and wall_ms > timeout_s * 1000.0:
+            raise StageError(
+                "timeout",
+                f"onnxruntime session creation took {wall_ms / 1000.0:.3g} s, over the {timeout_s:g} s limit",
+                during="compile",
+            )
+        import onnxruntime as ort
+
+        info = {
+            "onnx_path": os.fspath(onnx_path),
+            "providers": session.get_providers(),
+            "graph_optimization_level": self.graph_optimization_level,
+            "intra_op_num_threads": self.intra_op_num_threads,
+            "onnxruntime_version": ort.__version__,
+        }
+        return CompiledArtifact(path=None, compile_ms=wall_ms, info=info, handle=session)
+
+    def run(
+        self,
+        artifact: CompiledArtifact,
+        *,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> tuple[dict[str, "np.ndarray"], float]:
+        """Run the session once, in-process, with a timeout.
+
+        A ``threading.Timer`` sets ``RunOptions.terminate`` after ``timeout_s``;
+        onnxruntime checks the flag between nodes, so one long-running node is not
+        interrupted before it finishes. When ``artifact.handle`` is None (e.g. the
+        artifact came from another process) the session is created again from
+        ``artifact.info["onnx_path"]``.
+
+        Args:
+            artifact: from :meth:`compile`.
+            inputs: arrays by name, of the dtypes/shapes the model declares.
+            input_names: the inputs to feed.
+            output_names: the outputs to fetch, in order.
+            work_dir: unused (accepted for the interface).
+            timeout_s: wall-clock limit in seconds.
+            log_path: a one-line record of the run is appended here.
+
+        Returns:
+            ``(outputs, run_ms)``: numpy arrays by output name, and the wall time of
+            ``session.run`` in ms.
+
+        Raises:
+            StageError: ``"timeout"`` with ``during="run"`` (terminated), ``"run"`` (any
+                other onnxruntime error, e.g. a wrong input shape or dtype), or
+                ``"compile"`` when the session has to be recreated and that fails.
+            ValueError: an input is missing, or the artifact has neither a session
+                nor an ``onnx_path``.
+        """
+        import numpy as np
+        import onnxruntime as ort
+
+        check_inputs(inputs, input_names)
+        session = artifact.handle
+        if session is None:
+            onnx_path = (artifact.info or {}).get("onnx_path")
+            if not onnx_path:
+                raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
+            session, _ = self._create_session(onnx_path)
+            artifact.handle = session
+        feed = {n: np.asarray(inputs[n]) for n in input_names}
+
+        run_options = ort.RunOptions()
+        fired = threading.Event()
+
+        def _terminate() -> None:
+            fired.set()
+            run_options.terminate = True
+
+        timer = threading.Timer(timeout_s, _terminate)
+        timer.daemon = True
+        start = time.perf_counter()
+        timer.start()
+        try:
+            results = session.run(list(output_names), feed, run_options)
+        except Exception as e:  # onnxruntime raises its own pybind exception types
+            wall_ms = (time.perf_counter() - start) * 1000.0
+            if fired.is_set():
+                msg = (
+                    f"onnxruntime run exceeded the {timeout_s:g} s limit and was terminated "
+                    f"after {wall_ms / 1000.0:.3g} s (RunOptions.terminate)"
+                )
+                _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- TIMED OUT\n{msg}")
+                raise StageError("timeout", msg, during="run") from None
+            msg = bounded_message(f"{type(e).__name__}: {e}")
+            _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- FAILED (run)\n{msg}")
+            raise StageError("run", msg) from None
+        finally:
+            timer.cancel()
+        wall_ms = (time.perf_counter() - start) * 1000.0
+        _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- ok; wall {wall_ms:.3f} ms")
+        return dict(zip(output_names, results)), wall_ms
+
+    def describe(self) -> dict:
+        """Provenance of this executor.
+
+        Returns:
+            ``{"kind", "name", "providers", "graph_optimization_level",
+            "intra_op_num_threads", "onnxruntime_version", "available_providers"}``;
+            when onnxruntime cannot be imported the version is ``{"error": message}``.
+        """
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "name": self.name,
+            "providers": [p if isinstance(p, str) else [p[0], p[1]] for p in self.providers],
+            "graph_optimization_level": self.graph_optimization_level,
+            "intra_op_num_threads": self.intra_op_num_threads,
+        }
+        try:
+            import onnxruntime as ort
+        except Exception as e:  # pragma: no cover - the package is a dependency
+            d["onnxruntime_version"] = {"error": f"cannot import onnxruntime: {e}"}
+            d["available_providers"] = []
+        else:
+            d["onnxruntime_version"] = ort.__version__
+            d["available_providers"] = ort.get_available_providers()
+        return d

@@ -1,0 +1,348 @@
+"""Assembly of the report JSON and the compiler JSON from per-layer results.
+
+Layouts: seed 002 section 4 ("Two-JSON Design") and ``notes/reference_tool.md``
+section 1. The report written here is a superset of the seed's version 1.1
+format (extra fields: per-executor ``metrics``, ``timing.compile_ms/run_ms``,
+``reference_status``, ``backend``; per-op ``recommendation_source``,
+``op_type``, ``layer_slug``; top-level ``executors``, ``mlir_file``,
+``provenance``), so the C++ ``ExecutorAssignmentPass`` and seed readers keep
+working.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from typing import Any, Mapping
+
+from .. import REPORT_FORMAT_VERSION
+from ..compare import normalize_tolerance
+from ..errors import ReportError
+from .recommend import (
+    STATUSES,
+    is_critical_failure,
+    recommend_executor,
+    rederive_statuses,
+)
+from .text import render_final_report_text
+
+__all__ = ["build_report", "build_compiler_json", "summarize"]
+
+_LOCATION_RE = re.compile(r"^(\d+):(\d+)$")
+_SUMMARY_MAX_CHARS = 512
+
+
+def _ms_or_none(value: Any) -> float | None:
+    """A duration in milliseconds as a finite float, else None."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _default_failure_report(status: str, result: Mapping) -> dict:
+    """Failure report for a non-success result that came without one."""
+    if status == "unverified":
+        ref_msg = (result.get("reference") or {}).get("message")
+        summary = "reference (ONNX Runtime) failed on this layer; outputs not compared"
+        return {
+            "type": "error",
+            "stage": "reference",
+            "summary": (summary + (f": {ref_msg}" if ref_msg else ""))[:_SUMMARY_MAX_CHARS],
+            "message": ref_msg,
+        }
+    if status == "difference":
+        return {"type": "accuracy_failure", "stage": "compare",
+                "summary": "difference reported without metrics", "message": None}
+    return {"type": "error", "stage": None, "summary": "no failure report recorded", "message": None}
+
+
+def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance: dict) -> dict:
+    """Report entry of one (layer, executor) result dict (layout: module docstring)."""
+    if not isinstance(result, Mapping):
+        raise ReportError(f"layer {layer_id}, executor {name}: result must be a JSON object")
+    status = result.get("status")
+    if status not in STATUSES:
+        raise ReportError(
+            f"layer {layer_id}, executor {name}: invalid status {status!r}; expected one of {list(STATUSES)}"
+        )
+    metrics = result.get("metrics")
+    tolerance_used = result.get("tolerance_used") or default_tolerance
+    entry: dict[str, Any] = {
+        "status": status,
+        "backend": result.get("backend"),
+        "tolerance_used": dict(tolerance_used),
+        "metrics": copy.deepcopy(metrics) if metrics else None,
+    }
+    if metrics:
+        entry["max_diff"] = {
+            "max_rel_diff": metrics.get("max_rel_diff"),
+            "max_abs_diff": metrics.get("max_abs_diff"),
+        }
+    if status == "success":
+        entry["failure_report"] = None
+    else:
+        report = result.get("failure_report")
+        entry["failure_report"] = copy.deepcopy(report) if report else _default_failure_report(status, result)
+    timing = result.get("timing") or {}
+    entry["timing"] = {"compile_ms": _ms_or_none(timing.get("compile_ms")),
+                       "run_ms": _ms_or_none(timing.get("run_ms"))}
+    entry["reference_status"] = (result.get("reference") or {}).get("status")
+    return entry
+
+
+def _previous_override(layer_id: str, prev_op: Mapping | None) -> dict | None:
+    if not prev_op or prev_op.get("tolerance_override") is None:
+        return None
+    try:
+        return normalize_tolerance(prev_op["tolerance_override"])
+    except ValueError as e:
+        raise ReportError(f"previous report, layer {layer_id}: invalid tolerance_override: {e}") from None
+
+
+def build_report(
+    *,
+    model_name: str,
+    layers: list[dict],
+    results: Mapping[str, Mapping[str, Mapping]],
+    executors: list[dict],
+    default_tolerance: Mapping,
+    mlir_file: str | None,
+    provenance: Mapping,
+    previous_report: Mapping | None = None,
+) -> dict:
+    """Build the report JSON (format version 1.1, superset of seed 002 section 4).
+
+    Args:
+        model_name: the model's name (file stem), shown in both JSONs.
+        layers: layer dicts in model order, each with ``layer_id``, ``slug``,
+            ``op_type``, ``node_index`` (int), ``mlir_location`` ("L:C" or None),
+            ``mac_count`` (int or None) and ``skipped_reason`` (None, or why the
+            layer was not tested: it then gets no executors and no
+            recommendation).
+        results: ``results[layer_id][executor]`` = result dict written by the
+            layer-test job (``status``, ``tolerance_used``, ``metrics``,
+            ``failure_report``, ``timing``, ``reference``). Missing entries mean
+            "not tested"; results of executors that are not configured are
+            ignored.
+        executors: configured executors ``{"name", "backend", "options"}`` in
+            priority order.
+        default_tolerance: ``{fp_avg_tol, fp_max_tol[, int_atol]}``.
+        mlir_file: path of the full-model MLIR the locations refer to, or None.
+        provenance: tool versions, flags etc.; stored as given.
+        previous_report: an earlier report of the same model. Person-made
+            choices in it are kept per ``layer_id``: a ``tolerance_override``
+            (statuses are re-derived with it) and a recommendation with
+            ``"recommendation_source": "user"`` if that executor is still
+            configured (otherwise it is dropped, the discovery rule applies and
+            the op records ``user_recommendation_dropped``).
+
+    Every executor verdict with metrics is re-derived from the metrics with the
+    layer's effective tolerance (override, else ``default_tolerance``), so the
+    report is consistent with its ``default_tolerance`` whatever tolerance the
+    layer-test job used. The recommendation follows
+    :func:`~torq_gen_config.report.recommend.recommend_executor` (seed 001
+    section 3). ``mlir_location`` falls back to the op type when the layer has
+    no MLIR location (seed behaviour), which keeps it out of the compiler JSON.
+
+    Returns:
+        The report dict (JSON-safe if the inputs are).
+
+    Raises:
+        ReportError: no or duplicate executors, duplicate layer ids, an invalid
+            status, or an invalid tolerance (default or previous override).
+    """
+    names = [e.get("name") for e in executors]
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ReportError("build_report: executors must be a non-empty list of dicts with a 'name'")
+    if len(set(names)) != len(names):
+        raise ReportError(f"build_report: duplicate executor names in {names}")
+    try:
+        default_tol = normalize_tolerance(default_tolerance)
+    except ValueError as e:
+        raise ReportError(f"invalid default tolerance: {e}") from None
+    prev_ops = (previous_report or {}).get("ops") or {}
+
+    ops: dict[str, dict] = {}
+    for layer in layers:
+        layer_id = layer["layer_id"]
+        if layer_id in ops:
+            raise ReportError(f"build_report: duplicate layer id {layer_id!r}")
+        op: dict[str, Any] = {"executors": {}}
+        skipped = layer.get("skipped_reason")
+        if not skipped:
+            layer_results = results.get(layer_id) or {}
+            for name in names:
+                if name in layer_results:
+                    op["executors"][name] = _executor_entry(layer_id, name, layer_results[name], default_tol)
+        prev_op = prev_ops.get(layer_id)
+        override = _previous_override(layer_id, prev_op)
+        if override is not None:
+            op["tolerance_override"] = override
+        try:
+            rederive_statuses(op, default_tol)
+        except ValueError as e:
+            raise ReportError(f"layer {layer_id}: {e}") from None
+
+        recommended = recommend_executor(op["executors"], names)
+        source = "discovery"
+        if prev_op and prev_op.get("recommendation_source") == "user":
+            user_choice = prev_op.get("recommended_executor")
+            if isinstance(user_choice, str) and user_choice in names:
+                recommended, source = user_choice, "user"
+            else:
+                op["user_recommendation_dropped"] = user_choice
+        op["recommended_executor"] = recommended
+        op["recommendation_source"] = source
+        location = layer.get("mlir_location")
+        op["mlir_location"] = location if location else layer.get("op_type")
+        op["_node_index"] = layer.get("node_index")
+        op["op_type"] = layer.get("op_type")
+        op["layer_slug"] = layer.get("slug")
+        if layer.get("mac_count") is not None:
+            op["mac_count"] = int(layer["mac_count"])
+        if skipped:
+            op["skipped_reason"] = skipped
+        ops[layer_id] = op
+
+    summary, critical = summarize(ops, names)
+    report: dict[str, Any] = {
+        "version": REPORT_FORMAT_VERSION,
+        "model_name": model_name,
+        "default_tolerance": default_tol,
+        "executors": names,
+        "mlir_file": mlir_file,
+        "ops": ops,
+        "discovery_report": {"summary": summary, "critical_failures": critical},
+        "has_critical_failures": bool(critical),
+        "final_report_text": "",
+        "provenance": dict(provenance),
+    }
+    report["final_report_text"] = render_final_report_text(report)
+    return report
+
+
+def _timing_stats(values: list[float]) -> dict:
+    return {
+        "avg_ms": round(sum(values) / len(values), 3),
+        "min_ms": round(min(values), 3),
+        "max_ms": round(max(values), 3),
+        "samples": len(values),
+    }
+
+
+def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> tuple[dict, list]:
+    """Discovery summary and critical failures of a report's ``ops``.
+
+    Returns:
+        ``(summary, critical_failures)``. ``summary`` has ``total_layers``;
+        ``status_counts`` (``success``, ``difference``, ``error``,
+        ``unverified``: counts of (layer, executor) pairs); ``executor_counts``
+        (per configured executor, the number of layers it is recommended for,
+        user choices included); ``no_recommendation`` (layers without one);
+        ``skipped_layers``; ``unverified_recommendations`` (layers whose
+        recommendation rests on an unverified run); ``user_recommendations``;
+        ``timing_summary`` (per executor with timings of runs that did not
+        end in ``error``: ``run_ms`` and ``compile_ms`` stats ``{avg_ms,
+        min_ms, max_ms, samples}`` in milliseconds). ``critical_failures`` lists, in report order, the layers
+        where every tested executor has status ``error``:
+        ``{layer_id, node_index, mlir_location, error_details: {executor:
+        {status, stage, summary}}}``. Source: ``notes/reference_tool.md``
+        section 1 (``discovery_report``).
+    """
+    status_counts = {s: 0 for s in STATUSES}
+    executor_counts = {name: 0 for name in executor_names}
+    no_rec = skipped = unverified_rec = user_rec = 0
+    run_times: dict[str, list[float]] = {name: [] for name in executor_names}
+    compile_times: dict[str, list[float]] = {name: [] for name in executor_names}
+    critical: list[dict] = []
+    for layer_id, op in report_ops.items():
+        execs = op.get("executors") or {}
+        for name, entry in execs.items():
+            status = entry.get("status")
+            if status in status_counts:
+                status_counts[status] += 1
+            timing = entry.get("timing") or {}
+            if name in run_times and status != "error":  # timings of failed runs are not comparable
+                if _ms_or_none(timing.get("run_ms")) is not None:
+                    run_times[name].append(float(timing["run_ms"]))
+                if _ms_or_none(timing.get("compile_ms")) is not None:
+                    compile_times[name].append(float(timing["compile_ms"]))
+        rec = op.get("recommended_executor")
+        if rec is None:
+            no_rec += 1
+        elif rec in executor_counts:
+            executor_counts[rec] += 1
+        if rec is not None and (execs.get(rec) or {}).get("status") == "unverified":
+            unverified_rec += 1
+        if op.get("recommendation_source") == "user":
+            user_rec += 1
+        if op.get("skipped_reason"):
+            skipped += 1
+        if execs and is_critical_failure(execs):
+            details = {}
+            for name, entry in execs.items():
+                fr = entry.get("failure_report") or {}
+                details[name] = {"status": entry.get("status"), "stage": fr.get("stage"),
+                                 "summary": fr.get("summary")}
+            critical.append({
+                "layer_id": layer_id,
+                "node_index": op.get("_node_index"),
+                "mlir_location": op.get("mlir_location"),
+                "error_details": details,
+            })
+    timing_summary = {}
+    for name in executor_names:
+        stats = {}
+        if run_times[name]:
+            stats["run_ms"] = _timing_stats(run_times[name])
+        if compile_times[name]:
+            stats["compile_ms"] = _timing_stats(compile_times[name])
+        if stats:
+            timing_summary[name] = stats
+    summary = {
+        "total_layers": len(report_ops),
+        "status_counts": status_counts,
+        "executor_counts": executor_counts,
+        "no_recommendation": no_rec,
+        "skipped_layers": skipped,
+        "unverified_recommendations": unverified_rec,
+        "user_recommendations": user_rec,
+        "timing_summary": timing_summary,
+    }
+    return summary, critical
+
+
+def build_compiler_json(report: Mapping) -> dict:
+    """Compiler JSON for the C++ ``ExecutorAssignmentPass`` (seed 002 section 4).
+
+    Returns:
+        ``{"op_assignments": {"L:C": {"executor": name}}, "model_name": ...}``
+        with one entry per op whose ``mlir_location`` matches ``^\\d+:\\d+$`` and
+        whose ``recommended_executor`` is set, sorted by (line, column) as
+        numbers (so "42:12" comes before "100:12").
+
+    Raises:
+        ReportError: ``report`` is not a report (no ``ops`` object).
+    """
+    ops = report.get("ops") if isinstance(report, Mapping) else None
+    if not isinstance(ops, Mapping):
+        raise ReportError("not a report JSON: it has no 'ops' object")
+    assignments = []
+    for op in ops.values():
+        location = op.get("mlir_location")
+        executor = op.get("recommended_executor")
+        if not isinstance(location, str) or not isinstance(executor, str) or not executor:
+            continue
+        m = _LOCATION_RE.match(location)
+        if m:
+            assignments.append(((int(m.group(1)), int(m.group(2))), location, executor))
+    assignments.sort(key=lambda a: a[0])
+    return {
+        "op_assignments": {loc: {"executor": ex} for _, loc, ex in assignments},
+        "model_name": report.get("model_name"),
+    }

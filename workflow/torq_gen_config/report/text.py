@@ -1,0 +1,120 @@
+"""Plain-text summary stored as ``final_report_text`` in the report JSON.
+
+Section order follows the original tool's final report
+(``notes/reference_tool.md`` section 8): title, model and layer count; status
+summary; recommended executor distribution; critical failures; per-layer
+table. Executor columns come from the report's configured executors, never
+from a fixed list. No colour codes.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+__all__ = ["render_final_report_text", "LAYER_COLUMN_MAX"]
+
+LAYER_COLUMN_MAX = 60
+"""Layer ids longer than this are cut (ending in "...") in the table."""
+
+_STATUS_ORDER = ("success", "difference", "error", "unverified")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def render_final_report_text(report: Mapping) -> str:
+    """Render the final discovery report of a report dict as plain text.
+
+    Uses ``report["model_name"]``, ``report["executors"]`` (column order),
+    ``report["ops"]`` and ``report["discovery_report"]`` (recomputed with
+    :func:`~torq_gen_config.report.build.summarize` when absent, e.g. after an
+    edit). Missing statuses / recommendations show as ``-``; a recommendation
+    chosen by a person is marked ``(user)``, one that rests on an unverified
+    run ``(unverified)``.
+
+    Returns:
+        The text, lines separated by ``\\n``, ending with a newline.
+    """
+    ops: Mapping[str, Mapping] = report.get("ops") or {}
+    executors = list(report.get("executors") or [])
+    if not executors:  # older reports: columns from the executors present
+        for op in ops.values():
+            for name in op.get("executors") or {}:
+                if name not in executors:
+                    executors.append(name)
+    discovery = report.get("discovery_report")
+    if not discovery or "summary" not in discovery:
+        from .build import summarize  # local import: build imports this module
+
+        summary, critical = summarize(ops, executors)
+    else:
+        summary = discovery["summary"]
+        critical = discovery.get("critical_failures") or []
+
+    lines = [
+        "=" * 72,
+        "FINAL EXECUTOR DISCOVERY REPORT",
+        "=" * 72,
+        f"Model: {report.get('model_name')}",
+        f"Total layers tested: {summary.get('total_layers', len(ops))}",
+    ]
+    if summary.get("skipped_layers"):
+        lines.append(f"Layers skipped (not tested): {summary['skipped_layers']}")
+    lines.append("")
+
+    lines.append("Status Summary:")
+    counts = summary.get("status_counts") or {}
+    for status in _STATUS_ORDER:
+        lines.append(f"  {status}: {counts.get(status, 0)}")
+    lines.append("")
+
+    lines.append("Recommended Executor Distribution:")
+    exec_counts = summary.get("executor_counts") or {}
+    for name in executors:
+        lines.append(f"  {name}: {exec_counts.get(name, 0)}")
+    lines.append(f"  (none): {summary.get('no_recommendation', 0)}")
+    if summary.get("unverified_recommendations"):
+        lines.append(
+            f"  note: {summary['unverified_recommendations']} recommendation(s) rest on unverified runs "
+            "(the reference failed, outputs were not compared)"
+        )
+    if summary.get("user_recommendations"):
+        lines.append(f"  note: {summary['user_recommendations']} recommendation(s) set by a person")
+    lines.append("")
+
+    if critical:
+        lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS")
+        for item in critical:
+            lines.append(f"  - {item.get('layer_id')} (node: {item.get('node_index')})")
+    else:
+        lines.append("No critical failures - all layers have at least one working executor")
+    lines.append("")
+
+    lines.extend(_layer_table(ops, executors))
+    return "\n".join(lines) + "\n"
+
+
+def _recommended_cell(op: Mapping) -> str:
+    rec = op.get("recommended_executor")
+    if rec is None:
+        return "-"
+    if op.get("recommendation_source") == "user":
+        return f"{rec} (user)"
+    if ((op.get("executors") or {}).get(rec) or {}).get("status") == "unverified":
+        return f"{rec} (unverified)"
+    return str(rec)
+
+
+def _layer_table(ops: Mapping[str, Mapping], executors: list[str]) -> list[str]:
+    layer_w = max([len("Layer")] + [min(len(str(k)), LAYER_COLUMN_MAX) for k in ops])
+    col_w = {name: max(12, len(name) + 2) for name in executors}
+    header = "Layer".ljust(layer_w) + "  " + "".join(n.ljust(col_w[n]) for n in executors) + "Recommended"
+    out = ["Per-Layer Status:", header, "-" * len(header)]
+    for layer_id, op in ops.items():
+        execs = op.get("executors") or {}
+        cells = "".join(
+            str((execs.get(n) or {}).get("status") or "-").ljust(col_w[n]) for n in executors
+        )
+        out.append(_cut(str(layer_id), LAYER_COLUMN_MAX).ljust(layer_w) + "  " + cells + _recommended_cell(op))
+    return out
