@@ -23,12 +23,12 @@ if not os.path.isfile(MODEL_PATH):
     raise WorkflowError(f"model file not found: {MODEL_PATH}")
 MODEL_NAME = model_name(MODEL_PATH)
 OUT = os.path.normpath(config["output_dir"] or os.path.join("results", MODEL_NAME))
-WORK = os.path.join(OUT, "work")
+WORK = os.path.normpath(os.path.join(OUT, "work"))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
 EXECUTORS = {e["name"]: e for e in config["executors"]}
-REPORT = os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json")
-COMPILER_JSON = os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json")
+REPORT = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json"))
+COMPILER_JSON = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json"))
 
 
 wildcard_constraints:

@@ -84,7 +84,7 @@ def test_snakemake_form_squeezenet(tmp_path, squeezenet_path):
     target = out / "work" / "layers" / "Conv_r0" / "vmvx" / "result.json"
     before = json.loads(target.read_text())
     target.unlink()
-    r = run_snakemake("--cores", "1", "--config", f"model={squeezenet_path}", f"output_dir={out}", str(target))
+    r = run_snakemake("--cores", "1", str(target), "--config", f"model={squeezenet_path}", f"output_dir={out}")
     assert r.returncode == 0, r.stderr[-3000:]
     log = r.stdout + r.stderr
     assert "1 of 1 steps (100%) done" in log, log[-2000:]
@@ -104,28 +104,39 @@ def test_cli_discover_squeezenet(tmp_path, squeezenet_path):
     assert "steps" in r.stderr  # Snakemake's progress lines
 
 
+def lppool_model(path: Path) -> Path:
+    """Relu -> LpPool -> Relu. IREE 3.13 cannot legalize onnx.LpPool (measured: "failed to
+    legalize operation 'torch.operator' that was explicitly marked illegal"); ORT runs it."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="relu1"),
+        helper.make_node("LpPool", ["a"], ["p"], kernel_shape=[2, 2], name="lppool"),
+        helper.make_node("Relu", ["p"], ["y"], name="relu2"),
+    ]
+    m = make_model(nodes, [tvi("x", TensorProto.FLOAT, [1, 2, 4, 4])], [tvi("y", TensorProto.FLOAT, [1, 2, 3, 3])])
+    onnx.save(m, path)
+    return path
+
+
 def test_compile_failure_falls_to_next_executor(tmp_path):
     """A layer IREE cannot compile: stage compile with the compiler's message; ORT takes it."""
-    from test_backends import IREE_COMPILE_FAILURE  # the op measured to fail iree-compile
-
-    model = IREE_COMPILE_FAILURE["build"]()
-    onnx.save(model, tmp_path / "failing.onnx")
+    model = lppool_model(tmp_path / "failing.onnx")
     out = tmp_path / "out"
-    r = run_cli("discover", "--model", tmp_path / "failing.onnx", "--output-dir", out, "-j", "2", "-q")
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
     assert r.returncode == 0, r.stderr[-3000:]
     report, compiler = load_outputs(out, "failing")
-    failing = [op for op in report["ops"].values() if op["op_type"] == IREE_COMPILE_FAILURE["op_type"]]
-    assert len(failing) == 1
-    op = failing[0]
+    assert list(report["ops"]) == ["Relu_a", "LpPool_p", "Relu_y"]
+    op = report["ops"]["LpPool_p"]
     for name in ("llvm-cpu", "vmvx"):
         fr = op["executors"][name]["failure_report"]
         assert op["executors"][name]["status"] == "error"
         assert fr["stage"] == "compile", fr
-        assert IREE_COMPILE_FAILURE["message"] in fr["message"]
+        assert "failed to legalize operation" in fr["message"] and "onnx.LpPool" in fr["message"]
     assert op["executors"]["ort"]["status"] == "success"
     assert op["recommended_executor"] == "ort"
-    others = [o for o in report["ops"].values() if o is not op]
-    assert others and all(o["recommended_executor"] == "llvm-cpu" for o in others)
+    assert report["ops"]["Relu_a"]["recommended_executor"] == "llvm-cpu"
+    assert report["ops"]["Relu_y"]["recommended_executor"] == "llvm-cpu"
+    assert compiler["op_assignments"][op["mlir_location"]] == {"executor": "ort"}
+    assert not report["has_critical_failures"]
 
 
 @pytest.mark.parametrize("kind", ["missing", "text", "tflite", "truncated"])
@@ -169,7 +180,9 @@ def test_model_change_reruns_only_affected_layers(tmp_path):
     assert relu.stat().st_mtime_ns == relu_mtime, "an unchanged layer was retested"
     report, _ = load_outputs(out, "cnn")
     assert len(report["ops"]) == 4
-    assert "test_layer" in log and log.count("rule test_layer") + log.count("localrule test_layer") == 3, log[-3000:]
+    # one console line per finished (layer, executor) job: "[executor] layer_id: status ..."
+    retested = sorted(ln.split(":")[0] for ln in log.splitlines() if ln.startswith("[") and "] " in ln)
+    assert retested == ["[llvm-cpu] Conv_conv/out", "[ort] Conv_conv/out", "[vmvx] Conv_conv/out"], log[-3000:]
 
 
 def test_timeout_becomes_error_verdict(tmp_path):
@@ -184,23 +197,35 @@ def test_timeout_becomes_error_verdict(tmp_path):
             assert e["status"] == "error" and e["failure_report"]["stage"] == "timeout"
 
 
-def test_interrupted_run_resumes(tmp_path, squeezenet_path):
+@pytest.mark.parametrize("form,sig", [("cli", signal.SIGKILL), ("snakemake", signal.SIGTERM)])
+def test_interrupted_run_resumes(tmp_path, squeezenet_path, form, sig):
+    """Kill a run mid-way; the next call resumes and keeps every finished verdict.
+
+    SIGKILL leaves Snakemake's lock behind: the CLI detects that no run holds the
+    directory and clears it. SIGTERM lets Snakemake clean up itself."""
     out = tmp_path / "out"
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}"]
+    bindir = Path(sys.executable).parent
+    if form == "cli":
+        cmd = [str(bindir / "torq-gen-config"), "discover", "--model", str(squeezenet_path), "--output-dir", str(out), "-j", "2"]
+    else:
+        cmd = [str(bindir / "snakemake"), "--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     layers = out / "work" / "layers"
     deadline = time.time() + 300
-    while time.time() < deadline and len(list(layers.glob("*/*/result.json"))) < 20:
-        time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)  # the hardest interruption: no clean-up at all
-    proc.wait()
+    while time.time() < deadline and len(list(layers.glob("*/*/result.json"))) < 12:
+        time.sleep(0.2)
+    os.killpg(proc.pid, sig)
+    proc.wait(timeout=60)
     done = {p: p.stat().st_mtime_ns for p in layers.glob("*/*/result.json")}
-    assert len(done) >= 20
+    assert len(done) >= 12
     for p in done:
         json.loads(p.read_text())  # every result that exists is complete (atomic writes)
-    r = run_snakemake("--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}")
+    if form == "cli":
+        r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q")
+    else:
+        r = run_snakemake("--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}")
     assert r.returncode == 0, r.stderr[-3000:]
-    kept = sum(1 for p, m in done.items() if p.stat().st_mtime_ns == m)
+    kept = sum(1 for p, m in done.items() if p.exists() and p.stat().st_mtime_ns == m)
     assert kept >= len(done) - 2, f"only {kept} of {len(done)} finished results were kept"
     report, _ = load_outputs(out, "light_squeezenet")
     assert len(report["ops"]) == 66 and all(len(op["executors"]) == 3 for op in report["ops"].values())

@@ -42,6 +42,28 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         WorkflowFailed: a job failed or the workflow could not be built; the message
             is Snakemake's reason in one line.
     """
+    if not SNAKEFILE.exists():
+        raise WorkflowFailed(f"Snakefile not found at {SNAKEFILE}; install the package from a checkout with `pip install -e .`")
+    from filelock import FileLock, Timeout
+
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    # An OS-level lock (released by the kernel if this process dies) tells whether
+    # another torq-gen-config run uses this directory. If we hold it, any Snakemake
+    # lock left there is stale (a killed run) and is removed, so the rerun resumes.
+    run_lock = FileLock(str(workdir / ".torq-gen-config.lock"))
+    try:
+        run_lock.acquire(timeout=0)
+    except Timeout:
+        raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+    try:
+        _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
+                    forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose)
+    finally:
+        run_lock.release()
+
+
+def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose) -> None:
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -52,12 +74,13 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         ResourceSettings,
         SchedulingSettings,
     )
+    from snakemake.scheduling.greedy import SchedulerSettings as GreedySchedulerSettings
     from snakemake_interface_common.exceptions import WorkflowError
 
-    if not SNAKEFILE.exists():
-        raise WorkflowFailed(f"Snakefile not found at {SNAKEFILE}; install the package from a checkout with `pip install -e .`")
-    workdir = Path(workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    if any((workdir / ".snakemake" / "locks").glob("*")):
+        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
+            api.workflow(snakefile=SNAKEFILE, workdir=workdir, resource_settings=ResourceSettings(cores=cores),
+                         config_settings=ConfigSettings(config=config)).dag().unlock()
     quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
     try:
         with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
@@ -75,6 +98,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
                 pseudo_executor="dryrun" if dryrun else None,
                 execution_settings=ExecutionSettings(keep_going=True, use_threads=True, ignore_incomplete=False),
                 scheduling_settings=SchedulingSettings(scheduler="greedy"),
+                scheduler_settings=GreedySchedulerSettings(),  # required with greedy (notes/snakemake.md)
             )
     except WorkflowError as e:
         raise WorkflowFailed(_one_line(e)) from None
