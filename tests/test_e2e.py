@@ -229,3 +229,24 @@ def test_interrupted_run_resumes(tmp_path, squeezenet_path, form, sig):
     assert kept >= len(done) - 2, f"only {kept} of {len(done)} finished results were kept"
     report, _ = load_outputs(out, "light_squeezenet")
     assert len(report["ops"]) == 66 and all(len(op["executors"]) == 3 for op in report["ops"].values())
+
+
+def test_tolerance_change_rederives_without_recompiling(tmp_path):
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    cfg = ["--config", f"model={model}", f"output_dir={out}"]
+    r = run_snakemake("--cores", "2", *cfg)
+    assert r.returncode == 0, r.stderr[-3000:]
+    report, _ = load_outputs(out, "cnn")
+    conv = report["ops"]["Conv_conv/out"]["executors"]["llvm-cpu"]
+    assert conv["status"] == "success" and conv["metrics"]["max_rel_diff"] > 0
+    tiny = conv["metrics"]["max_rel_diff"] / 2
+    r = run_snakemake("--cores", "2", *cfg, f"tolerance={{fp_avg_tol: 0.01, fp_max_tol: {tiny!r}}}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    log = r.stdout + r.stderr
+    assert not [ln for ln in log.splitlines() if ln.startswith("[") and "] " in ln], "a layer test ran again"
+    report, _ = load_outputs(out, "cnn")
+    assert report["default_tolerance"]["fp_max_tol"] == tiny
+    conv = report["ops"]["Conv_conv/out"]["executors"]["llvm-cpu"]
+    assert conv["status"] == "difference"
+    assert conv["failure_report"]["type"] == "accuracy_failure"

@@ -60,6 +60,7 @@ def validate_config(config: dict) -> dict:
     import jsonschema
 
     config = copy.deepcopy(config)
+    _coerce_scalars(config, load_schema())
     validator_cls = jsonschema.validators.validator_for(load_schema())
     validator = _with_defaults(validator_cls)(load_schema())
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -69,6 +70,43 @@ def validate_config(config: dict) -> dict:
         raise ConfigError(f"invalid configuration at {where}: {e.message}")
     check_executors(config["executors"])
     return config
+
+
+def _coerce_scalars(instance, schema: dict) -> None:
+    """Turn strings into numbers/booleans where the schema asks for them, in place.
+
+    Snakemake's ``--config key={a: 1}`` parses nested values with YAML's base loader,
+    so nested numbers arrive as strings (``'0.01'``); top-level ones are converted by
+    Snakemake itself. Strings that do not parse are left for the validator to reject.
+    """
+    if isinstance(instance, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in instance:
+                continue
+            value = instance[key]
+            if isinstance(value, str):
+                instance[key] = _parse_scalar(value, sub.get("type"))
+            else:
+                _coerce_scalars(value, sub)
+    elif isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for i, value in enumerate(instance):
+            if isinstance(value, str):
+                instance[i] = _parse_scalar(value, schema["items"].get("type"))
+            else:
+                _coerce_scalars(value, schema["items"])
+
+
+def _parse_scalar(value: str, wanted) -> object:
+    try:
+        if wanted == "integer":
+            return int(value)
+        if wanted == "number":
+            return float(value)
+        if wanted == "boolean" and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    except ValueError:
+        pass
+    return value
 
 
 def check_executors(executors: list[dict]) -> None:

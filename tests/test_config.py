@@ -1,0 +1,50 @@
+"""Config validation: defaults, unknown keys, bad values, duplicate executors, model paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, resolve_model_path, validate_config
+from torq_gen_config.errors import ConfigError
+
+
+def base():
+    return load_config_file(DEFAULT_CONFIG_PATH)
+
+
+def test_default_config_is_valid_and_real():
+    cfg = validate_config(base())
+    assert [e["name"] for e in cfg["executors"]] == ["llvm-cpu", "vmvx", "ort"]
+    assert [e["backend"] for e in cfg["executors"]] == ["iree", "iree", "onnxruntime"]
+    assert cfg["tolerance"] == {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
+    assert resolve_model_path(cfg["model"]).name == "light_squeezenet.onnx"
+    assert resolve_model_path(cfg["model"]).exists()
+
+
+def test_defaults_filled_in():
+    cfg = validate_config({"model": "m.onnx", "executors": [{"name": "a", "backend": "iree"}]})
+    assert cfg["timeout_s"] == 300 and cfg["target_opset"] == 17
+    assert cfg["inputs"]["seed"] == 1234 and cfg["executors"][0]["options"] == {}
+
+
+@pytest.mark.parametrize("patch,message", [
+    ({"bogus": 1}, "'bogus' was unexpected"),
+    ({"timeout_s": -1}, "timeout_s"),
+    ({"tolerance": {"fp_max_tol": 0}}, "tolerance/fp_max_tol"),
+    ({"tolerance": {"fp_maxtol": 0.1}}, "'fp_maxtol' was unexpected"),
+    ({"executors": [{"name": "x", "backend": "tensorrt"}]}, "executors/0/backend"),
+    ({"executors": [{"name": "bad/name", "backend": "iree"}]}, "executors/0/name"),
+    ({"executors": []}, "executors"),
+    ({"target_opset": 9}, "target_opset"),
+])
+def test_invalid_values_give_one_line_errors(patch, message):
+    cfg = {**base(), **patch}
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_duplicate_executor_names():
+    cfg = {**base(), "executors": [{"name": "a", "backend": "iree"}, {"name": "a", "backend": "onnxruntime"}]}
+    with pytest.raises(ConfigError, match="used twice"):
+        validate_config(cfg)
