@@ -26,7 +26,8 @@ OUT = os.path.normpath(config["output_dir"] or os.path.join("results", MODEL_NAM
 WORK = os.path.normpath(os.path.join(OUT, "work"))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
-EXECUTORS = {e["name"]: e for e in config["executors"]}
+EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
+SKIP_OPS = {op.lower() for op in config["skip_ops"]}
 REPORT = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json"))
 COMPILER_JSON = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json"))
 
@@ -91,10 +92,12 @@ def get_executor(wildcards):
 
 
 def all_layer_results(wildcards):
-    """Every (layer, executor) result file; known once the split checkpoint ran."""
+    """Every (layer, executor) result file; known once the split checkpoint ran.
+    Layers whose op type is in skip_ops are not tested."""
     return [
         os.path.join(LAYERS, slug, name, "result.json")
-        for slug in manifest_layers()
+        for slug, layer in manifest_layers().items()
+        if layer["op_type"].lower() not in SKIP_OPS
         for name in EXECUTORS
     ]
 
@@ -108,4 +111,6 @@ def run_options():
         "timeout_s": config["timeout_s"],
         "inputs": config["inputs"],
         "tolerance": config["tolerance"],
+        "skip_executors": config["skip_executors"],
+        "skip_ops": config["skip_ops"],
     }

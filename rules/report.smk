@@ -20,7 +20,7 @@ rule aggregate_report:
         rep = jobs.aggregate_job(model_name=MODEL_NAME, manifest=input.manifest, prepare_info=input.info,
                                  locations=input.locations, results_root=LAYERS, executors=params.executors,
                                  tolerance=params.tolerance, options=params.options, report=output.report,
-                                 compiler=output.compiler, output_dir=OUT,
+                                 compiler=output.compiler, output_dir=OUT, skip_ops=config["skip_ops"],
                                  user_choices=os.path.join(WORK, "user_choices.json"), log=log[0])
         counts = rep["discovery_report"]["summary"]["status_counts"]
         print(f"report: {output.report} ({len(rep['ops'])} layers; {counts})")

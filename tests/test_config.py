@@ -48,3 +48,11 @@ def test_duplicate_executor_names():
     cfg = {**base(), "executors": [{"name": "a", "backend": "iree"}, {"name": "a", "backend": "onnxruntime"}]}
     with pytest.raises(ConfigError, match="used twice"):
         validate_config(cfg)
+
+
+def test_skip_executors_validated():
+    with pytest.raises(ConfigError, match="unknown executor"):
+        validate_config({**base(), "skip_executors": ["tensorrt"]})
+    with pytest.raises(ConfigError, match="every configured executor"):
+        validate_config({**base(), "skip_executors": ["llvm-cpu", "vmvx", "ort"]})
+    assert validate_config({**base(), "skip_executors": ["vmvx"]})["skip_executors"] == ["vmvx"]

@@ -250,3 +250,23 @@ def test_tolerance_change_rederives_without_recompiling(tmp_path):
     conv = report["ops"]["Conv_conv/out"]["executors"]["llvm-cpu"]
     assert conv["status"] == "difference"
     assert conv["failure_report"]["type"] == "accuracy_failure"
+
+
+def test_skip_executors_and_ops(tmp_path):
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q",
+                "--skip-executors", "vmvx", "--skip-ops", "maxpool")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report, compiler = load_outputs(out, "cnn")
+    assert report["executors"] == ["llvm-cpu", "ort"]
+    pool = report["ops"]["MaxPool_pool"]
+    assert pool["executors"] == {} and pool["recommended_executor"] is None
+    assert "skip" in pool["skipped_reason"]
+    assert pool["mlir_location"] not in compiler["op_assignments"]
+    assert len(compiler["op_assignments"]) == 3
+    assert not (out / "work" / "layers" / "MaxPool_pool" / "llvm-cpu").exists()
+    assert all(set(op["executors"]) == {"llvm-cpu", "ort"} for lid, op in report["ops"].items() if lid != "MaxPool_pool")
+    assert report["provenance"]["options"]["skip_ops"] == ["maxpool"]
+    r = run_cli("discover", "--model", model, "--output-dir", out, "--skip-executors", "nope")
+    assert r.returncode == 2 and "unknown executor(s) nope" in r.stderr

@@ -69,6 +69,12 @@ def validate_config(config: dict) -> dict:
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
         raise ConfigError(f"invalid configuration at {where}: {e.message}")
     check_executors(config["executors"])
+    names = [e["name"] for e in config["executors"]]
+    unknown = [n for n in config.get("skip_executors", []) if n not in names]
+    if unknown:
+        raise ConfigError(f"skip_executors names unknown executor(s) {', '.join(unknown)}; configured: {', '.join(names)}")
+    if set(config.get("skip_executors", [])) >= set(names):
+        raise ConfigError("skip_executors skips every configured executor; nothing would be tested")
     return config
 
 

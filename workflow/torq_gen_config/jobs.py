@@ -116,7 +116,8 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
 
 def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
                   executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
-                  output_dir: str, user_choices: str | None = None, log: str | None = None) -> dict:
+                  output_dir: str, skip_ops: list[str] = (), user_choices: str | None = None,
+                  log: str | None = None) -> dict:
     """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
 
     Statuses are re-derived from the stored metrics with the current ``tolerance``,
@@ -130,13 +131,19 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     info = read_json(prepare_info, "preparation info")
     locs = read_json(locations, "MLIR locations")
     names = [e["name"] for e in executors]
+    skip = {op.lower() for op in skip_ops}
     layers, results = [], {}
     for layer in man["layers"]:
+        skipped = layer["op_type"].lower() in skip
         layers.append({
             "layer_id": layer["layer_id"], "slug": layer["slug"], "op_type": layer["op_type"],
             "node_index": layer["node_index"], "mlir_location": layer_location(layer, locs),
-            "mac_count": layer.get("mac_count"), "skipped_reason": None,
+            "mac_count": layer.get("mac_count"),
+            "skipped_reason": f"op type {layer['op_type']} skipped (skip_ops)" if skipped else None,
         })
+        if skipped:
+            results[layer["layer_id"]] = {}
+            continue
         per = {}
         for name in names:
             p = Path(results_root) / layer["slug"] / name / "result.json"

@@ -29,6 +29,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--tolerance-avg", type=float, help="fp_avg_tol: mean normalized error allowed (default 0.01)")
     p.add_argument("--tolerance-max", type=float, help="fp_max_tol: max normalized error allowed (default 0.01)")
     p.add_argument("--timeout", type=float, help="seconds allowed per tool call of one (layer, executor) job (default 300)")
+    p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
+    p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
+                                                      "e.g. MaxPool,Add; those layers get no recommendation")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show which jobs would run")
     p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
     p.add_argument("-v", "--verbose", action="store_true", help="Snakemake debug output")
@@ -71,6 +74,10 @@ def build_config(args: argparse.Namespace) -> dict:
         config["tolerance"] = tol
     if getattr(args, "timeout", None) is not None:
         config["timeout_s"] = args.timeout
+    if getattr(args, "skip_executors", None):
+        config["skip_executors"] = _csv(args.skip_executors)
+    if getattr(args, "skip_ops", None):
+        config["skip_ops"] = _csv(args.skip_ops)
     return validate_config(config)
 
 
@@ -94,3 +101,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nReport:        {out / f'torq_gen_config_{name}.json'}")
     print(f"Compiler JSON: {out / f'torq_gen_config_{name}_compiler.json'}")
     return 0
+
+
+def _csv(text: str) -> list[str]:
+    """Split a comma-separated option value, dropping blanks."""
+    return [t.strip() for t in text.split(",") if t.strip()]
