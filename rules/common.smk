@@ -87,8 +87,10 @@ def get_test_inputs(wildcards):
 
 def get_executor(wildcards):
     """The executor definition (name, backend, options): a per-job param, so a change
-    to one executor reruns only that executor's jobs."""
-    return EXECUTORS[wildcards.executor]
+    to one executor reruns only that executor's jobs. compiler_options/runtime_options
+    are appended to the flags of compiler-based backends."""
+    return jobs.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
+                                           config["runtime_options"])
 
 
 def all_layer_results(wildcards):
@@ -113,4 +115,6 @@ def run_options():
         "tolerance": config["tolerance"],
         "skip_executors": config["skip_executors"],
         "skip_ops": config["skip_ops"],
+        "compiler_options": config["compiler_options"],
+        "runtime_options": config["runtime_options"],
     }

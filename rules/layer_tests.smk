@@ -18,4 +18,5 @@ rule test_layer:
         jobs.test_layer_job(layer=params.layer, executor=params.executor, layer_onnx=input.model,
                             reference=input.reference, mlir=input.get("mlir"),
                             import_status=input.get("import_status"), result=output.result,
-                            tolerance=config["tolerance"], timeout_s=config["timeout_s"], log=log[0])
+                            tolerance=config["tolerance"], timeout_s=config["timeout_s"], log=log[0],
+                            log_file=config["log_file"] or None, verbose=config["verbose"])

@@ -270,3 +270,24 @@ def test_skip_executors_and_ops(tmp_path):
     assert report["provenance"]["options"]["skip_ops"] == ["maxpool"]
     r = run_cli("discover", "--model", model, "--output-dir", out, "--skip-executors", "nope")
     assert r.returncode == 2 and "unknown executor(s) nope" in r.stderr
+
+
+def test_log_file_and_compiler_options(tmp_path):
+    """--log-file receives the compiler stderr of a failing layer; a compiler option is
+    recorded, reaches iree-compile and reruns only the iree executors' jobs."""
+    model = lppool_model(tmp_path / "failing.onnx")
+    out, log_file = tmp_path / "out", tmp_path / "diag.log"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--log-file", log_file)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = log_file.read_text()
+    assert "LpPool_p on llvm-cpu" in text and "failed to legalize operation" in text
+    assert "failed to legalize operation" not in r.stdout  # the console keeps one line per job
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q",
+                "--compiler-option=--iree-opt-const-eval=false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    retested = sorted(ln.split("]")[0] + "]" for ln in r.stdout.splitlines() if ln.startswith("[") and "] " in ln)
+    assert retested == ["[llvm-cpu]"] * 3 + ["[vmvx]"] * 3, r.stdout
+    report, _ = load_outputs(out, "failing")
+    assert report["provenance"]["options"]["compiler_options"] == ["--iree-opt-const-eval=false"]
+    log = (out / "work" / "logs" / "test_layer" / "Relu_a.llvm-cpu.log").read_text()
+    assert "--iree-opt-const-eval=false" in log

@@ -101,8 +101,13 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None
 
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                    import_status: str | None, result: str, tolerance: dict, timeout_s: float,
-                   log: str | None = None) -> None:
-    """Rule ``test_layer``: compile, run and compare one layer on one executor."""
+                   log: str | None = None, log_file: str | None = None, verbose: bool = False) -> None:
+    """Rule ``test_layer``: compile, run and compare one layer on one executor.
+
+    The console gets one line per job; ``log_file`` (optional) receives the job's
+    full log (tool command lines and output), appended under a file lock;
+    ``verbose`` also prints the full failure message.
+    """
     from .layer_test import one_line_summary, run_layer_test
 
     if log:
@@ -111,7 +116,38 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s)
-    print(one_line_summary(res), flush=True)
+    # one write per line: jobs are threads, and print() writes text and newline separately
+    text = one_line_summary(res) + "\n"
+    if verbose and res.get("failure_report"):
+        text += res["failure_report"]["message"].rstrip() + "\n"
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if log_file and log:
+        append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
+
+
+def append_to_shared_log(log_file: str, title: str, text: str) -> None:
+    """Append one job's log to a file shared by all jobs (``--log-file``), under a lock."""
+    from filelock import FileLock
+
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(log_file + ".lock"):
+        with open(log_file, "a", encoding="utf-8") as f:
+            f.write(f"\n##### {title} #####\n{text}")
+
+
+def executor_with_tool_options(executor: dict, compiler_options: list[str], runtime_options: list[str]) -> dict:
+    """The executor definition with the user's extra compiler/runtime flags appended.
+
+    Applies to backends that run a compiler (``iree``: ``compile_flags`` /
+    ``run_flags``); others are returned unchanged.
+    """
+    if executor["backend"] != "iree" or not (compiler_options or runtime_options):
+        return executor
+    opts = dict(executor.get("options") or {})
+    opts["compile_flags"] = list(opts.get("compile_flags") or []) + list(compiler_options)
+    opts["run_flags"] = list(opts.get("run_flags") or []) + list(runtime_options)
+    return {**executor, "options": opts}
 
 
 def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,

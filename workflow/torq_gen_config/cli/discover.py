@@ -32,9 +32,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
     p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
                                                       "e.g. MaxPool,Add; those layers get no recommendation")
+    p.add_argument("--compiler-option", action="append", default=[], metavar="OPT",
+                   help="extra flag for the compiler of iree executors (repeatable); changing it recompiles")
+    p.add_argument("--runtime-option", action="append", default=[], metavar="OPT",
+                   help="extra flag for the runtime of iree executors (repeatable)")
+    p.add_argument("--log-file", metavar="PATH", help="append every job's full diagnostics (command lines, compiler "
+                                                      "stderr) to this file; the console keeps one line per job")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show which jobs would run")
     p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
-    p.add_argument("-v", "--verbose", action="store_true", help="Snakemake debug output")
+    p.add_argument("-v", "--verbose", action="store_true", help="print full failure messages and Snakemake's debug output")
     p.set_defaults(func=run)
     return p
 
@@ -76,6 +82,14 @@ def build_config(args: argparse.Namespace) -> dict:
         config["timeout_s"] = args.timeout
     if getattr(args, "skip_executors", None):
         config["skip_executors"] = _csv(args.skip_executors)
+    if getattr(args, "compiler_option", None):
+        config["compiler_options"] = list(args.compiler_option)
+    if getattr(args, "runtime_option", None):
+        config["runtime_options"] = list(args.runtime_option)
+    if getattr(args, "log_file", None):
+        config["log_file"] = str(Path(args.log_file).expanduser().resolve())
+    if getattr(args, "verbose", False):
+        config["verbose"] = True
     if getattr(args, "skip_ops", None):
         config["skip_ops"] = _csv(args.skip_ops)
     return validate_config(config)
