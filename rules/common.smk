@@ -82,6 +82,15 @@ def get_test_inputs(wildcards):
     if NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]]:
         inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
         inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
+    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
+    if config["skip_mode"]:
+        # skip mode: the executors of a layer are tested in priority order
+        names = list(EXECUTORS)
+        k = names.index(wildcards.executor)
+        inputs["earlier"] = [os.path.join(LAYERS, wildcards.layer, e, "result.json") for e in names[:k]]
+    elif jobs.was_skipped(result_dir):
+        # a verdict skipped in an earlier skip-mode run is produced now
+        inputs["rerun"] = jobs.mark_for_rerun(result_dir)
     return inputs
 
 

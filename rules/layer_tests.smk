@@ -19,4 +19,5 @@ rule test_layer:
                             reference=input.reference, mlir=input.get("mlir"),
                             import_status=input.get("import_status"), result=output.result,
                             tolerance=config["tolerance"], timeout_s=config["timeout_s"], log=log[0],
-                            log_file=config["log_file"] or None, verbose=config["verbose"])
+                            log_file=config["log_file"] or None, verbose=config["verbose"],
+                            earlier_results=input.get("earlier") or [])

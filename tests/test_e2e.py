@@ -291,3 +291,34 @@ def test_log_file_and_compiler_options(tmp_path):
     assert report["provenance"]["options"]["compiler_options"] == ["--iree-opt-const-eval=false"]
     log = (out / "work" / "logs" / "test_layer" / "Relu_a.llvm-cpu.log").read_text()
     assert "--iree-opt-const-eval=false" in log
+
+
+def test_skip_mode(tmp_path):
+    """Skip mode: one success per layer, the rest skipped; a second skip-mode run tests
+    nothing; a run without skip mode produces the skipped verdicts and only those."""
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+
+    def jobs_run(r):
+        return sorted(ln.split(":")[0] for ln in r.stdout.splitlines() if ln.startswith("[") and "] " in ln)
+
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--skip-mode")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report, compiler = load_outputs(out, "cnn")
+    for lid, op in report["ops"].items():
+        statuses = {n: e["status"] for n, e in op["executors"].items()}
+        assert statuses == {"llvm-cpu": "success", "vmvx": "skipped", "ort": "skipped"}, (lid, statuses)
+        assert op["recommended_executor"] == "llvm-cpu"
+        assert "llvm-cpu already succeeded" in op["executors"]["vmvx"]["failure_report"]["summary"]
+    assert report["discovery_report"]["summary"]["status_counts"]["skipped"] == 8
+    assert not (out / "work" / "layers" / "Relu_relu" / "vmvx" / "module.vmfb").exists()
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--skip-mode")
+    assert r.returncode == 0 and jobs_run(r) == [], r.stdout
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    ran = jobs_run(r)
+    assert len(ran) == 8 and not any(x.startswith("[llvm-cpu]") for x in ran), ran
+    report, _ = load_outputs(out, "cnn")
+    assert all(e["status"] == "success" for op in report["ops"].values() for e in op["executors"].values())
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert jobs_run(r) == [], r.stdout

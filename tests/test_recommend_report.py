@@ -224,7 +224,7 @@ def test_summary_counts_and_critical_failures():
     summary = report["discovery_report"]["summary"]
     assert summary["total_layers"] == 5
     # Conv: 1 diff + 2 success; Relu: 3 error; Gather: 1 unverified + 1 error; Add: 1 success
-    assert summary["status_counts"] == {"success": 3, "difference": 1, "error": 4, "unverified": 1}
+    assert summary["status_counts"] == {"success": 3, "difference": 1, "error": 4, "unverified": 1, "skipped": 0}
     assert summary["executor_counts"] == {"llvm-cpu": 2, "vulkan": 1, "host": 0}
     assert summary["no_recommendation"] == 2
     assert summary["skipped_layers"] == 1

@@ -101,18 +101,31 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None
 
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                    import_status: str | None, result: str, tolerance: dict, timeout_s: float,
-                   log: str | None = None, log_file: str | None = None, verbose: bool = False) -> None:
+                   log: str | None = None, log_file: str | None = None, verbose: bool = False,
+                   earlier_results: list[str] = ()) -> None:
     """Rule ``test_layer``: compile, run and compare one layer on one executor.
 
     The console gets one line per job; ``log_file`` (optional) receives the job's
     full log (tool command lines and output), appended under a file lock;
-    ``verbose`` also prints the full failure message.
+    ``verbose`` also prints the full failure message. ``earlier_results`` (skip
+    mode) are the result files of the higher-priority executors of the same layer:
+    if one of them is a success, this executor is recorded as ``skipped`` without
+    compiling anything.
     """
-    from .layer_test import one_line_summary, run_layer_test
+    from .layer_test import one_line_summary, run_layer_test, skipped_result
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
+    marker = Path(result).parent / SKIPPED_MARKER
+    for path in earlier_results:
+        earlier = read_json(path, "layer result")
+        if earlier.get("status") == "success":
+            res = skipped_result(layer=layer, executor=executor, by=earlier["executor"], result_path=result)
+            marker.touch()
+            sys.stdout.write(one_line_summary(res) + "\n")
+            return
+    marker.unlink(missing_ok=True)
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s)
@@ -124,6 +137,34 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     sys.stdout.flush()
     if log_file and log:
         append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
+
+
+#: File next to a result.json that was written as "skipped" (skip mode).
+SKIPPED_MARKER = ".skipped"
+_RERUN_MARKER = ".rerun"
+
+
+def was_skipped(result_dir: str) -> bool:
+    """True when the result in ``result_dir`` is a skip-mode "skipped" placeholder."""
+    return os.path.exists(os.path.join(result_dir, SKIPPED_MARKER))
+
+
+def mark_for_rerun(result_dir: str) -> str:
+    """Return a marker file newer than the result in ``result_dir`` (touching it when
+    needed), used as an extra input so that Snakemake reruns that job: a verdict
+    skipped in skip mode is produced by the next run without skip mode."""
+    marker = os.path.join(result_dir, _RERUN_MARKER)
+    result = os.path.join(result_dir, "result.json")
+    try:
+        if os.stat(marker).st_mtime_ns > os.stat(result).st_mtime_ns:
+            return marker
+    except FileNotFoundError:
+        pass
+    Path(marker).touch()
+    if os.path.exists(result) and os.stat(marker).st_mtime_ns <= os.stat(result).st_mtime_ns:
+        st = os.stat(result)
+        os.utime(marker, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    return marker
 
 
 def append_to_shared_log(log_file: str, title: str, text: str) -> None:

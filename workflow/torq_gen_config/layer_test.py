@@ -117,6 +117,23 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     return _finish(result, result_path, log_path)
 
 
+def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) -> dict:
+    """Write and return the ``skipped`` result of an executor not tested because the
+    higher-priority executor ``by`` already succeeded on the layer (skip mode)."""
+    result = {
+        "schema": RESULT_SCHEMA,
+        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
+        "executor": executor["name"], "backend": executor["backend"],
+        "status": "skipped", "skipped_because": {"executor": by, "mode": "skip_mode"},
+        "tolerance_used": None, "metrics": None,
+        "failure_report": {"type": "skipped", "stage": None, "during": None,
+                           "summary": f"not tested: {by} already succeeded on this layer (skip mode)", "message": None},
+        "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
+    }
+    write_json(result_path, result)
+    return result
+
+
 def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
     write_json(result_path, result)
     if log_path:
@@ -147,7 +164,3 @@ def _safe_describe(backend) -> dict:
     except Exception as e:  # provenance must not fail a test
         return {"error": str(e)}
 
-
-def ensure_dir(p: str | os.PathLike) -> None:
-    """Create a directory (and parents) if missing."""
-    Path(p).mkdir(parents=True, exist_ok=True)

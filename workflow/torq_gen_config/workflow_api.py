@@ -23,7 +23,7 @@ class WorkflowFailed(TorqGenConfigError):
 
 def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, targets: list[str] | None = None,
                  forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False,
-                 quiet: bool = False, verbose: bool = False) -> None:
+                 quiet: bool = False, verbose: bool = False, allowed_rules: list[str] | None = None) -> None:
     """Execute the workflow with ``config`` overriding ``config/config.yaml``.
 
     Args:
@@ -37,6 +37,9 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         dryrun: only print what would run.
         quiet: hide Snakemake's per-job rule blocks (progress lines stay).
         verbose: Snakemake debug output.
+        allowed_rules: only jobs of these rules may run (default: all); jobs of other
+            rules are taken as up to date (``torq-gen-config run`` uses this so that it
+            never reruns discovery).
 
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built; the message
@@ -58,12 +61,13 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
     try:
         _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
-                    forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose)
+                    forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
     finally:
         run_lock.release()
 
 
-def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose) -> None:
+def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose,
+                allowed_rules=None) -> None:
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -71,6 +75,7 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
         ExecutionSettings,
         OutputSettings,
         Quietness,
+        RerunTrigger,
         ResourceSettings,
         SchedulingSettings,
     )
@@ -92,7 +97,11 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 config_settings=ConfigSettings(config=config),
             )
             dag = wf.dag(DAGSettings(targets=frozenset(targets or []), forcerun=frozenset(forcerun or []),
-                                     forceall=forceall, force_incomplete=True))
+                                     forceall=forceall, force_incomplete=True,
+                                     allowed_rules=frozenset(allowed_rules or []),
+                                     # as profiles/default: no "input" trigger (skip mode changes input sets)
+                                     rerun_triggers=frozenset({RerunTrigger.MTIME, RerunTrigger.PARAMS,
+                                                               RerunTrigger.SOFTWARE_ENV, RerunTrigger.CODE})))
             dag.execute_workflow(
                 executor="local",
                 pseudo_executor="dryrun" if dryrun else None,

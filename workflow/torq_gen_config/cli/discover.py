@@ -29,6 +29,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--tolerance-avg", type=float, help="fp_avg_tol: mean normalized error allowed (default 0.01)")
     p.add_argument("--tolerance-max", type=float, help="fp_max_tol: max normalized error allowed (default 0.01)")
     p.add_argument("--timeout", type=float, help="seconds allowed per tool call of one (layer, executor) job (default 300)")
+    p.add_argument("--skip-mode", action="store_true",
+                   help="per layer, stop after the first executor (priority order) that succeeds; the others are "
+                        "recorded as skipped. A later --skip-mode run does not retest layers with a success")
     p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
     p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
                                                       "e.g. MaxPool,Add; those layers get no recommendation")
@@ -80,6 +83,8 @@ def build_config(args: argparse.Namespace) -> dict:
         config["tolerance"] = tol
     if getattr(args, "timeout", None) is not None:
         config["timeout_s"] = args.timeout
+    if getattr(args, "skip_mode", False):
+        config["skip_mode"] = True
     if getattr(args, "skip_executors", None):
         config["skip_executors"] = _csv(args.skip_executors)
     if getattr(args, "compiler_option", None):

@@ -55,6 +55,11 @@ def _default_failure_report(status: str, result: Mapping) -> dict:
             "summary": (summary + (f": {ref_msg}" if ref_msg else ""))[:_SUMMARY_MAX_CHARS],
             "message": ref_msg,
         }
+    if status == "skipped":
+        by = (result.get("skipped_because") or {}).get("executor")
+        return {"type": "skipped", "stage": None,
+                "summary": f"not tested: {by} already succeeded on this layer (skip mode)" if by
+                else "not tested (skip mode)", "message": None}
     if status == "difference":
         return {"type": "accuracy_failure", "stage": "compare",
                 "summary": "difference reported without metrics", "message": None}

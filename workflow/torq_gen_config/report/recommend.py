@@ -16,8 +16,9 @@ from typing import Mapping
 
 from ..compare import derive_status, normalize_tolerance, status_details
 
-STATUSES = ("success", "difference", "error", "unverified")
-"""Every status a (layer, executor) result may have."""
+STATUSES = ("success", "difference", "error", "unverified", "skipped")
+"""Every status a (layer, executor) result may have. ``"skipped"``: not tested because
+a higher-priority executor already succeeded on the layer (skip mode)."""
 
 _RECOMMENDATION_ORDER = ("success", "difference", "unverified")
 _MESSAGE_MAX_CHARS = 4000
@@ -70,9 +71,9 @@ def is_critical_failure(results: Mapping[str, Mapping]) -> bool:
     Raises:
         ValueError: a result has no valid status.
     """
-    if not results:
-        return False
-    return all(_status_of(name, res) == "error" for name, res in results.items())
+    tested = [_status_of(name, res) for name, res in results.items()]
+    tested = [s for s in tested if s != "skipped"]
+    return bool(tested) and all(s == "error" for s in tested)
 
 
 def accuracy_failure_report(metrics: Mapping, tolerance: Mapping) -> dict:

@@ -16,7 +16,7 @@ __all__ = ["render_final_report_text", "LAYER_COLUMN_MAX"]
 LAYER_COLUMN_MAX = 60
 """Layer ids longer than this are cut (ending in "...") in the table."""
 
-_STATUS_ORDER = ("success", "difference", "error", "unverified")
+_STATUS_ORDER = ("success", "difference", "error", "unverified", "skipped")
 
 
 def _cut(text: str, width: int) -> str:
