@@ -322,3 +322,8 @@ def test_skip_mode(tmp_path):
     assert all(e["status"] == "success" for op in report["ops"].values() for e in op["executors"].values())
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
     assert jobs_run(r) == [], r.stdout
+    # --recompute-cache under --skip-mode retests the first executor of every layer
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--skip-mode", "--recompute-cache")
+    assert r.returncode == 0, r.stderr[-3000:]
+    ran = jobs_run(r)
+    assert [x for x in ran if x.startswith("[llvm-cpu]")] == [f"[llvm-cpu] {lid}" for lid in sorted(report["ops"])], ran

@@ -32,6 +32,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--skip-mode", action="store_true",
                    help="per layer, stop after the first executor (priority order) that succeeds; the others are "
                         "recorded as skipped. A later --skip-mode run does not retest layers with a success")
+    p.add_argument("--recompute-cache", action="store_true",
+                   help="recompute everything for this model (prepared model, layers, references, every verdict), "
+                        "also under --skip-mode; the Snakemake form is `snakemake --forceall`")
     p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
     p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
                                                       "e.g. MaxPool,Add; those layers get no recommendation")
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     out = Path(args.output_dir).expanduser().resolve()
     run_workflow(config=config, workdir=out, cores=args.cores, dryrun=args.dry_run, quiet=args.quiet,
-                 verbose=args.verbose)
+                 verbose=args.verbose, forceall=args.recompute_cache)
     if args.dry_run:
         return 0
     name = model_name(config["model"])
