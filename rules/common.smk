@@ -102,15 +102,25 @@ def get_executor(wildcards):
                                            config["runtime_options"])
 
 
+def tested_layers():
+    """Slugs of the layers that get test jobs: not skipped by skip_ops and, with
+    dedup_layers, only the first layer of each signature."""
+    seen = set()
+    slugs = []
+    for slug, layer in manifest_layers().items():
+        if layer["op_type"].lower() in SKIP_OPS:
+            continue
+        if config["dedup_layers"]:
+            if layer["signature"] in seen:
+                continue
+            seen.add(layer["signature"])
+        slugs.append(slug)
+    return slugs
+
+
 def all_layer_results(wildcards):
-    """Every (layer, executor) result file; known once the split checkpoint ran.
-    Layers whose op type is in skip_ops are not tested."""
-    return [
-        os.path.join(LAYERS, slug, name, "result.json")
-        for slug, layer in manifest_layers().items()
-        if layer["op_type"].lower() not in SKIP_OPS
-        for name in EXECUTORS
-    ]
+    """Every (layer, executor) result file to produce; known once the split ran."""
+    return [os.path.join(LAYERS, slug, name, "result.json") for slug in tested_layers() for name in EXECUTORS]
 
 
 def run_options():
@@ -124,6 +134,8 @@ def run_options():
         "tolerance": config["tolerance"],
         "skip_executors": config["skip_executors"],
         "skip_ops": config["skip_ops"],
+        "dedup_layers": config["dedup_layers"],
+        "skip_mode": config["skip_mode"],
         "compiler_options": config["compiler_options"],
         "runtime_options": config["runtime_options"],
     }

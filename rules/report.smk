@@ -21,6 +21,8 @@ rule aggregate_report:
                                  locations=input.locations, results_root=LAYERS, executors=params.executors,
                                  tolerance=params.tolerance, options=params.options, report=output.report,
                                  compiler=output.compiler, output_dir=OUT, skip_ops=config["skip_ops"],
+                                 dedup_layers=config["dedup_layers"],
                                  user_choices=os.path.join(WORK, "user_choices.json"), log=log[0])
-        counts = rep["discovery_report"]["summary"]["status_counts"]
-        print(f"report: {output.report} ({len(rep['ops'])} layers; {counts})")
+        summary = rep["discovery_report"]["summary"]
+        print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "
+              f"{summary['status_counts']})")

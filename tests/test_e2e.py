@@ -327,3 +327,24 @@ def test_skip_mode(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     ran = jobs_run(r)
     assert [x for x in ran if x.startswith("[llvm-cpu]")] == [f"[llvm-cpu] {lid}" for lid in sorted(report["ops"])], ran
+
+
+def test_dedup_layers(tmp_path, squeezenet_path):
+    """--dedup-layers on squeezenet: 38 distinct layers tested for 66; duplicates copy
+    the verdicts of the first layer with the same signature."""
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--dedup-layers")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "38 distinct layers tested for 66 layers" in r.stdout
+    report, compiler = load_outputs(out, "light_squeezenet")
+    assert len(report["ops"]) == 66 and len(compiler["op_assignments"]) == 66
+    dups = {lid: op["duplicate_of"] for lid, op in report["ops"].items() if "duplicate_of" in op}
+    assert len(dups) == 28
+    tested = {p.parent.parent.name for p in (out / "work" / "layers").glob("*/*/result.json")}
+    assert len(tested) == 38
+    for lid, src in dups.items():
+        assert src in report["ops"] and "duplicate_of" not in report["ops"][src]
+        assert report["ops"][lid]["op_type"] == report["ops"][src]["op_type"]
+        assert report["ops"][lid]["recommended_executor"] == report["ops"][src]["recommended_executor"]
+        assert {n: e["status"] for n, e in report["ops"][lid]["executors"].items()} == \
+            {n: e["status"] for n, e in report["ops"][src]["executors"].items()}

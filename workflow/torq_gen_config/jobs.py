@@ -193,12 +193,15 @@ def executor_with_tool_options(executor: dict, compiler_options: list[str], runt
 
 def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
                   executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
-                  output_dir: str, skip_ops: list[str] = (), user_choices: str | None = None,
+                  output_dir: str, skip_ops: list[str] = (), dedup_layers: bool = False,
+                  user_choices: str | None = None,
                   log: str | None = None) -> dict:
     """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
 
     Statuses are re-derived from the stored metrics with the current ``tolerance``,
-    so a tolerance change needs no recompile.
+    so a tolerance change needs no recompile. With ``dedup_layers``, a layer whose
+    signature was seen before copies the verdicts of that first layer and is marked
+    ``duplicate_of`` in the report.
     """
     from . import __version__
     from .mlir.importer import layer_location
@@ -210,6 +213,8 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     names = [e["name"] for e in executors]
     skip = {op.lower() for op in skip_ops}
     layers, results = [], {}
+    first_of: dict[str, str] = {}  # signature -> layer ID tested for it (dedup)
+    duplicate_of: dict[str, str] = {}
     for layer in man["layers"]:
         skipped = layer["op_type"].lower() in skip
         layers.append({
@@ -221,6 +226,12 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
         if skipped:
             results[layer["layer_id"]] = {}
             continue
+        if dedup_layers and layer["signature"] in first_of:
+            src = first_of[layer["signature"]]
+            duplicate_of[layer["layer_id"]] = src
+            results[layer["layer_id"]] = {n: {**r, "duplicate_of": src} for n, r in results[src].items()}
+            continue
+        first_of[layer["signature"]] = layer["layer_id"]
         per = {}
         for name in names:
             p = Path(results_root) / layer["slug"] / name / "result.json"
@@ -234,6 +245,9 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     rep = build_report(model_name=model_name, layers=layers, results=results, executors=executors,
                        default_tolerance=tolerance, mlir_file=mlir_file, provenance=provenance,
                        previous_report=previous)
+    for lid, src in duplicate_of.items():
+        rep["ops"][lid]["duplicate_of"] = src
+    rep["discovery_report"]["summary"]["distinct_layers_tested"] = len(first_of)
     write_json(report, rep)
     write_json(compiler, build_compiler_json(rep))
     _log(log, f"report written: {report}")

@@ -35,6 +35,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--recompute-cache", action="store_true",
                    help="recompute everything for this model (prepared model, layers, references, every verdict), "
                         "also under --skip-mode; the Snakemake form is `snakemake --forceall`")
+    p.add_argument("--dedup-layers", action="store_true",
+                   help="test one layer per signature (op type, attributes, shapes, dtypes); the others copy its "
+                        "verdicts and are marked duplicate_of")
     p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
     p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
                                                       "e.g. MaxPool,Add; those layers get no recommendation")
@@ -86,6 +89,8 @@ def build_config(args: argparse.Namespace) -> dict:
         config["tolerance"] = tol
     if getattr(args, "timeout", None) is not None:
         config["timeout_s"] = args.timeout
+    if getattr(args, "dedup_layers", False):
+        config["dedup_layers"] = True
     if getattr(args, "skip_mode", False):
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):
@@ -120,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
     name = model_name(config["model"])
     report = read_json(out / f"torq_gen_config_{name}.json", "report JSON")
     print(report["final_report_text"])
+    summary = report["discovery_report"]["summary"]
+    if summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
+        print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
     print(f"\nReport:        {out / f'torq_gen_config_{name}.json'}")
     print(f"Compiler JSON: {out / f'torq_gen_config_{name}_compiler.json'}")
     return 0

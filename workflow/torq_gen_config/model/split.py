@@ -155,6 +155,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
             "primary_prepared_index": primary,
             **io,
             "mac_count": _safe_mac_count(mac_count, layer_model),
+            "signature": layer_signature(layer_model),
         })
 
     keep = {layer["slug"] for layer in layers}
@@ -163,6 +164,46 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
             shutil.rmtree(d)
     return {"layers": layers, "folded_nodes": folded_nodes, "warnings": warnings,
             "total_user_nodes": len(info["user_nodes"])}
+
+
+def layer_signature(layer_model) -> str:
+    """Hash that is equal for layers that test the same thing (``--dedup-layers``).
+
+    Covers, per node: op type, domain and attribute values; and the layer's input and
+    output shapes and dtypes, and its initializers' shapes and dtypes (not their
+    values), as the issue for duplicate detection specifies. The original tool ignored
+    attribute values (notes/reference_tool.md section 5); here they count.
+
+    Returns:
+        A 16-hex-digit SHA-1 prefix.
+    """
+    import json
+
+    from onnx import helper
+
+    def attr_value(a):
+        v = helper.get_attribute_value(a)
+        if hasattr(v, "SerializeToString"):
+            return hashlib.sha1(v.SerializeToString(deterministic=True)).hexdigest()
+        if isinstance(v, (list, tuple)):
+            return [x.decode("latin-1") if isinstance(x, bytes) else
+                    (hashlib.sha1(x.SerializeToString(deterministic=True)).hexdigest() if hasattr(x, "SerializeToString") else x)
+                    for x in v]
+        return v.decode("latin-1") if isinstance(v, bytes) else v
+
+    def vi(v):
+        tt = v.type.tensor_type
+        return [tt.elem_type, [d.dim_value if d.HasField("dim_value") else d.dim_param for d in tt.shape.dim]]
+
+    g = layer_model.graph
+    sig = {
+        "nodes": [[n.op_type, n.domain, sorted((a.name, attr_value(a)) for a in n.attribute)] for n in g.node],
+        "inputs": [vi(v) for v in g.input],
+        "outputs": [vi(v) for v in g.output],
+        "initializers": [[t.data_type, list(t.dims)] for t in g.initializer],
+        "opset": sorted((o.domain, o.version) for o in layer_model.opset_import),
+    }
+    return hashlib.sha1(json.dumps(sig, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def build_layer_model(model, members: list[int], values: dict, types: dict, graph_outputs: list[str],
