@@ -16,7 +16,7 @@ from ..errors import TorqGenConfigError
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with all subcommands registered."""
-    from . import discover
+    from . import discover, edit, view
 
     parser = argparse.ArgumentParser(
         prog="torq-gen-config",
@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     discover.add_parser(sub)
+    view.add_parser(sub)
+    edit.add_parser(sub)
     return parser
 
 

@@ -197,7 +197,7 @@ def build_report(
         source = "discovery"
         if prev_op and prev_op.get("recommendation_source") == "user":
             user_choice = prev_op.get("recommended_executor")
-            if isinstance(user_choice, str) and user_choice in names:
+            if user_choice is None or (isinstance(user_choice, str) and user_choice in names):
                 recommended, source = user_choice, "user"
             else:
                 op["user_recommendation_dropped"] = user_choice
