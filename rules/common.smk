@@ -72,6 +72,23 @@ def get_layer_model(wildcards):
     return os.path.join(LAYERS, wildcards.layer, "model.onnx")
 
 
+def input_data_file():
+    """The user's model-input .npz (layer_inputs: propagate), as a list (empty if none)."""
+    if config["layer_inputs"] == "propagate" and config["input_data"]:
+        return [str(resolve_model_path(config["input_data"]))]
+    return []
+
+
+def get_reference_inputs(wildcards):
+    """Inputs of a layer's reference job: its model and, with layer_inputs: propagate,
+    its inputs taken from the whole-model run (written by that checkpoint)."""
+    inputs = {"model": get_layer_model(wildcards)}
+    if config["layer_inputs"] == "propagate":
+        checkpoints.propagate_layer_inputs.get()
+        inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
+    return inputs
+
+
 def get_test_inputs(wildcards):
     """Inputs of one (layer, executor) test: model, reference and, for backends that
     compile MLIR, the layer's MLIR and its import status."""
@@ -135,6 +152,8 @@ def run_options():
         "skip_executors": config["skip_executors"],
         "skip_ops": config["skip_ops"],
         "dedup_layers": config["dedup_layers"],
+        "layer_inputs": config["layer_inputs"],
+        "input_data": input_data_file()[0] if input_data_file() else None,
         "skip_mode": config["skip_mode"],
         "compiler_options": config["compiler_options"],
         "runtime_options": config["runtime_options"],

@@ -14,17 +14,36 @@ checkpoint split_layers:
         jobs.split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest, log=log[0])
 
 
+checkpoint propagate_layer_inputs:
+    input:
+        model=rules.prepare_model.output.model,
+        manifest=os.path.join(LAYERS, "manifest.json"),
+        data=input_data_file(),
+    output:
+        info=os.path.join(WORK, "propagated_inputs.json"),
+    params:
+        inputs=config["inputs"],
+    log:
+        os.path.join(LOGS, "propagate_layer_inputs.log"),
+    run:
+        jobs.propagate_inputs_job(prepared=input.model, manifest=input.manifest, info=output.info,
+                                  input_settings=params.inputs, input_data=input.data[0] if input.data else None,
+                                  log=log[0])
+
+
 rule layer_reference:
     input:
-        model=get_layer_model,
+        unpack(get_reference_inputs),
     output:
         reference=os.path.join(LAYERS, "{layer}", "reference.npz"),
     params:
         inputs=config["inputs"],
+        layer_inputs=config["layer_inputs"],
     log:
         os.path.join(LOGS, "layer_reference", "{layer}.log"),
     run:
-        jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs, log=log[0])
+        jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
+                           inputs_path=input.get("inputs"), log=log[0])
 
 
 rule import_layer:

@@ -348,3 +348,38 @@ def test_dedup_layers(tmp_path, squeezenet_path):
         assert report["ops"][lid]["recommended_executor"] == report["ops"][src]["recommended_executor"]
         assert {n: e["status"] for n, e in report["ops"][lid]["executors"].items()} == \
             {n: e["status"] for n, e in report["ops"][src]["executors"].items()}
+
+
+def test_layer_inputs_propagate_and_input_data(tmp_path):
+    """--layer-inputs propagate: layers see the whole model's activations (the layer after
+    Relu gets non-negative inputs); --input-data feeds the model's real inputs."""
+    from torq_gen_config.reference import load_reference
+
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    x = np.random.default_rng(0).uniform(0, 2, size=(1, 3, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--input-data", tmp_path / "x.npz")
+    assert r.returncode == 0, r.stderr[-3000:]
+    layers = out / "work" / "layers"
+    conv_dir = next(layers.glob("Conv_conv_out-*"))
+    ins, outs, meta = load_reference(conv_dir / "reference.npz")
+    np.testing.assert_array_equal(ins["x"], x)
+    assert meta["layer_inputs"] == "propagate"
+    _, conv_out, _ = ins, outs, meta
+    relu_in, _, _ = load_reference(layers / "Relu_relu" / "reference.npz")
+    np.testing.assert_allclose(relu_in["conv/out"], outs["conv/out"], rtol=1e-6)  # handed over from the Conv
+    add_in, _, _ = load_reference(layers / "Add_y" / "reference.npz")
+    assert add_in["pool"].min() >= 0  # post-ReLU values
+    report, _ = load_outputs(out, "cnn")
+    assert report["provenance"]["options"]["layer_inputs"] == "propagate"
+    assert report["provenance"]["options"]["input_data"].endswith("x.npz")
+    # back to random inputs: references (and so the tests) are redone
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--layer-inputs", "random")
+    assert r.returncode == 0, r.stderr[-3000:]
+    add_in, _, meta = load_reference(layers / "Add_y" / "reference.npz")
+    assert meta["layer_inputs"] == "random" and add_in["pool"].min() < 0
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, wrong=x)
+    r = run_cli("discover", "--model", model, "--output-dir", tmp_path / "o2", "--input-data", bad)
+    assert r.returncode != 0 and "has no array 'x'" in (r.stderr + r.stdout)

@@ -82,12 +82,31 @@ def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str |
     print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded", file=sys.stderr)
 
 
-def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, log: str | None = None) -> None:
-    """Rule ``layer_reference``: layer inputs and ONNX Runtime reference outputs."""
+def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inputs_path: str | None = None,
+                  log: str | None = None) -> None:
+    """Rule ``layer_reference``: layer inputs and ONNX Runtime reference outputs
+    (inputs from ``inputs_path`` with ``layer_inputs: propagate``)."""
     from .reference import compute_reference
 
-    meta = compute_reference(layer_onnx, reference, input_settings)
+    meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path)
     _log(log, f"reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
+
+
+def propagate_inputs_job(*, prepared: str, manifest: str, info: str, input_settings: dict,
+                         input_data: str | None = None, log: str | None = None) -> None:
+    """Checkpoint ``propagate_layer_inputs``: each layer's inputs from one ONNX Runtime
+    run of the whole model (``layer_inputs: propagate``).
+
+    Raises:
+        ModelError: ONNX Runtime cannot run the model, or the input data is unusable.
+    """
+    from .reference import propagate_layer_inputs
+
+    man = read_json(manifest, "layer manifest")
+    res = propagate_layer_inputs(prepared, man, Path(manifest).parent, input_settings, input_data)
+    write_json(info, res)
+    _log(log, f"propagated inputs from a whole-model run ({res['source']}): {res['rewritten']} of "
+              f"{res['layers']} layer input files changed, {res['run_ms']} ms")
 
 
 def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None = None) -> None:

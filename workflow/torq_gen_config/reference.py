@@ -71,8 +71,12 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None) ->
 
 
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
-                      *, intra_op_num_threads: int = 1) -> dict:
+                      *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None) -> dict:
     """Make inputs for a layer, run ONNX Runtime (optimizations off) and store both.
+
+    With ``inputs_path`` (``--layer-inputs propagate``), the layer's inputs are read
+    from that ``.npz`` (written by :func:`propagate_layer_inputs`) instead of drawn
+    at random.
 
     A failing reference (ONNX Runtime refuses the model or fails to run it) is
     recorded, not raised: the file then holds the inputs and ``status: error`` with
@@ -90,12 +94,17 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     import onnxruntime as ort
 
     layer = onnx.load(str(layer_path))
-    inputs = make_inputs(layer, settings)
+    if inputs_path is not None:
+        with np.load(inputs_path, allow_pickle=False) as z:
+            inputs = {vi.name: z[vi.name] for vi in layer.graph.input}
+    else:
+        inputs = make_inputs(layer, settings)
     output_names = [o.name for o in layer.graph.output]
     meta: dict[str, Any] = {
         "status": "ok", "message": None, "engine": "onnxruntime", "ort_version": ort.__version__,
         "graph_optimization_level": "disabled", "input_names": list(inputs), "output_names": output_names,
         "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": None,
+        "layer_inputs": "propagate" if inputs_path is not None else "random",
     }
     outputs = []
     try:
@@ -115,6 +124,110 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
     save_npz(out_path, arrays, meta)
     return meta
+
+
+def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[str, "np.ndarray"]:  # noqa: F821
+    """Model inputs from a user's ``.npz`` (``--input-data``), keyed by input name.
+
+    An array may carry one extra leading sample dimension (``N`` samples of the
+    input's shape); the first sample is used.
+
+    Raises:
+        ModelError: unreadable file, a missing input name, or a shape that matches
+            neither the input's shape nor ``(N, *shape)``.
+    """
+    import numpy as np
+    from onnx import helper
+
+    from .errors import ModelError
+
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read input data {path}: {e}") from None
+    feeds = {}
+    with data:
+        for vi in model.graph.input:
+            if vi.name not in data.files:
+                raise ModelError(f"input data {path} has no array {vi.name!r}; the model's inputs are "
+                                 f"{[v.name for v in model.graph.input]}, the file has {data.files}")
+            a = data[vi.name]
+            shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+                          for d in vi.type.tensor_type.shape.dim)
+            if a.shape != shape and a.shape[1:] == shape:
+                a = a[0]
+            if a.shape != shape:
+                raise ModelError(f"input data {path}: {vi.name!r} has shape {a.shape}, the model expects {shape}")
+            feeds[vi.name] = a.astype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    return feeds
+
+
+def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, layers_dir: str | os.PathLike,
+                           settings: dict | None = None, input_data: str | os.PathLike | None = None) -> dict:
+    """Run the whole prepared model once in ONNX Runtime and store each layer's inputs.
+
+    ``--layer-inputs propagate``: every layer then sees the values it would see in the
+    model (post-ReLU non-negative, real ranges) instead of random ones. Model inputs
+    come from ``input_data`` (``--input-data``) or are drawn like layer inputs.
+    Writes ``<layers_dir>/<slug>/inputs.npz`` per layer, leaving a file whose arrays
+    did not change untouched (so its layer is not retested).
+
+    Returns:
+        ``{"model_inputs": {name: [shape]}, "source": "random"|path, "run_ms",
+        "layers": N, "rewritten": M}``.
+
+    Raises:
+        ModelError: ONNX Runtime cannot run the whole model, or bad ``input_data``.
+    """
+    import io
+    import time
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from .errors import ModelError
+    from .fileio import atomic_write_bytes
+
+    model = onnx.load(str(prepared_path))
+    feeds = load_input_data(input_data, model) if input_data else make_inputs(model, settings)
+    needed = sorted({i["name"] for layer in manifest["layers"] for i in layer["inputs"]} - set(feeds))
+    have = {o.name for o in model.graph.output}
+    types = {vi.name: vi for vi in model.graph.value_info}
+    for name in needed:
+        if name not in have:
+            vi = onnx.ValueInfoProto()
+            vi.CopyFrom(types[name]) if name in types else setattr(vi, "name", name)
+            model.graph.output.append(vi)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        t0 = time.perf_counter()
+        values = dict(zip(needed, sess.run(needed, feeds)))
+        run_ms = (time.perf_counter() - t0) * 1000
+    except Exception as e:
+        raise ModelError(f"--layer-inputs propagate needs ONNX Runtime to run the whole model, and it failed: "
+                         f"{str(e).strip()[:500]}") from None
+    values.update(feeds)
+    rewritten = 0
+    for layer in manifest["layers"]:
+        arrays = {i["name"]: np.asarray(values[i["name"]]) for i in layer["inputs"]}
+        path = Path(layers_dir) / layer["slug"] / "inputs.npz"
+        if path.exists():
+            with np.load(path, allow_pickle=False) as old:
+                if set(old.files) == set(arrays) and all(
+                        old[k].dtype == a.dtype and old[k].shape == a.shape and np.array_equal(old[k], a, equal_nan=True)
+                        for k, a in arrays.items()):
+                    continue
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write_bytes(path, buf.getvalue())
+        rewritten += 1
+    return {"model_inputs": {k: list(v.shape) for k, v in feeds.items()},
+            "source": str(input_data) if input_data else "random", "run_ms": round(run_ms, 3),
+            "layers": len(manifest["layers"]), "rewritten": rewritten}
 
 
 def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dict) -> None:  # noqa: F821

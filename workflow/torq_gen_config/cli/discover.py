@@ -35,6 +35,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--recompute-cache", action="store_true",
                    help="recompute everything for this model (prepared model, layers, references, every verdict), "
                         "also under --skip-mode; the Snakemake form is `snakemake --forceall`")
+    p.add_argument("--layer-inputs", choices=["random", "propagate"],
+                   help="layer inputs drawn at random (default) or taken from an ONNX Runtime run of the whole "
+                        "model, so every layer sees realistic values")
+    p.add_argument("--input-data", metavar="FILE.npz",
+                   help="model inputs for --layer-inputs propagate, keyed by input name (default: random)")
     p.add_argument("--dedup-layers", action="store_true",
                    help="test one layer per signature (op type, attributes, shapes, dtypes); the others copy its "
                         "verdicts and are marked duplicate_of")
@@ -89,6 +94,13 @@ def build_config(args: argparse.Namespace) -> dict:
         config["tolerance"] = tol
     if getattr(args, "timeout", None) is not None:
         config["timeout_s"] = args.timeout
+    if getattr(args, "layer_inputs", None):
+        config["layer_inputs"] = args.layer_inputs
+    if getattr(args, "input_data", None):
+        config["input_data"] = str(Path(args.input_data).expanduser().resolve())
+        config.setdefault("layer_inputs", "propagate")
+        if config["layer_inputs"] != "propagate":
+            raise ConfigError("--input-data needs --layer-inputs propagate")
     if getattr(args, "dedup_layers", False):
         config["dedup_layers"] = True
     if getattr(args, "skip_mode", False):
