@@ -86,3 +86,24 @@ def test_shape_arithmetic_and_constants_fold(tmp_path):
     reshape = man["layers"][2]
     assert "/" not in reshape["slug"]
     assert [i["name"] for i in reshape["initializers"]] == ["s"]
+
+
+def test_if_layer_gets_outer_scope_inputs(tmp_path):
+    """An If whose branches read a tensor of the enclosing graph: that tensor is a layer input."""
+    from onnx import TensorProto as T
+
+    from torq_gen_config.reference import compute_reference
+
+    then_g = helper.make_graph([helper.make_node("Relu", ["a"], ["t"])], "then", [], [tvi("t", T.FLOAT, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["a"], ["e"])], "else", [], [tvi("e", T.FLOAT, [2])])
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = make_model(nodes, [tvi("x", T.FLOAT, [2])], [tvi("y", T.FLOAT, [2])],
+                   [numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    onnx.save(m, tmp_path / "if.onnx")
+    model, info = prepare_model(tmp_path / "if.onnx")
+    man = split_layers(model, info, tmp_path / "layers")
+    if_layer = man["layers"][-1]
+    assert if_layer["layer_id"] == "If_y" and [i["name"] for i in if_layer["inputs"]] == ["c", "a"]
+    assert compute_reference(tmp_path / "layers" / "If_y" / "model.onnx", tmp_path / "ref.npz")["status"] == "ok"

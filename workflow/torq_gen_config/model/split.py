@@ -229,7 +229,7 @@ def build_layer_model(model, members: list[int], values: dict, types: dict, grap
     inputs, inits = [], []
     seen = set()
     for n in nodes:
-        for t in n.input:
+        for t in list(n.input) + _outer_scope_inputs(n):
             if not t or t in produced_set or t in seen:
                 continue
             seen.add(t)
@@ -253,6 +253,31 @@ def build_layer_model(model, members: list[int], values: dict, types: dict, grap
         "initializers": [{"name": t.name, "dtype": _dtype_name(t.data_type), "shape": list(t.dims)} for t in inits],
     }
     return layer, io
+
+
+def _outer_scope_inputs(node) -> list[str]:
+    """Tensors that the subgraphs of ``node`` (If/Loop/Scan bodies) read from the
+    enclosing graph: they are inputs of the layer too."""
+    names: list[str] = []
+
+    def visit(graph, defined: set[str]) -> None:
+        defined = set(defined) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        for n in graph.node:
+            for t in n.input:
+                if t and t not in defined and t not in names:
+                    names.append(t)
+            for a in n.attribute:
+                for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+                    visit(g, defined)
+            defined.update(t for t in n.output if t)
+
+    for a in node.attribute:
+        if a.type == 5:
+            visit(a.g, set())
+        elif a.type == 10:
+            for g in a.graphs:
+                visit(g, set())
+    return names
 
 
 def _copy_node(node):
