@@ -617,9 +617,9 @@ def test_make_backend_kinds():
 
 def test_make_backend_unknown_kind_lists_known():
     with pytest.raises(ValueError) as ei:
-        make_backend({"name": "t", "backend": "torq", "options": {}})
+        make_backend({"name": "t", "backend": "tensorrt", "options": {}})
     assert isinstance(ei.value, UnknownBackendError) and isinstance(ei.value, ConfigError)
-    assert "'torq'" in str(ei.value) and "iree" in str(ei.value) and "onnxruntime" in str(ei.value)
+    assert "'tensorrt'" in str(ei.value) and "iree" in str(ei.value) and "onnxruntime" in str(ei.value)
 
 
 def test_make_backend_bad_executor():

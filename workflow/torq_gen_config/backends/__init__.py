@@ -33,6 +33,7 @@ __all__ = [
 BACKEND_KINDS: dict[str, str] = {
     "iree": "torq_gen_config.backends.iree:IreeBackend",
     "onnxruntime": "torq_gen_config.backends.onnxruntime:OnnxRuntimeBackend",
+    "torq": "torq_gen_config.backends.torq:TorqBackend",
 }
 
 #: backend kind -> whether its compile input is the layer's MLIR (the workflow needs
