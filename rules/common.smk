@@ -140,6 +140,14 @@ def all_layer_results(wildcards):
     return [os.path.join(LAYERS, slug, name, "result.json") for slug in tested_layers() for name in EXECUTORS]
 
 
+def get_timing(wildcards):
+    """Runtime measurement settings of the test jobs (a per-job param, so switching
+    collect_timing or changing the run counts reruns them), or None when off."""
+    if not config["collect_timing"]:
+        return None
+    return {"runs": config["timing_runs"], "warmup": config["timing_warmup"]}
+
+
 def run_options():
     """Options recorded in the report's provenance."""
     return {
@@ -157,4 +165,8 @@ def run_options():
         "skip_mode": config["skip_mode"],
         "compiler_options": config["compiler_options"],
         "runtime_options": config["runtime_options"],
+        "collect_timing": config["collect_timing"],
+        "timing_runs": config["timing_runs"],
+        "timing_warmup": config["timing_warmup"],
+        "recommend_by_timing": config["recommend_by_timing"],
     }

@@ -1,7 +1,8 @@
 # One job per (layer, executor): compile, run, compare, result.json.
 # Tolerance and timeout are read from the config inside the job, not params: the
 # report re-derives verdicts from the stored metrics, so a tolerance change
-# recompiles nothing.
+# recompiles nothing. The runtime measurement settings (collect_timing) are a
+# param: switching timing on must rerun the tests to measure.
 
 
 rule test_layer:
@@ -12,6 +13,7 @@ rule test_layer:
     params:
         layer=get_layer,
         executor=get_executor,
+        timing=get_timing,
     log:
         os.path.join(LOGS, "test_layer", "{layer}.{executor}.log"),
     run:
@@ -20,4 +22,4 @@ rule test_layer:
                             import_status=input.get("import_status"), result=output.result,
                             tolerance=config["tolerance"], timeout_s=config["timeout_s"], log=log[0],
                             log_file=config["log_file"] or None, verbose=config["verbose"],
-                            earlier_results=input.get("earlier") or [])
+                            earlier_results=input.get("earlier") or [], timing=params.timing)

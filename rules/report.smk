@@ -14,6 +14,7 @@ rule aggregate_report:
         executors=list(EXECUTORS.values()),
         tolerance=config["tolerance"],
         options=run_options(),
+        recommend_by_timing=config["recommend_by_timing"],
     log:
         os.path.join(LOGS, "aggregate_report.log"),
     run:
@@ -22,7 +23,8 @@ rule aggregate_report:
                                  tolerance=params.tolerance, options=params.options, report=output.report,
                                  compiler=output.compiler, output_dir=OUT, skip_ops=config["skip_ops"],
                                  dedup_layers=config["dedup_layers"],
-                                 user_choices=os.path.join(WORK, "user_choices.json"), log=log[0])
+                                 user_choices=os.path.join(WORK, "user_choices.json"),
+                                 recommend_by_timing=params.recommend_by_timing, log=log[0])
         summary = rep["discovery_report"]["summary"]
         print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "
               f"{summary['status_counts']})")

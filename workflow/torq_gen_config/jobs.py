@@ -121,7 +121,7 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                    import_status: str | None, result: str, tolerance: dict, timeout_s: float,
                    log: str | None = None, log_file: str | None = None, verbose: bool = False,
-                   earlier_results: list[str] = ()) -> None:
+                   earlier_results: list[str] = (), timing: dict | None = None) -> None:
     """Rule ``test_layer``: compile, run and compare one layer on one executor.
 
     The console gets one line per job; ``log_file`` (optional) receives the job's
@@ -129,7 +129,9 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     ``verbose`` also prints the full failure message. ``earlier_results`` (skip
     mode) are the result files of the higher-priority executors of the same layer:
     if one of them is a success, this executor is recorded as ``skipped`` without
-    compiling anything.
+    compiling anything. ``timing`` (``{"runs", "warmup"}`` or None; the workflow's
+    ``collect_timing``) also measures the runtime after a run that produced outputs
+    (see :func:`~torq_gen_config.layer_test.run_layer_test`).
     """
     from .layer_test import one_line_summary, run_layer_test, skipped_result
 
@@ -147,7 +149,8 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     marker.unlink(missing_ok=True)
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
-                         result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s)
+                         result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
+                         timing=timing)
     # one write per line: jobs are threads, and print() writes text and newline separately
     text = one_line_summary(res) + "\n"
     if verbose and res.get("failure_report"):
@@ -199,10 +202,10 @@ def append_to_shared_log(log_file: str, title: str, text: str) -> None:
 def executor_with_tool_options(executor: dict, compiler_options: list[str], runtime_options: list[str]) -> dict:
     """The executor definition with the user's extra compiler/runtime flags appended.
 
-    Applies to backends that run a compiler (``iree``: ``compile_flags`` /
+    Applies to backends that run a compiler (``iree``, ``torq``: ``compile_flags`` /
     ``run_flags``); others are returned unchanged.
     """
-    if executor["backend"] != "iree" or not (compiler_options or runtime_options):
+    if executor["backend"] not in ("iree", "torq") or not (compiler_options or runtime_options):
         return executor
     opts = dict(executor.get("options") or {})
     opts["compile_flags"] = list(opts.get("compile_flags") or []) + list(compiler_options)
@@ -213,14 +216,17 @@ def executor_with_tool_options(executor: dict, compiler_options: list[str], runt
 def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
                   executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
                   output_dir: str, skip_ops: list[str] = (), dedup_layers: bool = False,
-                  user_choices: str | None = None,
+                  user_choices: str | None = None, recommend_by_timing: bool = False,
                   log: str | None = None) -> dict:
     """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
 
     Statuses are re-derived from the stored metrics with the current ``tolerance``,
     so a tolerance change needs no recompile. With ``dedup_layers``, a layer whose
     signature was seen before copies the verdicts of that first layer and is marked
-    ``duplicate_of`` in the report.
+    ``duplicate_of`` in the report. ``recommend_by_timing`` recommends the fastest
+    success (else the fastest difference) by measured runtime median, falling back
+    to priority order where no runtime was measured (see
+    :func:`~torq_gen_config.report.recommend.recommend_with_reason`).
     """
     from . import __version__
     from .mlir.importer import layer_location
@@ -263,10 +269,11 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     previous = read_json(user_choices, "user choices") if user_choices and Path(user_choices).exists() else None
     rep = build_report(model_name=model_name, layers=layers, results=results, executors=executors,
                        default_tolerance=tolerance, mlir_file=mlir_file, provenance=provenance,
-                       previous_report=previous)
+                       previous_report=previous, recommend_by_timing=recommend_by_timing)
     for lid, src in duplicate_of.items():
         rep["ops"][lid]["duplicate_of"] = src
-    rep["discovery_report"]["summary"]["distinct_layers_tested"] = len(first_of)
+    rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
+        len(first_of) if dedup_layers else sum(1 for per in results.values() if per))
     write_json(report, rep)
     write_json(compiler, build_compiler_json(rep))
     _log(log, f"report written: {report}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -20,13 +21,17 @@ from typing import Any
 from .fileio import write_json
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
+#: Runtime measurements of the jobs of one process (jobs are threads) run one at a
+#: time, so two benchmarks never share the cores; compiles of other jobs may still
+#: run meanwhile (``-j 1`` gives the quietest machine).
+_BENCHMARK_LOCK = threading.Lock()
 SUMMARY_LIMIT = 512
 MESSAGE_LIMIT = 4000
 
 
 def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_npz: str, layer_mlir: str | None,
                    import_status: str | None, work_dir: str, result_path: str, log_path: str | None,
-                   tolerance: dict, timeout_s: float) -> dict:
+                   tolerance: dict, timeout_s: float, timing: dict | None = None) -> dict:
     """Test one layer on one executor and write the result file atomically.
 
     Args:
@@ -41,6 +46,18 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         log_path: the job's log file (tool command lines and full stderr).
         tolerance: ``fp_avg_tol``, ``fp_max_tol`` (and optional ``int_atol``).
         timeout_s: wall-clock limit (s) for each tool call.
+        timing: ``{"runs": N, "warmup": W}`` to measure the runtime (workflow
+            option ``collect_timing``), or None. After a run that produced
+            outputs (verdict ``success``, ``difference`` or ``unverified``) the
+            backend's :meth:`~torq_gen_config.backends.base.Backend.benchmark`
+            runs W untimed and N timed runs; its dict is stored as
+            ``result["timing"]["runtime"]``. A failing measurement never changes
+            the verdict: its message goes to ``result["timing"]["runtime_error"]``.
+
+    ``result["timing"]`` always has ``compile_ms`` (compiler / session creation
+    wall time) and ``run_ms`` (wall time of the single verification run; for
+    IREE that is a whole ``iree-run-module`` process, start-up and module
+    loading included, so it is not a kernel time: see ``runtime`` for that).
 
     Returns:
         The result dict (also written to ``result_path``). Never raises for a
@@ -96,6 +113,11 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     except Exception as e:  # a backend bug must not stop the other layers
         return fail("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
 
+    def measure() -> None:
+        if timing:
+            _measure_runtime(result, backend, artifact, inputs, meta, work_dir=work_dir, timing=timing,
+                             timeout_s=timeout_s, log_path=log_path)
+
     if meta["status"] != "ok":
         result["status"] = "unverified"
         result["failure_report"] = {
@@ -103,6 +125,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             "summary": f"ran, but the reference failed: {first_error_line(meta.get('message') or '')}"[:SUMMARY_LIMIT],
             "message": bounded_message(meta.get("message") or "", MESSAGE_LIMIT),
         }
+        measure()
         return _finish(result, result_path, log_path)
     try:
         metrics = compare_outputs(outputs, ref_outputs, meta["output_names"])
@@ -114,7 +137,40 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     if status != "success":
         result["failure_report"] = {"type": "accuracy_failure", "stage": None, "during": None,
                                     "summary": summary[:SUMMARY_LIMIT], "message": summary}
+    measure()
     return _finish(result, result_path, log_path)
+
+
+def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, *, work_dir: str, timing: dict,
+                     timeout_s: float, log_path: str | None) -> None:
+    """Store ``backend.benchmark``'s dict (or its failure) in ``result["timing"]``; never raises.
+
+    Runs once the verdict is known (``success``, ``difference``, ``unverified``);
+    the verdict comes from the verification run's outputs and does not change.
+    """
+    from .backends.base import StageError
+
+    runs = int(timing.get("runs", 5))
+    warmup = int(timing.get("warmup", 1))
+    try:
+        with _BENCHMARK_LOCK:
+            result["timing"]["runtime"] = backend.benchmark(
+                artifact, inputs=inputs, input_names=meta["input_names"], output_names=meta["output_names"],
+                work_dir=work_dir, runs=runs, warmup=warmup, timeout_s=timeout_s, log_path=log_path)
+    except StageError as e:
+        result["timing"]["runtime_error"] = {"stage": e.stage, "during": e.during, "summary": e.summary[:SUMMARY_LIMIT],
+                                             "message": e.message[:MESSAGE_LIMIT]}
+    except NotImplementedError as e:
+        result["timing"]["runtime_error"] = {"stage": None, "during": None, "summary": str(e)[:SUMMARY_LIMIT],
+                                             "message": str(e)}
+    except Exception as e:  # a benchmark bug or a missing tool must not lose the verdict
+        msg = f"{type(e).__name__}: {e}"
+        result["timing"]["runtime_error"] = {"stage": None, "during": None, "summary": msg[:SUMMARY_LIMIT],
+                                             "message": (msg + "\n" + traceback.format_exc())[:MESSAGE_LIMIT]}
+    if log_path and "runtime_error" in result["timing"]:
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(f"[{time.strftime('%H:%M:%S')}] runtime measurement failed: "
+                    f"{result['timing']['runtime_error']['summary']}\n")
 
 
 def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) -> dict:
@@ -150,7 +206,9 @@ def one_line_summary(result: dict) -> str:
     if result.get("failure_report"):
         extra = " - " + result["failure_report"]["summary"][:120]
     elif t.get("compile_ms") is not None:
-        extra = f" ({t['compile_ms']:.0f} ms compile, {t.get('run_ms') or 0:.1f} ms run)"
+        rt = t.get("runtime") or {}
+        bench = f", {rt['median_ms']:.3f} ms median of {rt['runs']}" if rt.get("median_ms") is not None else ""
+        extra = f" ({t['compile_ms']:.0f} ms compile, {t.get('run_ms') or 0:.1f} ms run{bench})"
     return f"[{result['executor']}] {result['layer_id']}: {result['status']}{extra}"
 
 

@@ -27,7 +27,8 @@ from ..errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-__all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "check_options", "check_inputs"]
+__all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "check_options", "check_inputs",
+           "check_timing_args", "runtime_stats"]
 
 #: Stages a layer can fail at, in pipeline order. "timeout" and "crash" say how a
 #: compile or run ended; ``StageError.during`` then says which of the two it was.
@@ -211,6 +212,47 @@ class Backend(ABC):
             is reported in the dict instead).
         """
 
+    def benchmark(
+        self,
+        artifact: CompiledArtifact,
+        *,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        runs: int,
+        warmup: int,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> dict:
+        """Measure the runtime of a compiled layer: ``warmup`` untimed runs, then ``runs`` timed ones.
+
+        Called after a successful :meth:`run` of the same artifact with the same
+        inputs (the workflow's ``collect_timing``). What one sample covers is
+        backend-specific and said in the subclass docstring and in ``"method"``;
+        it never includes process start-up or compilation.
+
+        Args:
+            artifact: what :meth:`compile` returned.
+            inputs, input_names, output_names, work_dir, log_path: as for :meth:`run`.
+            runs: timed runs (>= 1).
+            warmup: untimed runs before them (>= 0).
+            timeout_s: wall-clock limit in seconds for the whole measurement.
+
+        Returns:
+            ``{"runs": N, "warmup": W, "median_ms", "min_ms", "mean_ms", "max_ms",
+            "samples_ms": [N floats], "method": str}`` in milliseconds, rounded to
+            4 decimals (see :func:`runtime_stats`).
+
+        Raises:
+            StageError: the measurement failed (``"run"``, or ``"timeout"``/``"crash"``
+                with ``during="run"``); the caller records it next to the verdict.
+            NotImplementedError: this backend cannot measure runtimes (the
+                default; backends override it).
+            ValueError: ``runs < 1``, ``warmup < 0`` or a missing input.
+        """
+        raise NotImplementedError(f"backend {self.kind or type(self).__name__!r} does not implement benchmark()")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, options={self.options!r})"
 
@@ -263,3 +305,46 @@ def check_inputs(inputs: Mapping[str, Any], input_names: list[str]) -> None:
         raise ValueError(
             f"missing input array(s) {missing} (given: {sorted(inputs)})"
         )
+
+
+def check_timing_args(runs: Any, warmup: Any) -> tuple[int, int]:
+    """Validate the ``runs``/``warmup`` of :meth:`Backend.benchmark`.
+
+    Raises:
+        ValueError: ``runs`` is not an int >= 1 or ``warmup`` not an int >= 0.
+    """
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ValueError(f"benchmark: runs must be an integer >= 1, got {runs!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"benchmark: warmup must be an integer >= 0, got {warmup!r}")
+    return runs, warmup
+
+
+def runtime_stats(samples_ms: list[float], *, warmup: int, method: str) -> dict:
+    """The result dict of :meth:`Backend.benchmark` for the timed samples (ms).
+
+    Returns:
+        ``{"runs", "warmup", "median_ms", "min_ms", "mean_ms", "max_ms",
+        "samples_ms", "method"}``; every float rounded to 4 decimals. The median
+        of an even count is the mean of the two middle samples.
+
+    Raises:
+        ValueError: no samples.
+    """
+    if not samples_ms:
+        raise ValueError("runtime_stats: no samples")
+    values = [float(x) for x in samples_ms]
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    return {
+        "runs": n,
+        "warmup": int(warmup),
+        "median_ms": round(median, 4),
+        "min_ms": round(ordered[0], 4),
+        "mean_ms": round(sum(values) / n, 4),
+        "max_ms": round(ordered[-1], 4),
+        "samples_ms": [round(x, 4) for x in values],
+        "method": method,
+    }

@@ -26,11 +26,18 @@ Executor options (all optional):
     (0.50 s vs 0.65 s wall, 0.47 s vs 0.61 s CPU, measured here), while the workflow
     already runs one job per core.
 
-Tools: ``iree-compile`` and ``iree-run-module`` are the native binaries of the
-installed ``iree-base-compiler`` / ``iree-base-runtime`` wheels (not the Python
-wrapper scripts in ``bin/``, which hide a crash's signal), unless the environment
-variables ``IREE_COMPILE`` / ``IREE_RUN_MODULE`` name other executables; the
-fallback is the interpreter's ``bin`` directory, then ``PATH``.
+Tools: ``iree-compile``, ``iree-run-module`` and (for timing) ``iree-benchmark-module``
+are the native binaries of the installed ``iree-base-compiler`` / ``iree-base-runtime``
+wheels (not the Python wrapper scripts in ``bin/``, which hide a crash's signal),
+unless the environment variables ``IREE_COMPILE`` / ``IREE_RUN_MODULE`` /
+``IREE_BENCHMARK_MODULE`` name other executables; the fallback is the interpreter's
+``bin`` directory, then ``PATH``.
+
+Timing (:meth:`IreeBackend.benchmark`, workflow option ``collect_timing``): one
+``iree-benchmark-module`` process per (layer, executor) measures the wall time of
+single calls of ``main`` inside that process; process start-up, module loading and
+input parsing happen once before the clock starts and are not measured (the
+verification run's ``run_ms`` does include them).
 
 Data types at the ``iree-run-module`` boundary (IREE 3.13, checked): bool, int8-64,
 uint8-64, float16, float32 and bfloat16 inputs go through ``.npy`` files; outputs are
@@ -50,12 +57,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..tools import ToolNotFoundError, ToolResult, bounded_message, find_tool, run_tool
-from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args, runtime_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-__all__ = ["IreeBackend", "TARGETS", "parse_mlir_signature", "iree_tool_path"]
+__all__ = ["IreeBackend", "TARGETS", "parse_mlir_signature", "iree_tool_path", "parse_benchmark_json"]
 
 #: target backend -> (``--iree-hal-target-device`` value, default runtime ``--device``)
 TARGETS: dict[str, tuple[str, str]] = {
@@ -117,20 +124,23 @@ def _package_dir(module: str) -> str | None:
 
 
 def iree_tool_path(name: str) -> str:
-    """Path of an IREE command-line tool (``"iree-compile"`` or ``"iree-run-module"``).
+    """Path of an IREE command-line tool (``"iree-compile"``, ``"iree-run-module"`` or
+    ``"iree-benchmark-module"``).
 
-    Search order: ``$IREE_COMPILE`` / ``$IREE_RUN_MODULE``; the native binary inside
-    the installed wheel (``iree/compiler/_mlir_libs`` or ``iree/_runtime_libs``);
-    the interpreter's ``bin`` directory; ``PATH``.
+    Search order: ``$IREE_COMPILE`` / ``$IREE_RUN_MODULE`` / ``$IREE_BENCHMARK_MODULE``;
+    the native binary inside the installed wheel (``iree/compiler/_mlir_libs`` or
+    ``iree/_runtime_libs``); the interpreter's ``bin`` directory; ``PATH``.
 
     Raises:
         ToolNotFoundError: not found; the message names every place searched.
-        ValueError: ``name`` is not one of the two tools.
+        ValueError: ``name`` is not one of the three tools.
     """
     if name == "iree-compile":
         env_var, pkg_dirs = "IREE_COMPILE", [("iree.compiler", "_mlir_libs")]
     elif name == "iree-run-module":
         env_var, pkg_dirs = "IREE_RUN_MODULE", [("iree._runtime_libs", "")]
+    elif name == "iree-benchmark-module":
+        env_var, pkg_dirs = "IREE_BENCHMARK_MODULE", [("iree._runtime_libs", "")]
     else:
         raise ValueError(f"iree_tool_path: unknown tool {name!r}")
     dirs = []
@@ -466,6 +476,102 @@ class IreeBackend(Backend):
             outputs[name] = arr
         return outputs, res.wall_ms
 
+    # ------------------------------------------------------------ benchmark
+    def benchmark(
+        self,
+        artifact: CompiledArtifact,
+        *,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        runs: int,
+        warmup: int,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> dict:
+        """Runtime of the compiled module, measured by ``iree-benchmark-module``.
+
+        Command (run inside ``work_dir``): ``iree-benchmark-module --module=<vmfb>
+        --device=<device> --function=main --input=@bench_in_0.npy ...
+        --benchmark_repetitions=<warmup + runs> --benchmark_min_time=1x
+        --benchmark_format=json <run_flags>``.
+
+        What is measured: each repetition is exactly one call of ``main``
+        (``--benchmark_min_time=1x``) and its ``real_time`` (wall clock, taken
+        inside the benchmark process by Google Benchmark) is one sample: the VM
+        invocation, the HAL submission, the dispatches and the wait for the
+        result, including output buffer allocation. Not measured: process
+        start-up, module loading and input parsing (done once before the first
+        repetition), compilation. Warm-up: ``iree-benchmark-module`` only offers a
+        time-based warm-up (``--benchmark_min_warmup_time`` in seconds), so the
+        first ``warmup`` repetitions run in the same process and are dropped,
+        which gives an exact count. The executor's ``run_flags`` are passed too
+        (device and task-system flags are shared by both tools).
+
+        Args:
+            artifact: from :meth:`compile` (``path`` = the ``.vmfb``).
+            inputs: arrays by name (written as ``bench_in_<i>.npy``).
+            input_names: call order of the inputs.
+            output_names: unused (the outputs are not read back).
+            work_dir: directory for the input files (created).
+            runs: timed repetitions (>= 1).
+            warmup: dropped repetitions before them (>= 0).
+            timeout_s: wall-clock limit of the benchmark process, in seconds.
+            log_path: log file for the command line and the tool's output.
+
+        Returns:
+            See :meth:`Backend.benchmark`; ``method`` starts with
+            ``"iree-benchmark-module"``.
+
+        Raises:
+            StageError: ``"run"`` (non-zero exit, or output without the expected
+                repetitions), ``"timeout"`` / ``"crash"`` with ``during="run"``.
+            ValueError: bad ``runs``/``warmup``, a missing input, no module path.
+            FileNotFoundError: the module file does not exist.
+            ToolNotFoundError: ``iree-benchmark-module`` cannot be found.
+        """
+        runs, warmup = check_timing_args(runs, warmup)
+        check_inputs(inputs, input_names)
+        if artifact.path is None:
+            raise ValueError(f"executor {self.name!r}: artifact has no module path")
+        module = os.path.abspath(artifact.path)
+        if not os.path.isfile(module):
+            raise FileNotFoundError(f"IREE module not found: {module}")
+        work = Path(work_dir)
+        work.mkdir(parents=True, exist_ok=True)
+        argv = [self._tool("iree-benchmark-module"), f"--module={module}", f"--device={self.device}",
+                f"--function={FUNCTION}", *self._write_inputs(work, inputs, input_names, prefix="bench_in"),
+                f"--benchmark_repetitions={warmup + runs}", "--benchmark_min_time=1x",
+                "--benchmark_format=json", *self.run_flags]
+        res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
+        self._check_result(res, tool="iree-benchmark-module", during="run", timeout_s=timeout_s)
+        samples = parse_benchmark_json(res.stdout, FUNCTION)
+        if len(samples) != warmup + runs:
+            raise StageError(
+                "run",
+                f"iree-benchmark-module reported {len(samples)} repetition(s) of {FUNCTION}, expected "
+                f"{warmup + runs}:\n{bounded_message(res.stdout + res.stderr, 2000)}",
+            )
+        method = (f"iree-benchmark-module --device={self.device}: wall time of one call of {FUNCTION} per "
+                  f"repetition (--benchmark_min_time=1x), inside the benchmark process; first {warmup} "
+                  "repetition(s) dropped as warm-up; excludes process start-up and module loading")
+        return runtime_stats(samples[warmup:], warmup=warmup, method=method)
+
+    def _write_inputs(self, work: Path, inputs: dict, input_names: list[str], prefix: str) -> list[str]:
+        """Write the inputs as ``<prefix>_<i>.npy`` in ``work``; return the ``--input=@...`` flags."""
+        import numpy as np
+
+        flags = []
+        for i, name in enumerate(input_names):
+            arr = np.asarray(inputs[name])
+            if arr.dtype.kind in "OUS" or arr.dtype.type is np.void:
+                raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which the IREE tools cannot read")
+            fname = f"{prefix}_{i}.npy"
+            np.save(work / fname, np.ascontiguousarray(arr), allow_pickle=False)
+            flags.append(f"--input=@{fname}")
+        return flags
+
     # ------------------------------------------------------------- describe
     def describe(self) -> dict:
         """Provenance of this executor.
@@ -512,6 +618,46 @@ class IreeBackend(Backend):
                     self._compiler_version = line.strip()
                     break
         return self._compiler_version
+
+
+_TIME_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def parse_benchmark_json(text: str, function: str = FUNCTION) -> list[float]:
+    """Per-repetition wall times (ms) of ``function`` from ``iree-benchmark-module --benchmark_format=json``.
+
+    Only ``"run_type": "iteration"`` entries are used (the ``mean``/``median``/...
+    aggregates are not), in ``repetition_index`` order; each one's ``real_time``
+    is divided by its ``iterations`` and converted from its ``time_unit``.
+
+    Raises:
+        StageError: ``"run"`` when the text holds no JSON object with benchmarks.
+    """
+    import json
+
+    start = text.find("{")
+    try:
+        data, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
+    except ValueError as e:
+        data = None
+        err = f": {e}"
+    else:
+        err = ""
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise StageError("run", f"iree-benchmark-module printed no JSON benchmark results{err}\n"
+                                f"{bounded_message(text, 2000)}")
+    rows = []
+    for b in data["benchmarks"]:
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        name = str(b.get("run_name") or b.get("name") or "")
+        if not (name.startswith(f"BM_{function}/") or name == f"BM_{function}"):
+            continue
+        iterations = max(int(b.get("iterations") or 1), 1)
+        scale = _TIME_UNITS_MS.get(str(b.get("time_unit") or "ns"), 1e-6)
+        rows.append((int(b.get("repetition_index") or 0), float(b["real_time"]) * scale / iterations))
+    rows.sort(key=lambda r: r[0])
+    return [ms for _, ms in rows]
 
 
 def _has_f64(signature: dict) -> bool:

@@ -15,7 +15,9 @@ Executor options (all optional):
     Threads inside one operator; 0 lets onnxruntime choose.
 
 "Compile" is the creation of the ``InferenceSession``; the session is kept in
-``CompiledArtifact.handle`` and reused by :meth:`OnnxRuntimeBackend.run`.
+``CompiledArtifact.handle`` and reused by :meth:`OnnxRuntimeBackend.run` and
+:meth:`OnnxRuntimeBackend.benchmark` (timing: ``session.run`` calls timed with
+``time.perf_counter`` in this process, after untimed warm-up runs).
 
 This module also provides the reference engine of the workflow:
 :func:`ort_reference_session` (CPU, all graph optimisations disabled) and
@@ -32,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..tools import bounded_message
-from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args, runtime_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -354,6 +356,105 @@ class OnnxRuntimeBackend(Backend):
         wall_ms = (time.perf_counter() - start) * 1000.0
         _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- ok; wall {wall_ms:.3f} ms")
         return dict(zip(output_names, results)), wall_ms
+
+    def benchmark(
+        self,
+        artifact: CompiledArtifact,
+        *,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        runs: int,
+        warmup: int,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> dict:
+        """Runtime of the layer's session, measured in this process.
+
+        ``warmup`` untimed ``session.run`` calls, then ``runs`` calls each timed
+        with ``time.perf_counter``; every call gets the same inputs (converted to
+        numpy once, before the loop) and fetches every output of ``output_names``.
+
+        What is measured: one ``session.run`` call: onnxruntime's Python binding
+        (input and output conversion), the execution of the graph on the session's
+        providers and the output copies. Not measured: session creation (that is
+        ``compile_ms``), input preparation, any process start-up (there is none).
+        A ``threading.Timer`` sets ``RunOptions.terminate`` when the whole
+        measurement passes ``timeout_s`` (checked by onnxruntime between nodes).
+
+        Args:
+            artifact: from :meth:`compile` (the session is recreated when
+                ``handle`` is None).
+            inputs, input_names, output_names: as for :meth:`run`.
+            work_dir: unused.
+            runs: timed calls (>= 1).
+            warmup: untimed calls before them (>= 0).
+            timeout_s: wall-clock limit of the whole measurement, in seconds.
+            log_path: a one-line record of the measurement is appended here.
+
+        Returns:
+            See :meth:`Backend.benchmark`; ``method`` starts with ``"onnxruntime"``.
+
+        Raises:
+            StageError: ``"timeout"`` with ``during="run"``, ``"run"`` (onnxruntime error).
+            ValueError: bad ``runs``/``warmup`` or a missing input.
+        """
+        import numpy as np
+        import onnxruntime as ort
+
+        runs, warmup = check_timing_args(runs, warmup)
+        check_inputs(inputs, input_names)
+        session = artifact.handle
+        if session is None:
+            onnx_path = (artifact.info or {}).get("onnx_path")
+            if not onnx_path:
+                raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
+            session, _ = self._create_session(onnx_path)
+            artifact.handle = session
+        feed = {n: np.asarray(inputs[n]) for n in input_names}
+        fetch = list(output_names)
+        run_options = ort.RunOptions()
+        fired = threading.Event()
+
+        def _terminate() -> None:
+            fired.set()
+            run_options.terminate = True
+
+        samples: list[float] = []
+        timer = threading.Timer(timeout_s, _terminate)
+        timer.daemon = True
+        start = time.perf_counter()
+        timer.start()
+        try:
+            for _ in range(warmup):
+                session.run(fetch, feed, run_options)
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                session.run(fetch, feed, run_options)
+                samples.append((time.perf_counter() - t0) * 1000.0)
+                if fired.is_set():
+                    break
+        except Exception as e:  # onnxruntime raises its own pybind exception types
+            if not fired.is_set():
+                msg = bounded_message(f"{type(e).__name__}: {e}")
+                _append_log(log_path, f"onnxruntime benchmark {artifact.info.get('onnx_path')}\n--- FAILED (run)\n{msg}")
+                raise StageError("run", msg) from None
+        finally:
+            timer.cancel()
+        wall_ms = (time.perf_counter() - start) * 1000.0
+        if fired.is_set():
+            msg = (f"onnxruntime benchmark ({warmup} warm-up + {runs} timed runs) exceeded the {timeout_s:g} s limit "
+                   f"after {wall_ms / 1000.0:.3g} s and {len(samples)} timed run(s)")
+            _append_log(log_path, f"onnxruntime benchmark {artifact.info.get('onnx_path')}\n--- TIMED OUT\n{msg}")
+            raise StageError("timeout", msg, during="run")
+        method = (f"onnxruntime in-process: time.perf_counter around each session.run ({', '.join(session.get_providers())}); "
+                  f"{warmup} untimed warm-up run(s) first; excludes session creation")
+        stats = runtime_stats(samples, warmup=warmup, method=method)
+        _append_log(log_path, f"onnxruntime benchmark {artifact.info.get('onnx_path')}\n--- ok; {warmup} warm-up + "
+                              f"{runs} timed runs in {wall_ms:.1f} ms; median {stats['median_ms']} ms, "
+                              f"min {stats['min_ms']} ms")
+        return stats
 
     def describe(self) -> dict:
         """Provenance of this executor.

@@ -50,6 +50,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="extra flag for the compiler of iree executors (repeatable); changing it recompiles")
     p.add_argument("--runtime-option", action="append", default=[], metavar="OPT",
                    help="extra flag for the runtime of iree executors (repeatable)")
+    p.add_argument("--collect-timing", action="store_true",
+                   help="measure each layer's runtime on each executor after its verification run, inside the "
+                        "runtime (no process start-up): warm-up runs, then --timing-runs timed runs; median and "
+                        "min go to the report")
+    p.add_argument("--timing-runs", type=int, metavar="N", help="timed runs per (layer, executor) with "
+                                                                "--collect-timing (default 5)")
+    p.add_argument("--timing-warmup", type=int, metavar="N", help="untimed warm-up runs before them (default 1)")
+    p.add_argument("--recommend-by-timing", action="store_true",
+                   help="recommend the fastest success (else the fastest difference) by runtime median; layers "
+                        "without timing data fall back to priority order, and the report says so")
     p.add_argument("--log-file", metavar="PATH", help="append every job's full diagnostics (command lines, compiler "
                                                       "stderr) to this file; the console keeps one line per job")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show which jobs would run")
@@ -111,6 +121,14 @@ def build_config(args: argparse.Namespace) -> dict:
         config["compiler_options"] = list(args.compiler_option)
     if getattr(args, "runtime_option", None):
         config["runtime_options"] = list(args.runtime_option)
+    if getattr(args, "collect_timing", False):
+        config["collect_timing"] = True
+    if getattr(args, "timing_runs", None) is not None:
+        config["timing_runs"] = args.timing_runs
+    if getattr(args, "timing_warmup", None) is not None:
+        config["timing_warmup"] = args.timing_warmup
+    if getattr(args, "recommend_by_timing", False):
+        config["recommend_by_timing"] = True
     if getattr(args, "log_file", None):
         config["log_file"] = str(Path(args.log_file).expanduser().resolve())
     if getattr(args, "verbose", False):

@@ -20,10 +20,15 @@ from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
 from ..errors import ReportError
 from .recommend import (
+    REASON_NO_TIMING,
+    REASON_NOT_TESTED,
+    REASON_USER,
     STATUSES,
     is_critical_failure,
-    recommend_executor,
+    is_timing_reason,
+    recommend_with_reason,
     rederive_statuses,
+    runtime_median_ms,
 )
 from .text import render_final_report_text
 
@@ -93,11 +98,37 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
     else:
         report = result.get("failure_report")
         entry["failure_report"] = copy.deepcopy(report) if report else _default_failure_report(status, result)
-    timing = result.get("timing") or {}
-    entry["timing"] = {"compile_ms": _ms_or_none(timing.get("compile_ms")),
-                       "run_ms": _ms_or_none(timing.get("run_ms"))}
+    entry["timing"] = _timing_entry(result.get("timing") or {})
     entry["reference_status"] = (result.get("reference") or {}).get("status")
     return entry
+
+
+def _timing_entry(timing: Mapping) -> dict:
+    """Report ``timing`` of one (layer, executor) from the result's ``timing``.
+
+    Always ``compile_ms`` and ``run_ms`` (the single verification run, for IREE
+    a whole ``iree-run-module`` process). When the runtime was measured
+    (``collect_timing``): ``runtime_ms`` (the median, 3 decimals, the seed's
+    field), ``runs``, ``warmup``, ``median_ms``, ``min_ms``, ``mean_ms``,
+    ``max_ms``, ``samples_ms`` and ``method``. When the measurement failed:
+    ``runtime_error`` (its one-line summary).
+    """
+    out: dict[str, Any] = {"compile_ms": _ms_or_none(timing.get("compile_ms")),
+                           "run_ms": _ms_or_none(timing.get("run_ms"))}
+    runtime = timing.get("runtime")
+    median = runtime_median_ms({"timing": timing})
+    if isinstance(runtime, Mapping) and median is not None:
+        out["runtime_ms"] = round(median, 3)
+        out["runs"] = runtime.get("runs")
+        out["warmup"] = runtime.get("warmup")
+        for key in ("median_ms", "min_ms", "mean_ms", "max_ms"):
+            out[key] = _ms_or_none(runtime.get(key))
+        out["samples_ms"] = list(runtime.get("samples_ms") or [])
+        out["method"] = runtime.get("method")
+    err = timing.get("runtime_error")
+    if err:
+        out["runtime_error"] = err.get("summary") if isinstance(err, Mapping) else str(err)
+    return out
 
 
 def _previous_override(layer_id: str, prev_op: Mapping | None) -> dict | None:
@@ -119,6 +150,7 @@ def build_report(
     mlir_file: str | None,
     provenance: Mapping,
     previous_report: Mapping | None = None,
+    recommend_by_timing: bool = False,
 ) -> dict:
     """Build the report JSON (format version 1.1, superset of seed 002 section 4).
 
@@ -145,13 +177,20 @@ def build_report(
             ``"recommendation_source": "user"`` if that executor is still
             configured (otherwise it is dropped, the discovery rule applies and
             the op records ``user_recommendation_dropped``).
+        recommend_by_timing: recommend by measured runtime (fastest success,
+            else fastest difference); layers without runtime data fall back to
+            priority order (see
+            :func:`~torq_gen_config.report.recommend.recommend_with_reason`).
 
     Every executor verdict with metrics is re-derived from the metrics with the
     layer's effective tolerance (override, else ``default_tolerance``), so the
     report is consistent with its ``default_tolerance`` whatever tolerance the
     layer-test job used. The recommendation follows
-    :func:`~torq_gen_config.report.recommend.recommend_executor` (seed 001
-    section 3). ``mlir_location`` falls back to the op type when the layer has
+    :func:`~torq_gen_config.report.recommend.recommend_with_reason` (seed 001
+    section 3); each op records why as ``recommendation_reason``
+    (``"priority"``, ``"fastest success (0.123 ms median)"``, ``"priority (no
+    timing data)"``, ``"user"``, ...), and the summary counts the layers chosen
+    by timing and those that fell back, with a note. ``mlir_location`` falls back to the op type when the layer has
     no MLIR location (seed behaviour), which keeps it out of the compiler JSON.
 
     Returns:
@@ -193,16 +232,19 @@ def build_report(
         except ValueError as e:
             raise ReportError(f"layer {layer_id}: {e}") from None
 
-        recommended = recommend_executor(op["executors"], names)
+        recommended, reason = recommend_with_reason(op["executors"], names, by_timing=recommend_by_timing)
+        if skipped:
+            reason = REASON_NOT_TESTED
         source = "discovery"
         if prev_op and prev_op.get("recommendation_source") == "user":
             user_choice = prev_op.get("recommended_executor")
             if user_choice is None or (isinstance(user_choice, str) and user_choice in names):
-                recommended, source = user_choice, "user"
+                recommended, source, reason = user_choice, "user", REASON_USER
             else:
                 op["user_recommendation_dropped"] = user_choice
         op["recommended_executor"] = recommended
         op["recommendation_source"] = source
+        op["recommendation_reason"] = reason
         location = layer.get("mlir_location")
         op["mlir_location"] = location if location else layer.get("op_type")
         op["_node_index"] = layer.get("node_index")
@@ -214,7 +256,7 @@ def build_report(
             op["skipped_reason"] = skipped
         ops[layer_id] = op
 
-    summary, critical = summarize(ops, names)
+    summary, critical = summarize(ops, names, recommend_by_timing=recommend_by_timing)
     report: dict[str, Any] = {
         "version": REPORT_FORMAT_VERSION,
         "model_name": model_name,
@@ -240,7 +282,8 @@ def _timing_stats(values: list[float]) -> dict:
     }
 
 
-def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> tuple[dict, list]:
+def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
+              recommend_by_timing: bool | None = None) -> tuple[dict, list]:
     """Discovery summary and critical failures of a report's ``ops``.
 
     Returns:
@@ -253,7 +296,15 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> t
         recommendation rests on an unverified run); ``user_recommendations``;
         ``timing_summary`` (per executor with timings of runs that did not
         end in ``error``: ``run_ms`` and ``compile_ms`` stats ``{avg_ms,
-        min_ms, max_ms, samples}`` in milliseconds). ``critical_failures`` lists, in report order, the layers
+        min_ms, max_ms, samples}`` in milliseconds; with measured runtimes
+        also ``runtime_ms``, the same stats over the layers' runtime medians,
+        and ``runtime_samples_ms`` over every timed sample);
+        ``recommendations_by_timing`` and ``timing_fallback_layers`` (layers
+        whose ``recommendation_reason`` is a timing choice, and those where
+        ``recommend_by_timing`` fell back to priority for lack of timing
+        data); ``recommendation_rule`` (``"timing"`` or ``"priority"``: given
+        by ``recommend_by_timing``, else inferred from the reasons) and
+        ``notes`` (sentences for people, e.g. the fallback). ``critical_failures`` lists, in report order, the layers
         where every tested executor has status ``error``:
         ``{layer_id, node_index, mlir_location, error_details: {executor:
         {status, stage, summary}}}``. Source: ``notes/reference_tool.md``
@@ -264,6 +315,9 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> t
     no_rec = skipped = unverified_rec = user_rec = 0
     run_times: dict[str, list[float]] = {name: [] for name in executor_names}
     compile_times: dict[str, list[float]] = {name: [] for name in executor_names}
+    runtime_medians: dict[str, list[float]] = {name: [] for name in executor_names}
+    runtime_samples: dict[str, list[float]] = {name: [] for name in executor_names}
+    by_timing = fallback = 0
     critical: list[dict] = []
     for layer_id, op in report_ops.items():
         execs = op.get("executors") or {}
@@ -277,6 +331,17 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> t
                     run_times[name].append(float(timing["run_ms"]))
                 if _ms_or_none(timing.get("compile_ms")) is not None:
                     compile_times[name].append(float(timing["compile_ms"]))
+                median = runtime_median_ms(entry)
+                if median is not None:
+                    runtime_medians[name].append(median)
+                    runtime_samples[name].extend(v for v in (_ms_or_none(x) for x in timing.get("samples_ms") or [])
+                                                 if v is not None)
+        reason = op.get("recommendation_reason")
+        if op.get("recommendation_source") != "user":
+            if is_timing_reason(reason):
+                by_timing += 1
+            elif reason == REASON_NO_TIMING:
+                fallback += 1
         rec = op.get("recommended_executor")
         if rec is None:
             no_rec += 1
@@ -307,6 +372,10 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> t
             stats["run_ms"] = _timing_stats(run_times[name])
         if compile_times[name]:
             stats["compile_ms"] = _timing_stats(compile_times[name])
+        if runtime_medians[name]:
+            stats["runtime_ms"] = _timing_stats(runtime_medians[name])
+        if runtime_samples[name]:
+            stats["runtime_samples_ms"] = _timing_stats(runtime_samples[name])
         if stats:
             timing_summary[name] = stats
     summary = {
@@ -319,6 +388,16 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str]) -> t
         "user_recommendations": user_rec,
         "timing_summary": timing_summary,
     }
+    if recommend_by_timing is None:
+        recommend_by_timing = bool(by_timing or fallback)
+    summary["recommendation_rule"] = "timing" if recommend_by_timing else "priority"
+    summary["recommendations_by_timing"] = by_timing
+    summary["timing_fallback_layers"] = fallback
+    notes = []
+    if fallback:
+        notes.append(f"recommend_by_timing: {fallback} layer(s) had no runtime timing data and were recommended "
+                     "by priority order instead (collect it with --collect-timing / collect_timing: true)")
+    summary["notes"] = notes
     return summary, critical
 
 

@@ -43,7 +43,7 @@ from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
 from ..fileio import read_json, write_json
 from .build import build_compiler_json, summarize
-from .recommend import recommend_executor, rederive_statuses
+from .recommend import recommend_with_reason, rederive_statuses
 from .text import render_final_report_text
 
 __all__ = [
@@ -387,6 +387,8 @@ def apply_edit(
     new_executor = _validate_executor(executor, names) if set_executor else None
     default_tol = _default_tolerance(report)
     ops = report["ops"]
+    summary = (report.get("discovery_report") or {}).get("summary") or {}
+    by_timing = summary.get("recommendation_rule") == "timing"
 
     changes: list[LayerChange] = []
     for lid in layer_ids:
@@ -431,6 +433,7 @@ def apply_edit(
         if set_executor:
             op["recommended_executor"] = new_executor
             op["recommendation_source"] = "user"
+            op["recommendation_reason"] = "user"
             op.pop("user_recommendation_dropped", None)
             if new_executor is not None:
                 status = (execs.get(new_executor) or {}).get("status")
@@ -440,7 +443,9 @@ def apply_edit(
                     change.notes.append(f"{new_executor} has status '{status}' on this layer")
         elif op.get("recommendation_source") != "user":
             try:
-                op["recommended_executor"] = recommend_executor(execs, names)
+                # the report's own rule: by priority, or by timing when discovery used it
+                op["recommended_executor"], op["recommendation_reason"] = recommend_with_reason(
+                    execs, names, by_timing=by_timing)
             except ValueError as e:
                 raise ReportError(f"layer {lid}: {e}") from None
             op["recommendation_source"] = "discovery"
@@ -467,6 +472,10 @@ def refresh_report(report: dict) -> dict:
     report["discovery_report"] = {"summary": summary, "critical_failures": critical}
     report["has_critical_failures"] = bool(critical)
     report["final_report_text"] = render_final_report_text(report)
+    if report.get("full_model"):  # keep the result of the last `run` in the text
+        from ..full_model import with_full_model_text
+
+        report["final_report_text"] = with_full_model_text(report["final_report_text"], report["full_model"])
     return build_compiler_json(report)
 
 

@@ -8,6 +8,12 @@ reference failed on that layer, so nothing could be compared): better than no
 executor at all, but flagged in the report. A layer whose every tested
 executor has status ``"error"`` is a critical failure (seed 001 section 3,
 ``notes/reference_tool.md`` section 1 ``critical_failures``).
+
+With ``by_timing`` (seed 001 section 3, "Timing-Based Executor Recommendation")
+the fastest success by measured runtime median wins, else the fastest
+difference; where no candidate has a measured runtime the priority rule
+applies and the reason says so (the original tool returned no recommendation
+there). :func:`recommend_with_reason` returns the choice and that reason.
 """
 
 from __future__ import annotations
@@ -33,16 +39,105 @@ def _status_of(executor: str, result: Mapping) -> str:
     return status
 
 
-def recommend_executor(results: Mapping[str, Mapping], priority: list[str]) -> str | None:
+#: ``recommendation_reason`` values (the fastest-* ones are built by :func:`recommend_with_reason`).
+REASON_PRIORITY = "priority"
+REASON_NO_TIMING = "priority (no timing data)"
+REASON_NO_TIMED_STATUS = "priority (no success or difference)"
+REASON_NONE = "no working executor"
+REASON_NOT_TESTED = "not tested"
+REASON_USER = "user"
+_FASTEST_PREFIX = "fastest "
+
+
+def runtime_median_ms(result: Mapping) -> float | None:
+    """The measured runtime median (ms) of one result, or None when there is none.
+
+    Accepts a report executor entry (``timing.median_ms``, 4 decimals, else the
+    seed's ``timing.runtime_ms``) and a layer-test result
+    (``timing.runtime.median_ms``). Non-finite or negative values count as
+    missing.
+    """
+    import math
+
+    timing = result.get("timing") if isinstance(result, Mapping) else None
+    if not isinstance(timing, Mapping):
+        return None
+    value = timing.get("median_ms")
+    if value is None and isinstance(timing.get("runtime"), Mapping):
+        value = timing["runtime"].get("median_ms")
+    if value is None:
+        value = timing.get("runtime_ms")
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def is_timing_reason(reason: str | None) -> bool:
+    """True when ``reason`` says the recommendation was chosen by runtime."""
+    return isinstance(reason, str) and reason.startswith(_FASTEST_PREFIX)
+
+
+def recommend_with_reason(results: Mapping[str, Mapping], priority: list[str],
+                          by_timing: bool = False) -> tuple[str | None, str]:
+    """Recommended executor of one layer and why it was chosen.
+
+    Args:
+        results: executor name -> result dict (``"status"``; for ``by_timing``
+            also the runtime, see :func:`runtime_median_ms`).
+        priority: configured executor names, highest priority first.
+        by_timing: choose by measured runtime instead of priority.
+
+    Returns:
+        ``(name, reason)``. Without ``by_timing``: :func:`recommend_executor`'s
+        choice and ``"priority"`` (``"no working executor"`` when None). With
+        ``by_timing``: among the ``success`` executors that have a runtime
+        median, the lowest (ties: priority order), reason e.g. ``"fastest
+        success (0.123 ms median)"``; when there is no success, the same among
+        the ``difference`` executors (``"fastest difference (...)"``).
+        Executors without a runtime are ignored for that choice. When the best
+        status present has no runtime at all (timing was not collected, or its
+        measurement failed), the priority rule decides and the reason is
+        ``"priority (no timing data)"``; when no executor has a success or a
+        difference, ``"priority (no success or difference)"`` (an unverified
+        run may still be recommended) or ``"no working executor"``. A timed
+        difference never wins over an untimed success.
+
+    Raises:
+        ValueError: a considered result has no valid status.
+    """
+    name = recommend_executor(results, priority)
+    if not by_timing:
+        return name, REASON_PRIORITY if name is not None else REASON_NONE
+    statuses = {n: _status_of(n, results[n]) for n in priority if n in results}
+    for wanted in ("success", "difference"):
+        candidates = [n for n in priority if statuses.get(n) == wanted]
+        if not candidates:
+            continue
+        timed = [(runtime_median_ms(results[n]), i, n) for i, n in enumerate(candidates)]
+        timed = [t for t in timed if t[0] is not None]
+        if not timed:
+            return name, REASON_NO_TIMING
+        ms, _, best = min(timed)
+        return best, f"{_FASTEST_PREFIX}{wanted} ({ms:.3f} ms median)"
+    return name, REASON_NO_TIMED_STATUS if name is not None else REASON_NONE
+
+
+def recommend_executor(results: Mapping[str, Mapping], priority: list[str], by_timing: bool = False) -> str | None:
     """Recommended executor of one layer.
 
     Args:
         results: executor name -> result dict (needs ``"status"``, one of
             ``success|difference|error|unverified``).
         priority: configured executor names, highest priority first.
+        by_timing: choose the fastest success (else difference) by runtime
+            median, see :func:`recommend_with_reason` (which also says why).
 
     Returns:
-        The first executor in ``priority`` order with status ``"success"``;
+        Without ``by_timing``: the first executor in ``priority`` order with status ``"success"``;
         else the first with ``"difference"``; else the first ``"unverified"``;
         else None (no executor ran: critical failure, or nothing tested).
         Executors in ``priority`` but missing from ``results`` are ignored, as
@@ -52,6 +147,8 @@ def recommend_executor(results: Mapping[str, Mapping], priority: list[str]) -> s
     Raises:
         ValueError: a considered result has no valid status.
     """
+    if by_timing:
+        return recommend_with_reason(results, priority, by_timing=True)[0]
     statuses = {name: _status_of(name, results[name]) for name in priority if name in results}
     for wanted in _RECOMMENDATION_ORDER:
         for name in priority:

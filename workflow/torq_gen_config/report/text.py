@@ -2,9 +2,10 @@
 
 Section order follows the original tool's final report
 (``notes/reference_tool.md`` section 8): title, model and layer count; status
-summary; recommended executor distribution; critical failures; per-layer
-table. Executor columns come from the report's configured executors, never
-from a fixed list. No colour codes.
+summary; recommended executor distribution (with the recommendation rule and
+its notes, e.g. a by-timing fallback); runtime per executor when timing was
+collected; critical failures; per-layer table. Executor columns come from the
+report's configured executors, never from a fixed list. No colour codes.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ def render_final_report_text(report: Mapping) -> str:
         lines.append(f"  {status}: {counts.get(status, 0)}")
     lines.append("")
 
+    rule = summary.get("recommendation_rule")
+    if rule == "timing":
+        lines.append("Recommendation rule: by timing (fastest success, else fastest difference; "
+                     f"{summary.get('recommendations_by_timing', 0)} layer(s) chosen by runtime)")
     lines.append("Recommended Executor Distribution:")
     exec_counts = summary.get("executor_counts") or {}
     for name in executors:
@@ -81,7 +86,19 @@ def render_final_report_text(report: Mapping) -> str:
         )
     if summary.get("user_recommendations"):
         lines.append(f"  note: {summary['user_recommendations']} recommendation(s) set by a person")
+    for note in summary.get("notes") or []:
+        lines.append(f"  note: {note}")
     lines.append("")
+
+    timing = summary.get("timing_summary") or {}
+    runtime_rows = [(n, (timing.get(n) or {}).get("runtime_ms")) for n in executors]
+    runtime_rows = [(n, st) for n, st in runtime_rows if st]
+    if runtime_rows:
+        lines.append("Runtime per layer (median of the timed runs, ms; collect_timing):")
+        for name, st in runtime_rows:
+            lines.append(f"  {name}: avg {st['avg_ms']:.3f}, min {st['min_ms']:.3f}, max {st['max_ms']:.3f} "
+                         f"({st['samples']} layer(s))")
+        lines.append("")
 
     if critical:
         lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS")
