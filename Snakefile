@@ -18,6 +18,7 @@ include: "rules/prepare.smk"
 include: "rules/split.smk"
 include: "rules/layer_tests.smk"
 include: "rules/report.smk"
+include: "rules/full_model.smk"
 
 
 rule all:

@@ -16,7 +16,7 @@ from ..errors import TorqGenConfigError
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with all subcommands registered."""
-    from . import discover, edit, view
+    from . import discover, edit, run, view
 
     parser = argparse.ArgumentParser(
         prog="torq-gen-config",
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     discover.add_parser(sub)
     view.add_parser(sub)
     edit.add_parser(sub)
+    run.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,164 @@
+"""``torq-gen-config run``: run the whole model with the discovered assignment.
+
+Reads the report JSON of the output directory (and regenerates the compiler JSON
+from it), or, without a report, the compiler JSON as it is; computes each layer's
+executor; then runs the full-model part of the Snakemake workflow
+(``rules/full_model.smk``): the prepared model as a chain of partitions, each
+compiled for its executor and run in order, compared with the ONNX Runtime
+reference of the whole model. The result goes into the report (``full_model``
+section and the "--- Full Model Comparison ---" part of ``final_report_text``).
+
+Exit status: 0 when the outputs match the reference, 1 for a difference, an error
+(a partition failed to import, compile or run) or an unverified run, 2 for bad
+input (no JSON, unknown executor, invalid model or config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError, ReportError
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """Register the ``run`` subcommand."""
+    from .discover import add_model_options
+
+    p = sub.add_parser(
+        "run",
+        help="run the whole model with the discovered assignment and compare it with ONNX Runtime",
+        description="Run the whole model with each layer on its assigned executor (from the report JSON, else the "
+                    "compiler JSON, in --output-dir) as a chain of partitions, and compare the outputs with the "
+                    "ONNX Runtime reference of the full model. Exit status 0: match; 1: difference or error; "
+                    "2: bad input.",
+    )
+    add_model_options(p)
+    p.add_argument("-j", "--jobs", "--cores", dest="cores", type=int, default=os.cpu_count() or 1,
+                   help="parallel compile jobs (default: number of CPU cores)")
+    p.add_argument("--debug-ir", metavar="DIR",
+                   help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>")
+    p.add_argument("--compiler-option", action="append", default=[], metavar="OPT",
+                   help="extra flag for the compiler of iree executors (repeatable; write --compiler-option=--flag "
+                        "for values that start with '-'); changing it recompiles")
+    p.add_argument("--runtime-option", action="append", default=[], metavar="OPT",
+                   help="extra flag for the runtime of iree executors (repeatable; --runtime-option=--flag)")
+    p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
+    p.add_argument("-v", "--verbose", action="store_true", help="print full failure messages and Snakemake's debug output")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the full model; print its comparison. Returns the exit status (0/1; bad
+    input raises a TorqGenConfigError, which the command turns into status 2)."""
+    from ..compare import normalize_tolerance
+    from ..config import model_name
+    from ..fileio import read_json, write_bytes_if_changed, write_json
+    from ..full_model import (
+        ASSIGNMENT_FILE,
+        RESULT_FILE,
+        RUN_RULES,
+        assignment_bytes,
+        check_selection,
+        full_model_section,
+        make_assignment,
+        render_full_model_text,
+        selection_from_compiler_json,
+        selection_from_report,
+        with_full_model_text,
+    )
+    from ..report.build import build_compiler_json
+    from ..workflow_api import WorkflowFailed, run_workflow
+    from .discover import build_config
+
+    if args.cores < 1:
+        raise ConfigError("--jobs must be at least 1")
+    config = build_config(args)
+    out = Path(args.output_dir).expanduser().resolve()
+    name = model_name(config["model"])
+    report_path = out / f"torq_gen_config_{name}.json"
+    compiler_path = out / f"torq_gen_config_{name}_compiler.json"
+
+    report = None
+    if report_path.is_file():
+        report = read_json(report_path, "report JSON")
+        selection = selection_from_report(report, source_file=report_path.name)
+        compiler = build_compiler_json(report)
+        write_bytes_if_changed(compiler_path, _json_bytes(compiler))
+        tolerance = report.get("default_tolerance") or config["tolerance"]
+    elif compiler_path.is_file():
+        selection = selection_from_compiler_json(read_json(compiler_path, "compiler JSON"),
+                                                 source_file=compiler_path.name)
+        tolerance = config["tolerance"]
+    else:
+        raise ReportError(f"no report JSON ({report_path.name}) or compiler JSON ({compiler_path.name}) in {out}; "
+                          f"run `torq-gen-config discover --model {args.model} --output-dir {args.output_dir}` first")
+    try:
+        tolerance = normalize_tolerance(tolerance)
+    except ValueError as e:
+        raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
+    check_selection(selection, config["executors"])
+    debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
+    write_bytes_if_changed(out / ASSIGNMENT_FILE, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
+
+    try:
+        run_workflow(config=config, workdir=out, cores=args.cores, targets=[RESULT_FILE], allowed_rules=list(RUN_RULES),
+                     quiet=args.quiet, verbose=args.verbose)
+    except WorkflowFailed as e:
+        print(f"torq-gen-config: error: the full-model run failed: {e}", file=sys.stderr)
+        return 1
+    result = read_json(out / RESULT_FILE, "full-model result")
+    section = full_model_section(result, tolerance=tolerance, result_file=RESULT_FILE)
+    if report is not None:
+        report = read_json(report_path, "report JSON")  # re-read: keep edits made meanwhile
+        report["full_model"] = section
+        report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", section)
+        write_json(report_path, report)
+    print(render_full_model_text(section))
+    print(f"Partitions:    {out / 'work' / 'full' / 'plan.json'}")
+    print(f"Result:        {out / RESULT_FILE}")
+    if report is not None:
+        print(f"Report:        {report_path} (full_model section)")
+    else:
+        print(f"Compiler JSON: {compiler_path} (no report JSON: the result is only in {RESULT_FILE})")
+    if debug_ir:
+        print(f"Debug IR:      {debug_ir}/<partition id>")
+    return 0 if section["status"] == "success" else 1
+
+
+def _json_bytes(data) -> bytes:
+    """The bytes :func:`torq_gen_config.fileio.write_json` writes (so an unchanged
+    compiler JSON keeps its mtime)."""
+    return (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (``python -m torq_gen_config.cli.run run ...``), the same as
+    ``torq-gen-config run`` once the subcommand is registered in :mod:`.main`."""
+    from .. import __version__
+    from ..errors import TorqGenConfigError
+    from . import discover
+
+    parser = argparse.ArgumentParser(prog="torq-gen-config")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    discover.add_parser(sub)
+    add_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TorqGenConfigError as e:
+        print(f"torq-gen-config: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("torq-gen-config: interrupted; compiled partitions are kept, rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Entry points of the full-model jobs (``rules/full_model.smk``).
+
+Like :mod:`torq_gen_config.jobs`: each function takes plain paths and values and
+calls the library (:mod:`torq_gen_config.full_model`); the rules run them as
+threads of the Snakemake process, so they keep no global state.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from .fileio import read_json, write_bytes_if_changed, write_json
+
+
+def _log(log_path: str | None, text: str) -> None:
+    if not log_path:
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as f:
+        f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
+
+
+def read_selection(report: str | None, compiler: str | None) -> dict | None:
+    """The selection of the report JSON if it exists, else of the compiler JSON, else None."""
+    from .full_model import selection_from_compiler_json, selection_from_report
+
+    if report and os.path.isfile(report):
+        return selection_from_report(read_json(report, "report JSON"), source_file=os.path.basename(report))
+    if compiler and os.path.isfile(compiler):
+        return selection_from_compiler_json(read_json(compiler, "compiler JSON"), source_file=os.path.basename(compiler))
+    return None
+
+
+def selection_digest_of(report: str | None, compiler: str | None = None) -> str | None:
+    """Digest of what the report (else compiler JSON) assigns; None if unreadable.
+
+    Used as a rule param, so that an edit of the recommendations reruns the
+    assignment rule while a rewrite of the report that keeps them (``run`` adds
+    its ``full_model`` section) does not.
+    """
+    from .full_model import selection_digest
+
+    try:
+        return selection_digest(read_selection(report, compiler))
+    except Exception:
+        return None
+
+
+def assignment_job(*, report: str | None, compiler: str | None, assignment: str, log: str | None = None) -> None:
+    """Rule ``full_assignment`` (Snakemake form): ``assignment.json`` from the report
+    (else the compiler JSON), without extra run options."""
+    from .errors import ReportError
+    from .full_model import assignment_bytes, make_assignment
+
+    sel = read_selection(report, compiler)
+    if sel is None:
+        raise ReportError(f"no report JSON ({report}) or compiler JSON ({compiler}): run discovery first")
+    write_bytes_if_changed(assignment, assignment_bytes(make_assignment(sel)))
+    _log(log, f"assignment from {sel['source_file']}")
+
+
+def plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
+             compiler_options: list[str] = (), runtime_options: list[str] = (), log: str | None = None) -> dict:
+    """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one
+    ``partitions/<pid>/model.onnx`` per partition (side files, rewritten only when
+    their bytes change, so unchanged partitions are not compiled again)."""
+    import onnx
+
+    from .full_model import make_plan
+
+    t0 = time.perf_counter()
+    doc = read_json(assignment, "full-model assignment")
+    man = read_json(manifest, "layer manifest")
+    locs = read_json(locations, "MLIR locations") if locations and os.path.isfile(locations) else None
+    model = onnx.load(prepared)
+    parts_dir = Path(plan).parent / "partitions"
+    result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
+                       runtime_options=runtime_options)
+    result["prepared_model"] = prepared
+    write_json(plan, result)
+    counts: dict[str, int] = {}
+    for p in result["partitions"]:
+        counts[p["executor"]] = counts.get(p["executor"], 0) + 1
+    msg = (f"full model: {result['num_partitions']} partition(s) ({', '.join(f'{k}: {v}' for k, v in counts.items())}), "
+           f"{len(result['fallbacks'])} layer(s) without a recommendation")
+    _log(log, f"{msg}; {time.perf_counter() - t0:.2f} s; warnings: {result['warnings']}")
+    print(msg, file=sys.stderr)
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    return result
+
+
+def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str, timeout_s: float,
+                          log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
+    """Rule ``compile_partition``: import (if needed) and compile one partition.
+
+    A failure is recorded in ``compiled.json`` (``status: error``), not raised.
+    """
+    from .full_model import compile_partition
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    res = compile_partition(pid=pid, model_path=model, executor=executor, work_dir=str(Path(compiled).parent),
+                            timeout_s=timeout_s, log_path=log)
+    write_json(compiled, res)
+    if res["status"] == "ok":
+        text = f"compiled partition {pid}: ok, {res['compile_ms']:.0f} ms\n"
+    else:
+        text = f"compiled partition {pid}: ERROR {res['failure']['summary']}\n"
+        if verbose:
+            text += res["failure"]["message"].rstrip() + "\n"
+    _emit(text, log_file, f"full-model partition {pid}", log)
+    return res
+
+
+def full_reference_job(*, prepared: str, reference: str, input_settings: dict, log: str | None = None) -> None:
+    """Rule ``full_reference``: deterministic inputs of the prepared model and the
+    ONNX Runtime outputs (optimizations off)."""
+    from .reference import compute_reference
+
+    meta = compute_reference(prepared, reference, input_settings)
+    _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
+
+
+def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dict, timeout_s: float,
+                       log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
+    """Rule ``run_full_model``: run the partitions in order, compare, ``result.json``."""
+    from .full_model import run_partitions
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    p = read_json(plan, "full-model plan")
+    parts_dir = Path(plan).parent / "partitions"
+    compiled = {}
+    for part in p["partitions"]:
+        f = parts_dir / part["pid"] / "compiled.json"
+        if f.is_file():
+            compiled[part["pid"]] = read_json(f, "compile result")
+    res = run_partitions(p, reference_npz=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
+                         partitions_dir=parts_dir, log_path=log)
+    write_json(result, res)
+    t = res["timing"]
+    _log(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
+    run_ms = "n/a" if t["run_ms_total"] is None else f"{t['run_ms_total']:.0f} ms"
+    text = f"full model: {res['status']} ({res['num_partitions']} partitions, run {run_ms}): {res['summary']}\n"
+    if verbose and res.get("failure"):
+        text += res["failure"]["message"].rstrip() + "\n"
+    _emit(text, log_file, "full-model run", log)
+    return res
+
+
+def _emit(text: str, log_file: str | None, title: str, log: str | None) -> None:
+    """One console write per job (jobs are threads), and the job's log appended to
+    the shared ``--log-file`` when one is set."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if log_file and log and os.path.isfile(log):
+        from .jobs import append_to_shared_log
+
+        append_to_shared_log(log_file, title, Path(log).read_text())
