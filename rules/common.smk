@@ -10,6 +10,8 @@ from torq_gen_config import jobs
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
+from torq_gen_config.model.prepare import model_fingerprint
+from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
 
 try:
     config.update(validate_config(config))
@@ -21,9 +23,19 @@ if MODEL_PATH.lower().endswith(".tflite"):
     raise WorkflowError(f"{MODEL_PATH}: TFLite models are not supported; torq-gen-config is ONNX-only")
 if not os.path.isfile(MODEL_PATH):
     raise WorkflowError(f"model file not found: {MODEL_PATH}")
-MODEL_NAME = model_name(MODEL_PATH)
-OUT = os.path.normpath(config["output_dir"] or os.path.join("results", MODEL_NAME))
-WORK = os.path.normpath(os.path.join(OUT, "work"))
+OUT = os.path.normpath(config["output_dir"] or os.path.join("results", model_name(MODEL_PATH)))
+# Subgraph mode (subgraph_from/subgraph_to; docs/subgraph.md): the range resolved in
+# the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>") and
+# their own work directory, so they never mix with the full model's files.
+try:
+    SUBGRAPH = subgraph_of_config(config, MODEL_PATH, labels=SUBGRAPH_KEYS)
+except TorqGenConfigError as e:
+    raise WorkflowError(str(e))
+NAME_SUFFIX = SUBGRAPH["suffix"] if SUBGRAPH else ""
+# The name in the report/compiler JSON file names and in the reports: the model's
+# file stem (plus NAME_SUFFIX in subgraph mode).
+MODEL_NAME = model_name(MODEL_PATH) + NAME_SUFFIX
+WORK = os.path.normpath(os.path.join(OUT, SUBGRAPH["work_dir"] if SUBGRAPH else "work"))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
 EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
@@ -38,8 +50,17 @@ wildcard_constraints:
 
 
 def final_outputs():
-    """The report and compiler JSON of the configured model."""
+    """The report and compiler JSON of the configured model; in subgraph mode also
+    the full-subgraph run (rules/full_model.smk; `torq-gen-config discover` runs it
+    as a second step and merges it into the report)."""
+    if SUBGRAPH:
+        return [REPORT, COMPILER_JSON, FULL_RESULT]
     return [REPORT, COMPILER_JSON]
+
+
+def subgraph_range():
+    """The (from, to) layer IDs of the subgraph (prepare_model cuts it out), or None."""
+    return (SUBGRAPH["from"]["layer_id"], SUBGRAPH["to"]["layer_id"]) if SUBGRAPH else None
 
 
 _MANIFEST_CACHE = {}
@@ -169,4 +190,7 @@ def run_options():
         "timing_runs": config["timing_runs"],
         "timing_warmup": config["timing_warmup"],
         "recommend_by_timing": config["recommend_by_timing"],
+        # subgraph mode only (the options of a full-model run stay as they were)
+        **({"subgraph_from": config["subgraph_from"], "subgraph_to": config["subgraph_to"],
+            "subgraph": {k: SUBGRAPH[k] for k in ("from", "to", "suffix", "work_dir")}} if SUBGRAPH else {}),
     }

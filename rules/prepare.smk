@@ -9,11 +9,16 @@ rule prepare_model:
         info=os.path.join(WORK, "prepare.json"),
     params:
         target_opset=config["target_opset"],
+        # which file (and external weights) this is: another model in the same output
+        # directory, even an older file, reruns everything (mtime alone would miss it)
+        model=model_fingerprint(MODEL_PATH),
     log:
         os.path.join(LOGS, "prepare_model.log"),
+    # subgraph mode: prepare_model cuts out the subgraph (subgraph_range()); the range
+    # is not a param, its node indices are part of the output paths (WORK)
     run:
         jobs.prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
-                               target_opset=params.target_opset, log=log[0])
+                               target_opset=params.target_opset, subgraph=subgraph_range(), log=log[0])
 
 
 rule import_full_model:

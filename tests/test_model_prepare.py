@@ -80,3 +80,22 @@ def test_node_index_skips_constant_nodes():
                    [tvi("x", TensorProto.FLOAT, [2])], [tvi("z", TensorProto.FLOAT, [2])])
     table = user_node_table(m)
     assert [t["node_index"] for t in table] == [None, 0, 1]
+
+
+def test_replaced_node_keeps_its_layer(tmp_path):
+    """Upsample-7 is replaced by an unnamed Resize (and its output renamed) by the opset
+    converter: the layer must stay, as Upsample_up, made of the Resize."""
+    from torq_gen_config.model.split import split_layers
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Upsample", ["a"], ["up"], scales=[1.0, 1.0, 2.0, 2.0]),
+             helper.make_node("Relu", ["up"], ["y"])]
+    g = helper.make_graph(nodes, "g", [tvi("x", TensorProto.FLOAT, [1, 2, 4, 4])], [tvi("y", TensorProto.FLOAT, [1, 2, 8, 8])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    m.ir_version = 3
+    onnx.save(m, tmp_path / "up7.onnx")
+    model, info = prepare_model(tmp_path / "up7.onnx")
+    man = split_layers(model, info, tmp_path / "layers")
+    assert [layer["layer_id"] for layer in man["layers"]] == ["Relu_a", "Upsample_up", "Relu_y"]
+    assert man["folded_nodes"] == []
+    up = man["layers"][1]
+    assert [model.graph.node[j].op_type for j in up["prepared_node_indices"]] == ["Resize"]

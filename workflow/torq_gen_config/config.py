@@ -75,7 +75,43 @@ def validate_config(config: dict) -> dict:
         raise ConfigError(f"skip_executors names unknown executor(s) {', '.join(unknown)}; configured: {', '.join(names)}")
     if set(config.get("skip_executors", [])) >= set(names):
         raise ConfigError("skip_executors skips every configured executor; nothing would be tested")
+    check_values(config)
     return config
+
+
+def check_values(config: dict) -> None:
+    """Checks beyond the schema: finite numbers, ordered ranges, a known opset, and
+    executor options that their backend accepts (checked now, not per layer).
+
+    Raises:
+        ConfigError: the first problem found, naming the key.
+    """
+    import math
+
+    for key, value in [("timeout_s", config.get("timeout_s"))] + [
+            (f"tolerance/{k}", v) for k, v in (config.get("tolerance") or {}).items()]:
+        if value is not None and not math.isfinite(float(value)):
+            raise ConfigError(f"invalid configuration at {key}: {value} is not a finite number")
+    for key in ("float_range", "int_range", "uint8_range"):
+        lo, hi = (config.get("inputs") or {}).get(key, (0, 1))
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+            raise ConfigError(f"invalid configuration at inputs/{key}: [{lo}, {hi}] must be finite with low < high")
+    try:
+        import onnx.defs
+
+        max_opset = onnx.defs.onnx_opset_version()
+    except ImportError:  # pragma: no cover
+        max_opset = None
+    if max_opset is not None and config.get("target_opset", 17) > max_opset:
+        raise ConfigError(f"invalid configuration at target_opset: {config['target_opset']} is newer than the "
+                          f"installed onnx supports ({max_opset})")
+    from .backends import make_backend
+
+    for ex in config["executors"]:
+        try:
+            make_backend(ex)
+        except ConfigError as e:
+            raise ConfigError(f"invalid configuration at executors ({ex['name']}): {e}") from None
 
 
 def _coerce_scalars(instance, schema: dict) -> None:

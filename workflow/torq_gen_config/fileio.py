@@ -17,6 +17,12 @@ from typing import Any
 
 from .errors import ReportError
 
+# Files get the usual permissions (0666 minus the umask), not mkstemp's 0600. Read once
+# at import, in the main thread (os.umask cannot be read without setting it).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK
+
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically, creating parent directories.
@@ -32,6 +38,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         try:

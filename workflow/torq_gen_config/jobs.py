@@ -28,12 +28,15 @@ def _log(log_path: str | None, text: str) -> None:
         f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
 
 
-def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int, log: str | None = None) -> None:
-    """Rule ``prepare_model``: load, check and prepare the user's model.
+def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
+                      subgraph: tuple[str, str] | None = None, log: str | None = None) -> None:
+    """Rule ``prepare_model``: load, check and prepare the user's model (in subgraph
+    mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph).
 
     Raises:
         ModelError: the model is missing, corrupt or unsupported (the job fails
             with that one-line message and writes nothing).
+        ConfigError: an unknown subgraph name or a reversed range.
     """
     import onnx
 
@@ -41,12 +44,17 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     from .model.prepare import prepare_model
 
     t0 = time.perf_counter()
-    m, info = prepare_model(model, target_opset=target_opset)
+    m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph)
     write_bytes_if_changed(prepared, m.SerializeToString(deterministic=True))
     info["onnx_version"] = onnx.__version__
     write_json(info_path, info)
     _log(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
               f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; warnings: {info['warnings']}")
+    if info.get("subgraph"):
+        sg = info["subgraph"]
+        print(f"subgraph {sg['from']['layer_id']} (node {sg['from']['node_index']}) .. {sg['to']['layer_id']} "
+              f"(node {sg['to']['node_index']}): {sg['num_nodes']} nodes, inputs {sg['inputs']}, "
+              f"outputs {sg['outputs']}", file=sys.stderr)
     for w in info["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     for d in info["fixed_dims"]:
@@ -272,6 +280,9 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                        previous_report=previous, recommend_by_timing=recommend_by_timing)
     for lid, src in duplicate_of.items():
         rep["ops"][lid]["duplicate_of"] = src
+    if info.get("subgraph"):  # subgraph mode: the range, in the user's model, and where its files are
+        rep["subgraph"] = {**info["subgraph"],
+                           "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
     rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
         len(first_of) if dedup_layers else sum(1 for per in results.values() if per))
     write_json(report, rep)

@@ -9,6 +9,8 @@ of different models can run at the same time. Settings match the workflow profil
 from __future__ import annotations
 
 import os
+import signal
+import threading
 from pathlib import Path
 
 from .config import REPO_ROOT
@@ -50,7 +52,12 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     from filelock import FileLock, Timeout
 
     workdir = Path(workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
+    if not os.access(workdir, os.W_OK):
+        raise WorkflowFailed(f"cannot use output directory {workdir}: not writable")
     # An OS-level lock (released by the kernel if this process dies) tells whether
     # another torq-gen-config run uses this directory. If we hold it, any Snakemake
     # lock left there is stale (a killed run) and is removed, so the rerun resumes.
@@ -59,10 +66,24 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         run_lock.acquire(timeout=0)
     except Timeout:
         raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+    interrupted = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(signum, frame):  # remember it: Snakemake turns it into a WorkflowError
+            interrupted.append(signum)
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
                     forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
+    except WorkflowFailed:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         run_lock.release()
 
 

@@ -423,7 +423,7 @@ class IreeBackend(Backend):
             if arr.dtype.kind in "OUS" or arr.dtype.type is np.void:
                 raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which iree-run-module cannot read")
             fname = f"in_{i}.npy"
-            np.save(work / fname, np.ascontiguousarray(arr), allow_pickle=False)
+            np.save(work / fname, np.require(arr, requirements="C"), allow_pickle=False)  # keeps 0-d shapes
             argv.append(f"--input=@{fname}")
         out_files: list[tuple[str, dict | None, bool]] = []
         for i, (name, sig) in enumerate(zip(output_names, out_sig)):
@@ -568,7 +568,7 @@ class IreeBackend(Backend):
             if arr.dtype.kind in "OUS" or arr.dtype.type is np.void:
                 raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which the IREE tools cannot read")
             fname = f"{prefix}_{i}.npy"
-            np.save(work / fname, np.ascontiguousarray(arr), allow_pickle=False)
+            np.save(work / fname, np.require(arr, requirements="C"), allow_pickle=False)  # keeps 0-d shapes
             flags.append(f"--input=@{fname}")
         return flags
 

@@ -400,7 +400,7 @@ def write_input_bin(arr: "np.ndarray", path: str | os.PathLike) -> str:
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    np.ascontiguousarray(arr).tofile(os.fspath(path))
+    np.require(arr, requirements="C").tofile(os.fspath(path))
     return spec
 
 

@@ -4,6 +4,10 @@ Runs the Snakemake workflow (through its Python API) with the output directory a
 working directory, shows Snakemake's progress, and prints the final report text.
 Exit status 0 when discovery completed, also when some layers failed on some
 executors: those failures are verdicts, recorded in the report.
+
+Subgraph mode (``--subgraph-from``/``--subgraph-to``, docs/subgraph.md): discovery of
+the range's layers under its own names (``_subgraph_<f>_<t>``, ``work/subgraph_<f>_<t>``),
+then the full-subgraph test (the code of ``torq-gen-config run``).
 """
 
 from __future__ import annotations
@@ -76,6 +80,11 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                                                        "intermediate files go to <output-dir>/work")
     p.add_argument("--config-file", help="YAML file with workflow settings (executors, tolerance, ...) "
                                          "on top of config/config.yaml")
+    p.add_argument("--subgraph-from", metavar="OP",
+                   help="subgraph mode: first node of the range, as layer ID (<OpType>_<first output name>) or "
+                        "output name (with --subgraph-to); files get _subgraph_<f>_<t> in their names")
+    p.add_argument("--subgraph-to", metavar="OP",
+                   help="subgraph mode: last node of the range (inclusive)")
 
 
 def build_config(args: argparse.Namespace) -> dict:
@@ -88,6 +97,9 @@ def build_config(args: argparse.Namespace) -> dict:
     from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
     from ..model.prepare import load_model
 
+    if not DEFAULT_CONFIG_PATH.exists():
+        raise ConfigError(f"the workflow files (Snakefile, rules/, config/) are not next to the installed package "
+                          f"(looked for {DEFAULT_CONFIG_PATH}); install from a checkout with `pip install -e .`")
     model = Path(args.model).expanduser().resolve()
     load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
     config = load_config_file(DEFAULT_CONFIG_PATH)
@@ -135,24 +147,81 @@ def build_config(args: argparse.Namespace) -> dict:
         config["verbose"] = True
     if getattr(args, "skip_ops", None):
         config["skip_ops"] = _csv(args.skip_ops)
+    if getattr(args, "subgraph_from", None) is not None:
+        config["subgraph_from"] = args.subgraph_from
+    if getattr(args, "subgraph_to", None) is not None:
+        config["subgraph_to"] = args.subgraph_to
     return validate_config(config)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run discovery; print the final report text. Returns the exit status."""
+def output_layout(config: dict) -> dict:
+    """Names of the outputs of a (validated) config, as ``rules/common.smk`` makes them.
+
+    Returns:
+        ``{"name": <model>[_subgraph_<f>_<t>], "work": "work" or the subgraph's work
+        directory (relative to the output directory), "subgraph": the resolved range
+        or None}``.
+
+    Raises:
+        ConfigError: a subgraph name is unknown (the message lists near matches), the
+            range is reversed, or only one end is given.
+    """
     from ..config import model_name
+    from ..model.subgraph import subgraph_of_config
+
+    sub = subgraph_of_config(config)
+    name = model_name(config["model"])
+    if sub is None:
+        return {"name": name, "work": "work", "subgraph": None}
+    return {"name": name + sub["suffix"], "work": sub["work_dir"], "subgraph": sub}
+
+
+def subgraph_flags(layout: dict) -> str:
+    """The ``--subgraph-from/--subgraph-to`` options of a layout, for messages ("" without)."""
+    sub = layout.get("subgraph")
+    if not sub:
+        return ""
+    return f" --subgraph-from={sub['from']['name']} --subgraph-to={sub['to']['name']}"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run discovery; print the final report text. Returns the exit status.
+
+    In subgraph mode, discovery of the subgraph's layers is followed by the
+    full-subgraph test (the subgraph as a whole with its recommended assignment, as
+    ``torq-gen-config run`` does), recorded in the subgraph's report. The status is
+    then 1 when that test could not run (the discovery report is kept).
+    """
+    import sys
+
+    from ..errors import TorqGenConfigError
     from ..fileio import read_json
     from ..workflow_api import run_workflow
 
     if args.cores < 1:
         raise ConfigError("--jobs must be at least 1")
     config = build_config(args)
+    layout = output_layout(config)
     out = Path(args.output_dir).expanduser().resolve()
-    run_workflow(config=config, workdir=out, cores=args.cores, dryrun=args.dry_run, quiet=args.quiet,
+    name = layout["name"]
+    # subgraph mode: the layers first; the full-subgraph test follows as a second step
+    targets = [f"torq_gen_config_{name}.json", f"torq_gen_config_{name}_compiler.json"] if layout["subgraph"] else None
+    run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run, quiet=args.quiet,
                  verbose=args.verbose, forceall=args.recompute_cache)
     if args.dry_run:
         return 0
-    name = model_name(config["model"])
+    status = 0
+    if layout["subgraph"]:
+        from .run import run_assigned
+
+        try:
+            _, section = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
+                                      verbose=args.verbose, echo=False, what="full-subgraph test")
+        except TorqGenConfigError as e:
+            print(f"torq-gen-config: error: the full-subgraph test could not run: {e}", file=sys.stderr)
+            section = None
+        # its verdict (also a difference or error) is in the report; no verdict at all is a failure
+        status = 0 if section is not None else 1
     report = read_json(out / f"torq_gen_config_{name}.json", "report JSON")
     print(report["final_report_text"])
     summary = report["discovery_report"]["summary"]
@@ -160,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
     print(f"\nReport:        {out / f'torq_gen_config_{name}.json'}")
     print(f"Compiler JSON: {out / f'torq_gen_config_{name}_compiler.json'}")
-    return 0
+    if layout["subgraph"]:
+        print(f"Work files:    {out / layout['work']}")
+    return status
 
 
 def _csv(text: str) -> list[str]:

@@ -7,6 +7,9 @@ executor; then runs the full-model part of the Snakemake workflow
 compiled for its executor and run in order, compared with the ONNX Runtime
 reference of the whole model. The result goes into the report (``full_model``
 section and the "--- Full Model Comparison ---" part of ``final_report_text``).
+In subgraph mode (``--subgraph-from``/``--subgraph-to``) the same happens for the
+subgraph, with its own report and work directory; :func:`run_assigned` is also the
+full-subgraph test at the end of a subgraph ``discover``.
 
 Exit status: 0 when the outputs match the reference, 1 for a difference, an error
 (a partition failed to import, compile or run) or an unverified run, 2 for bad
@@ -33,8 +36,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="run the whole model with the discovered assignment and compare it with ONNX Runtime",
         description="Run the whole model with each layer on its assigned executor (from the report JSON, else the "
                     "compiler JSON, in --output-dir) as a chain of partitions, and compare the outputs with the "
-                    "ONNX Runtime reference of the full model. Exit status 0: match; 1: difference or error; "
-                    "2: bad input.",
+                    "ONNX Runtime reference of the full model. With --subgraph-from/--subgraph-to: the subgraph "
+                    "of a subgraph discovery, with its own report (docs/subgraph.md). Exit status 0: match; "
+                    "1: difference or error; 2: bad input.",
     )
     add_model_options(p)
     p.add_argument("-j", "--jobs", "--cores", dest="cores", type=int, default=os.cpu_count() or 1,
@@ -53,14 +57,43 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the full model; print its comparison. Returns the exit status (0/1; bad
-    input raises a TorqGenConfigError, which the command turns into status 2)."""
+    """Run the full model (in subgraph mode, the subgraph); print its comparison.
+    Returns the exit status (0/1; bad input raises a TorqGenConfigError, which the
+    command turns into status 2)."""
+    from .discover import build_config, output_layout
+
+    if args.cores < 1:
+        raise ConfigError("--jobs must be at least 1")
+    config = build_config(args)
+    layout = output_layout(config)
+    out = Path(args.output_dir).expanduser().resolve()
+    debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
+    status, _ = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
+                             verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,
+                             output_dir_arg=args.output_dir)
+    return status
+
+
+def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bool = False, verbose: bool = False,
+                 debug_ir: str | None = None, echo: bool = True, what: str = "full-model run",
+                 model_arg: str | None = None, output_dir_arg: str | None = None) -> tuple[int, dict | None]:
+    """Run the model of ``layout`` (the full model, or the subgraph) with the
+    assignment of its report (else compiler JSON) in ``out``, and record the
+    comparison in the report (``full_model`` section and text).
+
+    Used by ``run`` and, in subgraph mode, at the end of ``discover`` (the
+    full-subgraph test; ``echo=False``: discover prints the report text itself).
+
+    Returns:
+        ``(status, section)``: 0 when the outputs match the reference, else 1;
+        ``section`` is the comparison (None when the workflow failed).
+
+    Raises:
+        ReportError, ConfigError: no report or compiler JSON, an unknown executor, ...
+    """
     from ..compare import normalize_tolerance
-    from ..config import model_name
     from ..fileio import read_json, write_bytes_if_changed, write_json
     from ..full_model import (
-        ASSIGNMENT_FILE,
-        RESULT_FILE,
         RUN_RULES,
         assignment_bytes,
         check_selection,
@@ -73,15 +106,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from ..report.build import build_compiler_json
     from ..workflow_api import WorkflowFailed, run_workflow
-    from .discover import build_config
+    from .discover import subgraph_flags
 
-    if args.cores < 1:
-        raise ConfigError("--jobs must be at least 1")
-    config = build_config(args)
-    out = Path(args.output_dir).expanduser().resolve()
-    name = model_name(config["model"])
+    name = layout["name"]
     report_path = out / f"torq_gen_config_{name}.json"
     compiler_path = out / f"torq_gen_config_{name}_compiler.json"
+    full_dir = f"{layout['work']}/full"
+    assignment_file, result_file = f"{full_dir}/assignment.json", f"{full_dir}/result.json"
 
     report = None
     if report_path.is_file():
@@ -96,38 +127,39 @@ def run(args: argparse.Namespace) -> int:
         tolerance = config["tolerance"]
     else:
         raise ReportError(f"no report JSON ({report_path.name}) or compiler JSON ({compiler_path.name}) in {out}; "
-                          f"run `torq-gen-config discover --model {args.model} --output-dir {args.output_dir}` first")
+                          f"run `torq-gen-config discover --model {model_arg or config['model']} --output-dir "
+                          f"{output_dir_arg or out}{subgraph_flags(layout)}` first")
     try:
         tolerance = normalize_tolerance(tolerance)
     except ValueError as e:
         raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
     check_selection(selection, config["executors"])
-    debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
-    write_bytes_if_changed(out / ASSIGNMENT_FILE, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
+    write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
     try:
-        run_workflow(config=config, workdir=out, cores=args.cores, targets=[RESULT_FILE], allowed_rules=list(RUN_RULES),
-                     quiet=args.quiet, verbose=args.verbose)
+        run_workflow(config=config, workdir=out, cores=cores, targets=[result_file], allowed_rules=list(RUN_RULES),
+                     quiet=quiet, verbose=verbose)
     except WorkflowFailed as e:
-        print(f"torq-gen-config: error: the full-model run failed: {e}", file=sys.stderr)
-        return 1
-    result = read_json(out / RESULT_FILE, "full-model result")
-    section = full_model_section(result, tolerance=tolerance, result_file=RESULT_FILE)
+        print(f"torq-gen-config: error: the {what} failed: {e}", file=sys.stderr)
+        return 1, None
+    result = read_json(out / result_file, "full-model result")
+    section = full_model_section(result, tolerance=tolerance, result_file=result_file)
     if report is not None:
         report = read_json(report_path, "report JSON")  # re-read: keep edits made meanwhile
         report["full_model"] = section
         report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", section)
         write_json(report_path, report)
-    print(render_full_model_text(section))
-    print(f"Partitions:    {out / 'work' / 'full' / 'plan.json'}")
-    print(f"Result:        {out / RESULT_FILE}")
-    if report is not None:
-        print(f"Report:        {report_path} (full_model section)")
-    else:
-        print(f"Compiler JSON: {compiler_path} (no report JSON: the result is only in {RESULT_FILE})")
-    if debug_ir:
-        print(f"Debug IR:      {debug_ir}/<partition id>")
-    return 0 if section["status"] == "success" else 1
+    if echo:
+        print(render_full_model_text(section))
+        print(f"Partitions:    {out / full_dir / 'plan.json'}")
+        print(f"Result:        {out / result_file}")
+        if report is not None:
+            print(f"Report:        {report_path} (full_model section)")
+        else:
+            print(f"Compiler JSON: {compiler_path} (no report JSON: the result is only in {result_file})")
+        if debug_ir:
+            print(f"Debug IR:      {debug_ir}/<partition id>")
+    return (0 if section["status"] == "success" else 1), section
 
 
 def _json_bytes(data) -> bytes:

@@ -64,6 +64,49 @@ def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
     return model
 
 
+def model_fingerprint(path: str | os.PathLike, *, parse_limit_bytes: int = 64 << 20) -> dict:
+    """Identity of a model file and its external-data files (path, size, mtime in ns).
+
+    Used as a parameter of the preparation job so that pointing the workflow at
+    another file (even an older one, which an mtime comparison misses) or changing
+    the external weights next to the model reruns the preparation. External data
+    locations are read from the model without loading the weights, for ``.onnx``
+    files up to ``parse_limit_bytes`` (models with external data are small).
+    """
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError:
+        return {"path": str(p), "size": None, "mtime_ns": None, "external_data": []}
+    fp = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "external_data": []}
+    if st.st_size <= parse_limit_bytes:
+        try:
+            import onnx
+
+            model = onnx.load(str(p), load_external_data=False)
+            locations = sorted({e.value for t in _all_tensors(model) for e in t.external_data if e.key == "location"})
+        except Exception:  # an unreadable model is reported by the preparation job itself
+            locations = []
+        for loc in locations:
+            q = p.parent / loc
+            try:
+                sq = q.stat()
+                fp["external_data"].append([loc, sq.st_size, sq.st_mtime_ns])
+            except OSError:
+                fp["external_data"].append([loc, None, None])
+    return fp
+
+
+def _all_tensors(model) -> list:
+    """Initializers and Constant-node tensors of the main graph (for external data)."""
+    tensors = list(model.graph.initializer)
+    for n in model.graph.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                tensors.append(a.t)
+    return tensors
+
+
 def default_opset(model: "onnx.ModelProto") -> int:  # noqa: F821
     """Version of the default ("" / "ai.onnx") domain in ``model.opset_import``."""
     for op in model.opset_import:
@@ -96,23 +139,33 @@ def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
     return table
 
 
-def prepare_model(src: str | os.PathLike, *, target_opset: int = 17) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
+def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
+                  subgraph: tuple[str, str] | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Prepare the user's model for layer split and import.
 
     Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
     fix symbolic or missing input dimensions to 1; upgrade the default-domain opset
     to ``target_opset`` when lower (IREE's importer legalizes several ops only from
     opset 17, notes/toolchain.md section 4); restore the user's node and tensor
-    names; infer shapes (with data propagation).
+    names; infer shapes (with data propagation); with ``subgraph``, cut out that
+    range of the user's nodes (:mod:`torq_gen_config.model.subgraph`).
+
+    Args:
+        subgraph: ``(from, to)`` names (layer ID or output name) of the first and
+            last user node of a subgraph (subgraph mode), or None for the whole model.
 
     Returns:
         ``(prepared_model, info)``; ``info`` is JSON-safe and holds
-        ``user_nodes`` (see :func:`user_node_table`), ``prepared_nodes`` (per
-        prepared node: ``op_type``, ``graph_index`` of the user node it comes
-        from), ``fixed_dims``, ``opset`` (original, prepared), ``warnings``.
+        ``user_nodes`` (see :func:`user_node_table`; in subgraph mode only the
+        nodes the subgraph holds, with their indices in the user's model),
+        ``prepared_nodes`` (per prepared node: ``op_type``, ``graph_index`` of the
+        user node it comes from), ``fixed_dims``, ``opset`` (original, prepared),
+        ``warnings``, and in subgraph mode ``subgraph`` (the resolved ends, the
+        subgraph's inputs and outputs, the constant nodes taken from outside the range).
 
     Raises:
         ModelError: see :func:`load_model`.
+        ConfigError: an unknown subgraph name or a reversed range.
     """
     import onnx
     from onnx import version_converter
@@ -145,7 +198,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17) -> tuple["o
                 f"opset upgrade {orig_opset} -> {target_opset} failed ({_one_line(e)}); "
                 f"the model is imported at opset {orig_opset} and some ops may fail to compile")
 
-    origin = trace_node_origins(model, len(original_names))
+    origin = trace_node_origins(model, len(original_names), info["user_nodes"])
     _restore_tensor_names(model, info["user_nodes"], origin)
     _restore_node_names(model, original_names, origin, info["user_nodes"])
 
@@ -160,12 +213,43 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17) -> tuple["o
         onnx.checker.check_model(model)
     except Exception as e:
         info["warnings"].append(f"prepared model does not pass the ONNX checker: {_one_line(e)}")
+    if subgraph is not None:
+        model, origin = _cut_subgraph(model, origin, info, subgraph)
 
     info["prepared_nodes"] = [
         {"op_type": n.op_type, "domain": n.domain, "graph_index": origin[j]}
         for j, n in enumerate(model.graph.node)
     ]
     return model, info
+
+
+def _cut_subgraph(model, origin: list[int], info: dict, subgraph: tuple[str, str]):
+    """Subgraph mode: replace the prepared model by the subgraph; keep the user's
+    indices (``info["user_nodes"]`` keeps the entries of the nodes it holds)."""
+    import onnx
+
+    from .subgraph import CONFIG_KEYS, extract_subgraph, resolve_range
+
+    rng = resolve_range(info["user_nodes"], subgraph[0], subgraph[1], labels=CONFIG_KEYS)
+    sub, sub_origin, sub_info = extract_subgraph(model, origin, rng["from"]["graph_index"], rng["to"]["graph_index"])
+    held = set(sub_origin)
+    sub_info["outside_constant_nodes"] = [
+        {k: info["user_nodes"][gi][k] for k in ("graph_index", "node_index", "op_type", "outputs")}
+        for gi in sub_info["outside_constant_nodes"]]
+    info["user_nodes"] = [u for u in info["user_nodes"] if u["graph_index"] in held]
+    info["subgraph"] = {"from": rng["from"], "to": rng["to"], "suffix": rng["suffix"], **sub_info}
+    fixed = fix_symbolic_dims(sub)  # a boundary tensor whose shape inference left a dim open
+    if fixed:
+        info["fixed_dims"].extend(fixed)
+        try:
+            sub = onnx.shape_inference.infer_shapes(sub, check_type=False, strict_mode=False, data_prop=True)
+        except Exception as e:
+            info["warnings"].append(f"shape inference of the subgraph failed: {_one_line(e)}")
+    try:
+        onnx.checker.check_model(sub)
+    except Exception as e:
+        info["warnings"].append(f"the subgraph does not pass the ONNX checker: {_one_line(e)}")
+    return sub, sub_origin
 
 
 def fix_symbolic_dims(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
@@ -200,14 +284,17 @@ def fix_symbolic_dims(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
     return changed
 
 
-def trace_node_origins(model: "onnx.ModelProto", n_user_nodes: int) -> list[int | None]:  # noqa: F821
+def trace_node_origins(model: "onnx.ModelProto", n_user_nodes: int,  # noqa: F821
+                       user_nodes: list[dict] | None = None) -> list[int | None]:
     """For each node of ``model`` (after the opset upgrade), the graph index of the
     user node it comes from.
 
-    Nodes keep their tag name through the converter; nodes the converter added
-    (expansions such as Softmax-9 -> Shape/Flatten/Softmax/Reshape) are unnamed and
-    are attributed by data flow: first to the group of a consumer, then (for sinks)
-    to the group of a producer, and finally to the nearest preceding tagged node.
+    Nodes keep their tag name through the converter. A user node the converter
+    replaced by a new, unnamed node (Upsample-9 becomes Resize) is found by its
+    output names. Other added nodes (expansions such as Softmax-9 ->
+    Shape/Flatten/Softmax/Reshape) are attributed by data flow: first to the group
+    of a consumer, then (for sinks) to the group of a producer, and finally to the
+    nearest preceding tagged node.
     """
     nodes = list(model.graph.node)
     origin: list[int | None] = []
@@ -218,6 +305,27 @@ def trace_node_origins(model: "onnx.ModelProto", n_user_nodes: int) -> list[int 
             origin.append(None)
     if all(o is not None for o in origin):
         return origin
+    lost = set(range(n_user_nodes)) - {o for o in origin if o is not None}
+    if user_nodes:
+        lost -= {i for i in lost if user_nodes[i]["op_type"] == "Constant" and not user_nodes[i]["inputs"]}
+        by_output = {t: i for i in lost for t in user_nodes[i]["outputs"] if t}
+        for j, n in enumerate(nodes):
+            if origin[j] is None:
+                hit = next((by_output[t] for t in n.output if t in by_output), None)
+                if hit is not None:
+                    origin[j] = hit
+        lost -= set(o for o in origin if o is not None)
+    if lost:
+        # a replaced node whose outputs were renamed too: the unnamed nodes in the gap
+        # between the tagged neighbours of exactly one lost node are its replacement
+        tagged = [(j, o) for j, o in enumerate(origin) if o is not None]
+        bounds = [(-1, -1)] + tagged + [(len(nodes), n_user_nodes)]
+        for (ja, ta), (jb, tb) in zip(bounds, bounds[1:]):
+            in_gap = [i for i in lost if ta < i < tb]
+            if len(in_gap) == 1:
+                for j in range(ja + 1, jb):
+                    if origin[j] is None:
+                        origin[j] = in_gap[0]
     producer = {}
     consumers = defaultdict(list)
     for j, n in enumerate(nodes):

@@ -108,9 +108,13 @@ def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
     return p.with_name(f"{p.stem}_compiler.json")
 
 
-def user_choices_path(report_path: str | os.PathLike) -> Path:
-    """The user-choices sidecar of a report: ``<report dir>/work/user_choices.json``."""
-    return Path(report_path).parent / "work" / "user_choices.json"
+def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = None) -> Path:
+    """The user-choices sidecar of a report: ``<report dir>/work/user_choices.json``;
+    for a subgraph report (``report["subgraph"]``), in the subgraph's own work
+    directory, so that its choices never reach the full model's report."""
+    sub = report.get("subgraph") if isinstance(report, Mapping) else None
+    work = sub.get("work_dir") if isinstance(sub, Mapping) else None
+    return Path(report_path).parent / (work or "work") / "user_choices.json"
 
 
 def resolve_report_path(report: str | None, model: str | None, output_dir: str | None) -> Path:
@@ -558,7 +562,7 @@ def edit_report_file(
     """
     path = Path(report_path)
     report = load_report(path)
-    sidecar = user_choices_path(path)
+    sidecar = user_choices_path(path, report)
     existing = _read_user_choices(sidecar)
     layer_ids = match_layers(list(report["ops"]), layer_pattern)
     changes = apply_edit(report, layer_ids, executor=executor, tolerance_avg=tolerance_avg,
