@@ -23,7 +23,11 @@ if MODEL_PATH.lower().endswith(".tflite"):
     raise WorkflowError(f"{MODEL_PATH}: TFLite models are not supported; torq-gen-config is ONNX-only")
 if not os.path.isfile(MODEL_PATH):
     raise WorkflowError(f"model file not found: {MODEL_PATH}")
+if "{" in MODEL_PATH or "}" in MODEL_PATH:
+    raise WorkflowError(f"the model path must not contain braces (Snakemake wildcards): {MODEL_PATH}; rename or copy the file")
 OUT = os.path.normpath(config["output_dir"] or os.path.join("results", model_name(MODEL_PATH)))
+if "{" in OUT or "}" in OUT:
+    raise WorkflowError(f"output_dir must not contain braces (Snakemake wildcards): {OUT}")
 # Subgraph mode (subgraph_from/subgraph_to; docs/subgraph.md): the range resolved in
 # the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>") and
 # their own work directory, so they never mix with the full model's files.

@@ -326,7 +326,7 @@ def test_final_report_text_sections_and_table():
     assert "FINAL EXECUTOR DISCOVERY REPORT" in lines
     assert "Model: squeezenet" in lines
     assert "Total layers tested: 5" in lines
-    assert "Status Summary:" in lines and "  error: 4" in lines and "  unverified: 1" in lines
+    assert "Status Summary (one verdict per (layer, executor) pair):" in lines and "  error: 4" in lines and "  unverified: 1" in lines
     assert "Recommended Executor Distribution:" in lines
     assert "  llvm-cpu: 2" in lines and "  vulkan: 1" in lines and "  host: 0" in lines
     assert "CRITICAL: 1 layer(s) with ALL executors ERRORS" in lines

@@ -58,7 +58,11 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     for w in info["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     for d in info["fixed_dims"]:
-        print(f"note: input {d['input']} dim {d['axis']} ({d['was']}) fixed to 1", file=sys.stderr)
+        if d["axis"] == 0:
+            print(f"note: input {d['input']} dim 0 ({d['was']}, the batch) fixed to 1", file=sys.stderr)
+        else:
+            print(f"warning: input {d['input']} dim {d['axis']} ({d['was']}) is symbolic and was fixed to 1; "
+                  "layers may see degenerate shapes: export the model with static shapes", file=sys.stderr)
 
 
 def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str | None = None) -> None:

@@ -101,6 +101,8 @@ def build_config(args: argparse.Namespace) -> dict:
         raise ConfigError(f"the workflow files (Snakefile, rules/, config/) are not next to the installed package "
                           f"(looked for {DEFAULT_CONFIG_PATH}); install from a checkout with `pip install -e .`")
     model = Path(args.model).expanduser().resolve()
+    if "{" in str(model) or "}" in str(model):
+        raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
     load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
     config = load_config_file(DEFAULT_CONFIG_PATH)
     if getattr(args, "config_file", None):

@@ -64,7 +64,7 @@ def render_final_report_text(report: Mapping) -> str:
         lines.append(f"Layers skipped (not tested): {summary['skipped_layers']}")
     lines.append("")
 
-    lines.append("Status Summary:")
+    lines.append("Status Summary (one verdict per (layer, executor) pair):")
     counts = summary.get("status_counts") or {}
     for status in _STATUS_ORDER:
         lines.append(f"  {status}: {counts.get(status, 0)}")
@@ -106,6 +106,12 @@ def render_final_report_text(report: Mapping) -> str:
             lines.append(f"  - {item.get('layer_id')} (node: {item.get('node_index')})")
     else:
         lines.append("No critical failures - all layers have at least one working executor")
+    no_success = [lid for lid, op in ops.items()
+                  if op.get("executors") and not any(e.get("status") == "success" for e in op["executors"].values())
+                  and any(e.get("status") == "difference" for e in op["executors"].values())]
+    if no_success:
+        lines.append(f"WARNING: {len(no_success)} layer(s) run on every executor but none within tolerance "
+                     f"(best verdict: difference): {', '.join(no_success[:10])}{' ...' if len(no_success) > 10 else ''}")
     lines.append("")
 
     lines.extend(_layer_table(ops, executors))
