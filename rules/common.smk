@@ -141,7 +141,7 @@ def get_executor(wildcards):
     to one executor reruns only that executor's jobs. compiler_options/runtime_options
     are appended to the flags of compiler-based backends."""
     return jobs.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
-                                           config["runtime_options"])
+                                           config["runtime_options"], config["torq_hw"], config["torq_hw_type"])
 
 
 def tested_layers():
@@ -189,6 +189,8 @@ def run_options():
         "input_data": input_data_file()[0] if input_data_file() else None,
         "skip_mode": config["skip_mode"],
         "compiler_options": config["compiler_options"],
+        "torq_hw": config["torq_hw"],
+        "torq_hw_type": config["torq_hw_type"],
         "runtime_options": config["runtime_options"],
         "collect_timing": config["collect_timing"],
         "timing_runs": config["timing_runs"],

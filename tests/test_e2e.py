@@ -383,3 +383,19 @@ def test_layer_inputs_propagate_and_input_data(tmp_path):
     np.savez(bad, wrong=x)
     r = run_cli("discover", "--model", model, "--output-dir", tmp_path / "o2", "--input-data", bad)
     assert r.returncode != 0 and "has no array 'x'" in (r.stderr + r.stdout)
+
+
+def test_snakemake_args_passed_through(tmp_path):
+    """Extra Snakemake arguments after -- reach Snakemake (here: force one rule)."""
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report_path = out / "torq_gen_config_cnn.json"
+    before = report_path.stat().st_mtime_ns
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--", "--forcerun", "aggregate_report")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert report_path.stat().st_mtime_ns > before
+    assert not [ln for ln in r.stdout.splitlines() if ln.startswith("[") and "] " in ln], "layer tests ran"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "--", "--no-such-snakemake-flag")
+    assert r.returncode == 2 and "rejected the arguments" in r.stderr

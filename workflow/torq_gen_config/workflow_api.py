@@ -139,6 +139,58 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
         raise
 
 
+def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike, cores: int, extra_args: list[str],
+                                     quiet: bool = False, forceall: bool = False) -> None:
+    """Run the workflow through Snakemake's own command-line layer, for extra Snakemake
+    arguments given after ``--`` (``torq-gen-config discover ... -- --printshellcmds``).
+
+    The config is written to ``<workdir>/.torq-gen-config.yaml`` and passed with
+    ``--configfile``; the settings of :func:`run_workflow` are passed as flags before
+    ``extra_args``, so the user's flags win.
+
+    Raises:
+        WorkflowFailed: Snakemake rejected the arguments or a job failed.
+    """
+    import yaml
+    from filelock import FileLock, Timeout
+    from snakemake.cli import args_to_api, parse_args
+
+    from .fileio import atomic_write_text
+
+    workdir = Path(workdir).resolve()
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
+    cfg_path = workdir / ".torq-gen-config.yaml"
+    atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
+    argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores),
+            "--configfile", str(cfg_path), "--scheduler", "greedy", "--force-use-threads", "--keep-going",
+            "--rerun-incomplete", "--rerun-triggers", "mtime", "params", "software-env", "code"]
+    if quiet:
+        argv += ["--quiet", "rules", "host", "reason"]
+    if forceall:
+        argv.append("--forceall")
+    run_lock = FileLock(str(workdir / ".torq-gen-config.lock"))
+    try:
+        run_lock.acquire(timeout=0)
+    except Timeout:
+        raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+    try:
+        try:
+            parser, args = parse_args(argv + list(extra_args))
+        except SystemExit as e:  # argparse already printed the reason
+            raise WorkflowFailed(f"Snakemake rejected the arguments after --: {' '.join(extra_args)}") from None
+        try:
+            ok = args_to_api(args, parser)
+        except Exception as e:
+            raise WorkflowFailed(_one_line(e)) from None
+        if not ok:
+            raise WorkflowFailed("Snakemake reported a failure (see its messages above)")
+    finally:
+        run_lock.release()
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -66,6 +66,11 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "without timing data fall back to priority order, and the report says so")
     p.add_argument("--log-file", metavar="PATH", help="append every job's full diagnostics (command lines, compiler "
                                                       "stderr) to this file; the console keeps one line per job")
+    p.add_argument("--torq-hw", metavar="TARGET", help="target hardware for torq executors (torq-compile --torq-hw)")
+    p.add_argument("--torq-hw-type", metavar="TYPE", help="runtime hardware type for torq executors "
+                                                         "(torq-run-module --torq_hw_type, e.g. sim)")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER, metavar="-- SNAKEMAKE_ARGS",
+                   help="extra Snakemake arguments after --, passed through (e.g. -- --printshellcmds)")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show which jobs would run")
     p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
     p.add_argument("-v", "--verbose", action="store_true", help="print full failure messages and Snakemake's debug output")
@@ -131,6 +136,10 @@ def build_config(args: argparse.Namespace) -> dict:
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):
         config["skip_executors"] = _csv(args.skip_executors)
+    if getattr(args, "torq_hw", None):
+        config["torq_hw"] = args.torq_hw
+    if getattr(args, "torq_hw_type", None):
+        config["torq_hw_type"] = args.torq_hw_type
     if getattr(args, "compiler_option", None):
         config["compiler_options"] = list(args.compiler_option)
     if getattr(args, "runtime_option", None):
@@ -208,8 +217,18 @@ def run(args: argparse.Namespace) -> int:
     name = layout["name"]
     # subgraph mode: the layers first; the full-subgraph test follows as a second step
     targets = [f"torq_gen_config_{name}.json", f"torq_gen_config_{name}_compiler.json"] if layout["subgraph"] else None
-    run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run, quiet=args.quiet,
-                 verbose=args.verbose, forceall=args.recompute_cache)
+    extra = list(getattr(args, "snakemake_args", None) or [])
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    if extra:
+        from ..workflow_api import run_workflow_with_snakemake_args
+
+        run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
+                                         extra_args=(targets or []) + extra + (["-n"] if args.dry_run else []),
+                                         quiet=args.quiet, forceall=args.recompute_cache)
+    else:
+        run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run,
+                     quiet=args.quiet, verbose=args.verbose, forceall=args.recompute_cache)
     if args.dry_run:
         return 0
     status = 0
