@@ -2,6 +2,10 @@
 # prepared model as a chain of partitions (maximal runs of consecutive nodes on the
 # same executor), each compiled for its executor, run in order with host numpy in
 # between, and compared with the ONNX Runtime reference of the whole model.
+# A torq assignment (every assigned executor of backend torq) is one "partition",
+# pid torq-<hash of executor map, full.mlir, options>, whose side file is the
+# executor map: compile_partition compiles work/full.mlir once with
+# --torq-executor-map, run_full_model runs that module once.
 # docs/full_model_run.md describes the files; the logic is in
 # torq_gen_config.full_model, the job entry points in torq_gen_config.full_model_jobs.
 from torq_gen_config import full_model_jobs
@@ -34,10 +38,12 @@ def full_plan():
 
 
 def get_partition_model(wildcards):
-    """The partition's ONNX model (a side file of the plan checkpoint)."""
-    if wildcards.pid not in full_plan():
+    """The partition's ONNX model, or for a torq plan its executor map (a side file
+    of the plan checkpoint)."""
+    plan = full_plan()
+    if wildcards.pid not in plan:
         raise WorkflowError(f"unknown partition {wildcards.pid!r}: not in {FULL_PLAN}")
-    return os.path.join(PARTS, wildcards.pid, "model.onnx")
+    return os.path.join(PARTS, wildcards.pid, os.path.basename(plan[wildcards.pid]["model"]))
 
 
 def get_compile_def(wildcards):
@@ -84,10 +90,14 @@ checkpoint plan_full_model:
         model=rules.prepare_model.output.model,
         manifest=os.path.join(LAYERS, "manifest.json"),
         locations=rules.import_full_model.output.locations,
+        mlir=rules.import_full_model.output.mlir,
     output:
         plan=FULL_PLAN,
     params:
-        executors=list(EXECUTORS.values()),
+        # torq_hw/torq_hw_type applied as in discovery (compiler/runtime options are
+        # applied by the plan itself)
+        executors=[jobs.executor_with_tool_options(e, [], [], config["torq_hw"], config["torq_hw_type"])
+                   for e in EXECUTORS.values()],
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],
     log:
@@ -96,7 +106,7 @@ checkpoint plan_full_model:
         full_model_jobs.plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
                                  locations=input.locations, executors=params.executors, plan=output.plan,
                                  compiler_options=params.compiler_options, runtime_options=params.runtime_options,
-                                 log=log[0])
+                                 full_mlir=input.mlir, log=log[0])
 
 
 rule compile_partition:

@@ -249,7 +249,7 @@ def test_compiler_json_assignment_by_location(tmp_path):
     assert {f["layer_id"] for f in fallbacks} == {"Neg_b", "Add_out"}
 
 
-def test_unknown_and_torq_executors_are_rejected(tmp_path):
+def test_unknown_executors_and_mixed_torq_assignments_are_rejected(tmp_path):
     model, man = prepared(tmp_path, chain_model(tmp_path / "m.onnx"))
     sel = selection_from_report(report_for(man, {"Relu_a": "w"}), source_file="r.json")
     with pytest.raises(ConfigError, match="'w'.*not configured"):
@@ -258,7 +258,9 @@ def test_unknown_and_torq_executors_are_rejected(tmp_path):
         resolve_assignment(make_assignment(sel), man["layers"], None, [X, Y])
     torq = {"name": "nss", "backend": "torq", "options": {}}
     sel = selection_from_report(report_for(man, {"Relu_a": "nss"}))
-    with pytest.raises(ConfigError, match="torq backend is not available"):
+    assert check_selection(sel, [X, torq]) == "torq"
+    sel = selection_from_report(report_for(man, {"Relu_a": "nss", "Neg_b": "x"}))
+    with pytest.raises(ConfigError, match="mixes executors of the torq backend"):
         check_selection(sel, [X, torq])
     res = compile_partition(pid="nss-000000000000", model_path=str(tmp_path / "m.onnx"), executor=torq,
                             work_dir=str(tmp_path / "w"), timeout_s=10, log_path=None)

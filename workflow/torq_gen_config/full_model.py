@@ -36,6 +36,17 @@ Files (under ``<output_dir>/work/full``): ``assignment.json`` (what the run was
 asked to do), ``plan.json`` (partitions), ``partitions/<pid>/model.onnx``,
 ``model.mlir``, ``compiled.json`` and the module, ``reference.npz``,
 ``result.json``.
+
+TORQ (mode ``"torq"``, :func:`assignment_mode`): when every executor the assignment
+names is of the ``torq`` backend, the model is not cut. TORQ's compiler has a per-op
+assignment pass (``--torq-executor-map``, keyed by ``line:col`` in ``work/full.mlir``),
+so the plan has a single "partition" (pid ``torq-<12 hex>``, a hash of the executor
+map, of ``full.mlir`` and of the compile options) whose ``compile_def`` carries
+``whole_model_torq``: :func:`compile_partition` compiles ``full.mlir`` once with
+``torq-compile ... --torq-executor-map=partitions/<pid>/executor_map.json`` and
+:func:`run_partitions` runs the module once with ``torq-run-module`` on the reference
+inputs. Layers without a choice are absent from the map (the compiler places them).
+Torq and non-torq executors in one assignment are an error.
 """
 
 from __future__ import annotations
@@ -67,9 +78,17 @@ RESULT_FILE = "work/full/result.json"
 PLAN_FILE = "work/full/plan.json"
 #: Marker of the full-model part of ``final_report_text``.
 TEXT_MARKER = "--- Full Model Comparison ---"
-#: Backend kinds that cannot run yet (a later issue adds the torq backend).
-UNAVAILABLE_BACKENDS = {"torq": "the torq backend is not available yet in torq-gen-config run "
-                                 "(it comes with a later version); assign these layers to another executor"}
+#: Backend kinds that cannot be the executor of one partition of a chain (torq
+#: compiles the whole model at once, see :func:`assignment_mode`).
+UNAVAILABLE_BACKENDS = {"torq": "the torq backend is not available as the executor of one partition of a chain: "
+                                 "a torq assignment is compiled as one whole model (torq-gen-config run does that "
+                                 "when every assigned executor is a torq one)"}
+#: The backend whose assignments run as one whole-model compile.
+TORQ_BACKEND = "torq"
+#: Name (and pid prefix) of the single whole-model "partition" of a torq plan.
+TORQ_PARTITION = "torq"
+#: The executor map of a torq plan, in ``partitions/<pid>/``.
+TORQ_MAP_FILE = "executor_map.json"
 PARTITION_MODEL = "model.onnx"
 PARTITION_MLIR = "model.mlir"
 COMPILED_FILE = "compiled.json"
@@ -131,14 +150,8 @@ def selection_from_compiler_json(compiler: Mapping, *, source_file: str | None =
             "layers": None, "locations": {str(k): _executor_name(v) for k, v in oa.items()}}
 
 
-def check_selection(selection: Mapping, executors: list[dict]) -> None:
-    """Check that every executor named by the selection is configured and can run.
-
-    Raises:
-        ConfigError: an unknown executor name (the message lists the configured
-            ones), or one whose backend cannot run full models yet (torq).
-    """
-    by_name = {e["name"]: e for e in executors}
+def _named_executors(selection: Mapping) -> dict[str, list[str]]:
+    """Executor name -> the layer IDs (or ``line:col`` keys) the selection assigns to it."""
     named: dict[str, list[str]] = {}
     for key, entry in (selection.get("layers") or {}).items():
         if entry.get("executor"):
@@ -146,6 +159,22 @@ def check_selection(selection: Mapping, executors: list[dict]) -> None:
     for key, name in (selection.get("locations") or {}).items():
         if name:
             named.setdefault(name, []).append(key)
+    return named
+
+
+def check_selection(selection: Mapping, executors: list[dict]) -> str:
+    """Check that every executor named by the selection is configured, and tell how
+    the model runs (:func:`assignment_mode`).
+
+    Returns:
+        ``"torq"`` (one whole-model torq-compile) or ``"partitions"`` (a chain).
+
+    Raises:
+        ConfigError: an unknown executor name (the message lists the configured
+            ones), or torq and non-torq executors in one assignment.
+    """
+    by_name = {e["name"]: e for e in executors}
+    named = _named_executors(selection)
     unknown = sorted(n for n in named if n not in by_name)
     if unknown:
         n = unknown[0]
@@ -154,11 +183,36 @@ def check_selection(selection: Mapping, executors: list[dict]) -> None:
             f"(e.g. to {named[n][0]}), which is not configured (configured: {', '.join(by_name)}); "
             "pass the --config-file used for discovery"
         )
-    for n in named:
-        kind = by_name[n].get("backend")
-        if kind in UNAVAILABLE_BACKENDS:
-            raise ConfigError(f"executor {n!r} (backend {kind!r}) is assigned to {len(named[n])} layer(s), "
-                              f"e.g. {named[n][0]}: {UNAVAILABLE_BACKENDS[kind]}")
+    return assignment_mode(selection, executors)
+
+
+def assignment_mode(selection: Mapping, executors: list[dict]) -> str:
+    """How an assignment runs: ``"torq"`` when every executor it names is of the
+    ``torq`` backend (with no executor named: when the first configured executor
+    is), else ``"partitions"``.
+
+    Raises:
+        ConfigError: the assignment names torq and non-torq executors (one run cannot
+            do both: torq compiles the whole model at once, the others run as a chain).
+    """
+    by_name = {e["name"]: e for e in executors}
+    named = {n: keys for n, keys in _named_executors(selection).items() if n in by_name}
+    if not named:
+        return "torq" if executors and executors[0].get("backend") == TORQ_BACKEND else "partitions"
+    torq = [n for n in by_name if n in named and by_name[n].get("backend") == TORQ_BACKEND]
+    other = [n for n in by_name if n in named and by_name[n].get("backend") != TORQ_BACKEND]
+    if torq and other:
+        def desc(names):
+            return ", ".join(f"{n} ({by_name[n].get('backend')}: {len(named[n])} layer(s), e.g. {named[n][0]})"
+                             for n in names)
+        raise ConfigError(
+            f"{selection.get('source_file') or 'the assignment'} mixes executors of the torq backend "
+            f"[{desc(torq)}] with other executors [{desc(other)}]: torq assignments are compiled as one whole "
+            "model by torq-compile (--torq-executor-map) and the others run as a chain of partitions, and one run "
+            "cannot do both; assign every layer to torq executors only, or to non-torq executors only "
+            "(torq-gen-config edit, or the report JSON)"
+        )
+    return "torq" if torq else "partitions"
 
 
 def make_assignment(selection: Mapping, *, debug_ir: str | None = None) -> dict:
@@ -459,8 +513,13 @@ def partition_id(model_bytes: bytes, compile_def: Mapping, debug_ir: str | None)
 
 def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: Mapping, executors: list[dict],
               partitions_dir: str | os.PathLike, *, compiler_options: Iterable[str] = (),
-              runtime_options: Iterable[str] = (), write: bool = True, prune: bool = True) -> dict:
+              runtime_options: Iterable[str] = (), write: bool = True, prune: bool = True,
+              full_mlir: str | None = None) -> dict:
     """Partition the prepared model and write one ONNX model per partition.
+
+    When every executor of the assignment is a torq one (:func:`assignment_mode`),
+    the plan is :func:`make_torq_plan`'s instead: one whole-model "partition"
+    compiled from ``full_mlir`` with an executor map.
 
     Args:
         model: the prepared model (``work/prepared.onnx``).
@@ -474,6 +533,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             (rewritten only when its bytes change; directories of partitions not
             in this plan are removed when ``prune``).
         write: write the partition models (False: plan only, for tests).
+        full_mlir: ``work/full.mlir`` (only used, and then needed, for a torq plan).
 
     Returns:
         The plan (JSON-safe): ``partitions`` (in run order: ``index``, ``pid``,
@@ -485,7 +545,8 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         ``source``, ``source_file``, ``options``.
 
     Raises:
-        ConfigError: the assignment names an unknown executor.
+        ConfigError: the assignment names an unknown executor, or mixes torq and
+            non-torq executors.
         ValueError: a prepared node that is neither folded nor part of a layer
             (the manifest does not belong to this model).
     """
@@ -493,9 +554,15 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     from .fileio import write_bytes_if_changed
     from .model.split import _value_types, fold_constants
 
+    if check_selection(assignment, executors) == "torq":
+        return make_torq_plan(model, manifest, locations, assignment, executors, partitions_dir,
+                              compiler_options=compiler_options, runtime_options=runtime_options, write=write,
+                              prune=prune, full_mlir=full_mlir)
     layers = manifest["layers"]
     by_name = {e["name"]: e for e in executors}
-    by_layer, fallbacks, warnings = resolve_assignment(assignment, layers, locations, executors)
+    # a layer without a choice never falls back to a torq executor (a chain cannot run one)
+    chain_executors = [e for e in executors if e.get("backend") != TORQ_BACKEND]
+    by_layer, fallbacks, warnings = resolve_assignment(assignment, layers, locations, chain_executors)
     values, folded, fold_warnings = fold_constants(model)
     node_layer: dict[int, str] = {}
     for layer in layers:
@@ -543,11 +610,8 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             "model": str(parts_dir / pid / PARTITION_MODEL),
             "executor_def": run_def, "compile_def": comp_def,
         })
-    if write and prune and parts_dir.is_dir():
-        keep = {p["pid"] for p in partitions}
-        for d in parts_dir.iterdir():
-            if d.is_dir() and d.name not in keep:
-                shutil.rmtree(d, ignore_errors=True)
+    if write and prune:
+        _prune(parts_dir, {p["pid"] for p in partitions})
     produced = {t for p in partitions for t in p["outputs"]}
     graph_inputs = [i.name for i in model.graph.input if i.name not in values]
     constant_outputs = [t for t in graph_outputs if t not in produced and t in values]
@@ -556,6 +620,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         raise ValueError(f"no partition produces model output(s) {missing}")
     return {
         "schema": PLAN_SCHEMA,
+        "mode": "partitions",
         "source": assignment.get("source"), "source_file": assignment.get("source_file"),
         "options": options,
         "num_partitions": len(partitions),
@@ -565,6 +630,204 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         "fallbacks": fallbacks,
         "warnings": warnings + fold_warnings,
         "folded_nodes": len(folded),
+    }
+
+
+def _prune(parts_dir: Path, keep: set[str]) -> None:
+    if parts_dir.is_dir():
+        for d in parts_dir.iterdir():
+            if d.is_dir() and d.name not in keep:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def _file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def torq_options(executors: list[dict], compiler_options: Iterable[str] = (),
+                 runtime_options: Iterable[str] = ()) -> tuple[dict, dict[str, str]]:
+    """The options of the one whole-model compile and run of these torq executors.
+
+    Returns:
+        ``(options, torq_names)``: ``options`` = ``torq_hw``, ``torq_hw_type``,
+        ``compile_flags``, ``run_flags`` (with ``--compiler-option`` /
+        ``--runtime-option`` appended); ``torq_names`` maps each executor's name to
+        its TORQ executor (its ``executor`` option: ``nss``, ``css`` or ``host``), the
+        name the executor map must use.
+
+    Raises:
+        ConfigError: invalid options, or executors that differ in one of the four
+            options (the model is compiled once, with one set).
+    """
+    from .backends.torq import _parse_options
+
+    opts: dict | None = None
+    first = None
+    names: dict[str, str] = {}
+    for e in executors:
+        o = _parse_options(e["name"], effective_executor(e, compiler_options, runtime_options).get("options"))
+        names[e["name"]] = o["executor"]
+        o = {k: o[k] for k in ("torq_hw", "torq_hw_type", "compile_flags", "run_flags")}
+        if opts is None:
+            opts, first = o, e["name"]
+        elif o != opts:
+            k = next(k for k in o if o[k] != opts[k])
+            raise ConfigError(
+                f"the torq executors {first!r} and {e['name']!r} differ in option {k!r} ({opts[k]!r} vs {o[k]!r}): "
+                "the whole model is compiled and run once, with one torq_hw, torq_hw_type, compile_flags and "
+                "run_flags, so they must be equal"
+            )
+    return opts or {}, names
+
+
+def make_torq_plan(model, manifest: Mapping, locations: Mapping | None, assignment: Mapping, executors: list[dict],
+                   partitions_dir: str | os.PathLike, *, compiler_options: Iterable[str] = (),
+                   runtime_options: Iterable[str] = (), write: bool = True, prune: bool = True,
+                   full_mlir: str | None = None) -> dict:
+    """The plan of a torq assignment: the whole model in one "partition".
+
+    The executor map (``partitions/<pid>/executor_map.json``, the compiler JSON's
+    form: ``{"op_assignments": {"L:C": {"executor": "nss"}}, "model_name"}``) has one
+    entry per layer with a choice (report ``recommended_executor``, or the compiler
+    JSON's entry for the layer's ``line:col``), keyed by the layer's ``line:col`` in
+    ``full_mlir`` and naming its TORQ executor (the ``executor`` option). A layer
+    without a choice (or without a verified ``line:col``) is not in the map: the
+    compiler places it; ``fallbacks`` lists it with ``executor: None``.
+
+    The pid is ``torq-<12 hex>``: a hash of the map, of ``full_mlir``'s content and
+    of the compile options (and ``debug_ir``), so a changed assignment recompiles and
+    an unchanged one reruns nothing. The partition's ``compile_def`` carries
+    ``whole_model_torq`` (the MLIR path and hashes, the import status), which
+    :func:`compile_partition` recognises.
+
+    Returns:
+        A plan like :func:`make_plan`'s with ``mode: "torq"``, one partition
+        (``model`` = the executor map, ``whole_model_torq: True``), plus
+        ``executor_map``, ``num_map_entries``, ``torq_executors``.
+
+    Raises:
+        ConfigError: unknown executors, torq executors with different options.
+    """
+    from .fileio import write_bytes_if_changed
+    from .mlir.importer import layer_location
+
+    layers = manifest["layers"]
+    by_name = {e["name"]: e for e in executors}
+    locs = locations or {}
+    chosen, by_loc = assignment.get("layers"), assignment.get("locations")
+    left = "not in the executor map: torq-compile places it"
+    entries: dict[str, str] = {}
+    by_layer: dict[str, str] = {}
+    fallbacks: list[dict] = []
+    warnings: list[str] = []
+    layer_locs: set[str] = set()
+    for layer in layers:
+        lid = layer["layer_id"]
+        loc = layer_location(layer, locs)
+        if loc:
+            layer_locs.add(loc)
+        ex = None
+        if chosen is not None:
+            entry = chosen.get(lid)
+            if entry is None:
+                why = "not in the report (the model changed since discovery?)"
+            else:
+                ex = entry.get("executor")
+                st = entry.get("statuses") or {}
+                why = "no recommendation (" + (", ".join(f"{k}: {v}" for k, v in st.items()) or "not tested") + ")"
+        else:
+            ex = (by_loc or {}).get(loc) if loc else None
+            if loc is None:
+                why = "the layer has no verified line:col in full.mlir, so the compiler JSON cannot name it"
+            elif loc in (by_loc or {}):
+                why = f"the compiler JSON has no executor for {loc}"
+            else:
+                why = f"not in the compiler JSON ({loc})"
+        if ex and ex not in by_name:
+            raise ConfigError(f"the assignment names executor {ex!r}, which is not configured "
+                              f"(configured: {', '.join(by_name)})")
+        if ex and loc is None:
+            why = f"assigned to {ex}, but the layer has no verified line:col in full.mlir, so the map cannot name it"
+            ex = None
+        if ex:
+            entries[loc] = ex
+            by_layer[lid] = ex
+        else:
+            fallbacks.append({"layer_id": lid, "executor": None, "reason": f"{why}; {left}"})
+    if chosen is not None:
+        known = {l["layer_id"] for l in layers}
+        stale = [lid for lid in chosen if lid not in known]
+        if stale:
+            warnings.append(f"{len(stale)} layer(s) of the report are not in the model (e.g. {stale[0]}); ignored")
+    else:
+        stray = [k for k, v in (by_loc or {}).items() if v and k not in layer_locs]
+        if stray:
+            warnings.append(f"{len(stray)} entr(y/ies) of the compiler JSON match no layer's line:col "
+                            f"(e.g. {stray[0]}); not in the executor map")
+    if locs.get("status") not in (None, "ok"):
+        warnings.append(f"the full-model MLIR import failed ({locs.get('message') or 'no message'}): "
+                        "torq-compile has nothing to compile")
+    used = [n for n in by_name if n in set(entries.values())] or \
+           [n for n, e in by_name.items() if e.get("backend") == TORQ_BACKEND]
+    opts, torq_names = torq_options([by_name[n] for n in used], compiler_options, runtime_options)
+    ordered = sorted(entries, key=lambda k: tuple(int(x) for x in k.split(":")))
+    doc = {"op_assignments": {k: {"executor": torq_names[entries[k]]} for k in ordered},
+           "model_name": assignment.get("model_name")}
+    data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
+    mlir_sha = _file_sha256(full_mlir) if full_mlir and os.path.isfile(full_mlir) else None
+    debug_ir = (assignment.get("options") or {}).get("debug_ir")
+    comp_opts = {k: opts[k] for k in ("torq_hw", "torq_hw_type", "compile_flags")}
+    h = hashlib.sha256(data)
+    h.update(json.dumps({"options": comp_opts, "mlir_sha256": mlir_sha, "debug_ir": debug_ir},
+                        sort_keys=True).encode("utf-8"))
+    pid = f"{TORQ_PARTITION}-{h.hexdigest()[:12]}"
+    if debug_ir:
+        comp_opts["compile_flags"] = comp_opts["compile_flags"] + \
+            [f"--dump-compilation-phases-to={os.path.join(debug_ir, pid)}"]
+    whole = {"mlir": full_mlir, "mlir_sha256": mlir_sha,
+             "executor_map_sha256": hashlib.sha256(data).hexdigest(),
+             "import_status": locs.get("status"), "import_message": locs.get("message")}
+    comp_def = {"name": TORQ_PARTITION, "backend": TORQ_BACKEND, "executors": used, "options": comp_opts,
+                "whole_model_torq": whole}
+    run_def = {**copy.deepcopy(comp_def), "options": {**comp_opts, "run_flags": opts["run_flags"]}}
+    parts_dir = Path(partitions_dir)
+    map_path = parts_dir / pid / TORQ_MAP_FILE
+    if write:
+        write_bytes_if_changed(map_path, data)
+    if write and prune:
+        _prune(parts_dir, {pid})
+    inits = {t.name for t in model.graph.initializer}
+    graph_inputs = [i.name for i in model.graph.input if i.name not in inits]
+    graph_outputs = [o.name for o in model.graph.output]
+    nodes = sorted(j for l in layers for j in l["prepared_node_indices"])
+    part = {
+        "index": 0, "pid": pid, "executor": TORQ_PARTITION, "backend": TORQ_BACKEND, "needs_mlir": True,
+        "whole_model_torq": True,
+        "first_node": nodes[0] if nodes else None, "last_node": nodes[-1] if nodes else None,
+        "num_nodes": len(nodes), "layer_ids": [l["layer_id"] for l in layers],
+        "inputs": graph_inputs, "outputs": graph_outputs, "num_initializers": len(inits),
+        "model": str(map_path), "executor_def": run_def, "compile_def": comp_def,
+    }
+    return {
+        "schema": PLAN_SCHEMA,
+        "mode": "torq",
+        "source": assignment.get("source"), "source_file": assignment.get("source_file"),
+        "options": {"compiler_options": list(compiler_options), "runtime_options": list(runtime_options),
+                    "debug_ir": debug_ir},
+        "num_partitions": 1,
+        "partitions": [part],
+        "graph_inputs": graph_inputs, "graph_outputs": graph_outputs, "constant_outputs": [],
+        "layer_executors": by_layer,
+        "fallbacks": fallbacks,
+        "warnings": warnings,
+        "executor_map": str(map_path),
+        "num_map_entries": len(ordered),
+        "torq_executors": used,
+        "full_mlir": full_mlir,
     }
 
 
@@ -578,6 +841,10 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
 
     For backends that compile MLIR the partition is imported first
     (:func:`torq_gen_config.mlir.importer.import_model`, into ``<work_dir>/model.mlir``).
+    The whole-model partition of a torq plan (``executor["whole_model_torq"]``,
+    :func:`make_torq_plan`) is compiled from ``full.mlir`` with ``model_path`` (its
+    executor map) as ``--torq-executor-map``; a missing ``torq-compile`` is a
+    ``compile`` error whose message names every place searched.
 
     Returns:
         The ``compiled.json`` content: ``status`` ``"ok"`` with ``compile_ms``,
@@ -604,6 +871,9 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
         return res
 
     Path(work_dir).mkdir(parents=True, exist_ok=True)
+    if executor.get("whole_model_torq"):
+        return _compile_whole_model_torq(res, fail, executor=executor, executor_map=model_path, work_dir=work_dir,
+                                         timeout_s=timeout_s, log_path=log_path)
     kind = executor.get("backend")
     if kind in UNAVAILABLE_BACKENDS:
         return fail("compile", f"executor {executor.get('name')!r}: {UNAVAILABLE_BACKENDS[kind]}")
@@ -640,6 +910,99 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     return res
 
 
+def mlir_function(mlir_path: str | os.PathLike) -> tuple[str | None, dict | None]:
+    """The name and signature of the first ``func.func`` of an imported model (the
+    graph name becomes the function name; a quoted name is returned unquoted).
+
+    Returns:
+        ``(name, signature)`` (signature as
+        :func:`~torq_gen_config.backends.iree.parse_mlir_signature`), ``(None, None)``
+        when there is no function header.
+    """
+    import re
+
+    from .backends.iree import parse_mlir_signature
+
+    pat = re.compile(r'func\.func @("(?:[^"\\]|\\.)*"|[A-Za-z0-9_$.-]+)\(')
+    with open(mlir_path, "r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = pat.search(line)
+            if m:
+                token = m.group(1)
+                return token.strip('"'), parse_mlir_signature(mlir_path, function=token)
+    return None, None
+
+
+def _compile_whole_model_torq(res: dict, fail, *, executor: Mapping, executor_map: str, work_dir: str,
+                              timeout_s: float, log_path: str | None) -> dict:
+    """:func:`compile_partition` for the whole-model partition of a torq plan:
+    ``torq-compile <full.mlir> -o <work>/module.vmfb --torq-hw=... [--torq-target-host-triple=native]
+    <compile_flags> --torq-executor-map=<work>/executor_map.json``, run inside ``work_dir``."""
+    from .backends.base import StageError
+    from .backends.torq import MODULE_FILE, TorqBackend, full_model_compile_argv
+    from .tools import ToolNotFoundError, run_tool
+
+    whole = executor["whole_model_torq"]
+    mlir = whole.get("mlir")
+    if whole.get("import_status") not in (None, "ok") or not mlir or not os.path.isfile(mlir) \
+            or os.path.getsize(mlir) == 0:
+        detail = f": {whole['import_message']}" if whole.get("import_message") else ""
+        return fail("import", f"the full-model MLIR {mlir} is missing or empty: the import of the prepared model "
+                              f"failed{detail}")
+    work = Path(work_dir).absolute()
+    out = work / MODULE_FILE
+    out.unlink(missing_ok=True)
+    opts = dict(executor.get("options") or {})
+    try:
+        argv = full_model_compile_argv(mlir, out, executor_map, opts)
+    except ToolNotFoundError as e:
+        _append_log(log_path, f"torq backend: {e}")
+        return fail("compile", str(e))
+    except ConfigError as e:
+        return fail("compile", str(e))
+    try:
+        tr = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
+        TorqBackend._check_result(tr, tool="torq-compile", during="compile", timeout_s=timeout_s)
+        if not out.is_file():
+            raise StageError("compile", f"torq-compile exited with status 0 but wrote no module ({out})")
+    except StageError as e:
+        out.unlink(missing_ok=True)
+        return fail(e.stage, e.message, e.during)
+    except Exception as e:  # e.g. the tool is not executable
+        out.unlink(missing_ok=True)
+        return fail("compile", f"{type(e).__name__}: {e}")
+    try:
+        function, signature = mlir_function(mlir)
+    except OSError:
+        function, signature = None, None
+    res["status"] = "ok"
+    res["compile_ms"] = _round(tr.wall_ms)
+    res["artifact"] = {"path": str(out), "info": {
+        "argv": argv, "mlir_path": os.path.abspath(mlir), "executor_map": os.path.abspath(executor_map),
+        "executors": executor.get("executors"), "function": function, "signature": signature,
+        "torq_hw": opts.get("torq_hw"), "torq_hw_type": opts.get("torq_hw_type"), "vmfb_bytes": out.stat().st_size}}
+    try:
+        tool = TorqBackend(TORQ_PARTITION, _torq_backend_options(opts)).describe()
+        res["tool"] = {k: v for k, v in tool.items() if k not in ("executor", "forcing_flags")}
+    except Exception:
+        res["tool"] = None
+    return res
+
+
+def _torq_backend_options(opts: Mapping) -> dict:
+    """Options for a TorqBackend that runs (or describes) a whole-model module; the
+    ``executor`` option only selects forcing flags, which a whole-model compile has not."""
+    return {**{k: v for k, v in opts.items() if k in ("torq_hw", "torq_hw_type", "compile_flags", "run_flags")},
+            "executor": "nss"}
+
+
+def _append_log(log_path: str | None, text: str) -> None:
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(text.rstrip("\n") + "\n")
+
+
 # ----------------------------------------------------------------------------
 # run
 
@@ -672,27 +1035,20 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         partition: ``index``, ``pid``, ``executor``, ``first_node``, ``last_node``,
         ``layer_ids``, ``compile_ms``, ``run_ms``, ``status``, ``partition_check``),
         ``timing`` (``compile_ms_total``, ``run_ms_total``, ``wall_ms``),
-        ``reference``, ``fallbacks``, ``source``, ``options``.
+        ``reference``, ``fallbacks``, ``source``, ``options``, ``mode``. A torq plan
+        (``mode: "torq"``) is run by :func:`run_whole_model_torq` (same result shape).
     """
     from .backends import make_backend
     from .backends.base import StageError
-    from .compare import compare_outputs, count_over_tolerance, derive_status
     from .reference import load_reference
     from .tools import bounded_message, first_error_line
 
+    if plan.get("mode") == "torq":
+        return run_whole_model_torq(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
+                                    timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
     t0 = time.perf_counter()
     inputs, ref_outputs, meta = load_reference(reference_npz)
-    result: dict[str, Any] = {
-        "schema": RESULT_SCHEMA, "status": None, "summary": None, "tolerance_used": dict(tolerance),
-        "metrics": None, "num_over_tolerance": None, "share_over_tolerance": None, "failure": None,
-        "source": plan.get("source"), "source_file": plan.get("source_file"), "options": plan.get("options"),
-        "num_partitions": len(plan["partitions"]), "partitions": [],
-        "timing": {"compile_ms_total": None, "run_ms_total": None, "wall_ms": None},
-        "reference": {k: meta.get(k) for k in ("status", "message", "engine", "ort_version",
-                                                 "graph_optimization_level", "run_ms")},
-        "fallbacks": plan.get("fallbacks") or [], "warnings": plan.get("warnings") or [],
-        "layer_executors": plan.get("layer_executors"), "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    result = _new_result(plan, tolerance, meta)
     rows = result["partitions"]
     for p in plan["partitions"]:
         c = compiled.get(p["pid"]) or {}
@@ -769,6 +1125,31 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
             del store[name]  # no later partition reads it: free the memory
 
     actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
+    return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance)
+
+
+def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
+    """The result skeleton (``result.json``) of a run of ``plan``."""
+    return {
+        "schema": RESULT_SCHEMA, "mode": plan.get("mode") or "partitions", "status": None, "summary": None,
+        "tolerance_used": dict(tolerance),
+        "metrics": None, "num_over_tolerance": None, "share_over_tolerance": None, "failure": None,
+        "source": plan.get("source"), "source_file": plan.get("source_file"), "options": plan.get("options"),
+        "num_partitions": len(plan["partitions"]), "partitions": [],
+        "timing": {"compile_ms_total": None, "run_ms_total": None, "wall_ms": None},
+        "reference": {k: meta.get(k) for k in ("status", "message", "engine", "ort_version",
+                                                 "graph_optimization_level", "run_ms")},
+        "fallbacks": plan.get("fallbacks") or [], "warnings": plan.get("warnings") or [],
+        "layer_executors": plan.get("layer_executors"), "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapping, meta: Mapping,
+                        tolerance: Mapping) -> dict:
+    """Compare the model's outputs with the reference and finish the result."""
+    from .compare import compare_outputs, count_over_tolerance, derive_status
+    from .tools import bounded_message, first_error_line
+
     if meta.get("status") != "ok":
         return finish("unverified", f"the model ran, but the reference (ONNX Runtime) failed: "
                                     f"{first_error_line(meta.get('message') or '')}")
@@ -786,6 +1167,89 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
     result["num_over_tolerance"] = count
     result["share_over_tolerance"] = share
     return finish(status, summary)
+
+
+def run_whole_model_torq(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
+                         timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None) -> dict:
+    """Run the whole-model module of a torq plan once and compare it with the reference.
+
+    ``torq-run-module --module=<pid>/module.vmfb --function=<the model's function>
+    --output=@<pid>/run/outputs/output_<i>.bin ... --torq_hw_type=... <run_flags>
+    --input=<spec>=@<pid>/run/inputs/input_<i>.bin ...`` on the reference inputs (the
+    model's graph inputs in order), outputs read with the shapes and dtypes of
+    ``full.mlir``'s signature. A failed compile (e.g. ``torq-compile`` not found) or
+    run is an ``error`` result whose failure names the stage and the message.
+
+    Returns:
+        The result in :func:`run_partitions`' shape (``mode: "torq"``, one partition,
+        ``partition_check`` None: the partition is the model), plus ``torq``:
+        ``executor_map``, ``num_map_entries``, ``executors``, ``compile_argv``.
+    """
+    from .backends.base import CompiledArtifact, StageError
+    from .backends.torq import MODULE_FILE, TorqBackend
+    from .reference import load_reference
+    from .tools import bounded_message, first_error_line
+
+    t0 = time.perf_counter()
+    inputs, ref_outputs, meta = load_reference(reference_npz)
+    result = _new_result(plan, tolerance, meta)
+    p = plan["partitions"][0]
+    c = compiled.get(p["pid"]) or {}
+    info = (c.get("artifact") or {}).get("info") or {}
+    result["torq"] = {"executor_map": plan.get("executor_map"), "num_map_entries": plan.get("num_map_entries"),
+                      "executors": plan.get("torq_executors"), "compile_argv": info.get("argv")}
+    row = {"index": 0, "pid": p["pid"], "executor": p["executor"], "backend": p["backend"],
+           "first_node": p["first_node"], "last_node": p["last_node"], "num_nodes": p["num_nodes"],
+           "layer_ids": p["layer_ids"], "compile_ms": c.get("compile_ms"), "run_ms": None,
+           "status": "compiled" if c.get("status") == "ok" else "not run", "partition_check": None}
+    result["partitions"].append(row)
+
+    def finish(status: str, summary: str, failure: dict | None = None) -> dict:
+        result["status"] = status
+        result["summary"] = summary[:SUMMARY_LIMIT]
+        result["failure"] = failure
+        result["timing"] = {"compile_ms_total": row["compile_ms"], "run_ms_total": row["run_ms"],
+                            "wall_ms": _round((time.perf_counter() - t0) * 1000.0)}
+        return result
+
+    def failure(stage: str, message: str, during: str | None = None) -> dict:
+        where = f"whole model on torq (one torq-compile with --torq-executor-map, {len(p['layer_ids'])} layers)"
+        return {"stage": stage, "during": during, "partition": 0, "pid": p["pid"], "executor": p["executor"],
+                "layer_ids": p["layer_ids"],
+                "summary": f"{where}: {stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                "message": bounded_message(message, MESSAGE_LIMIT)}
+
+    if not c:
+        f = failure("compile", "no compile result for the whole-model partition")
+        return finish("error", f["summary"], f)
+    if c.get("status") != "ok":
+        fr = c.get("failure") or {}
+        row["status"] = "error"
+        f = failure(fr.get("stage") or "compile", fr.get("message") or "compile failed", fr.get("during"))
+        return finish("error", f["summary"], f)
+    missing = [n for n in p["inputs"] if n not in inputs]
+    if missing:
+        f = failure("run", f"the reference has no input(s) {missing}; reference inputs: {sorted(inputs)}")
+        return finish("error", f["summary"], f)
+    pdir = Path(partitions_dir) / p["pid"]
+    try:
+        backend = TorqBackend(TORQ_PARTITION, _torq_backend_options((p.get("executor_def") or {}).get("options") or {}))
+        artifact = CompiledArtifact(path=str(pdir / MODULE_FILE), compile_ms=c.get("compile_ms"),
+                                    info={"function": info.get("function"), "signature": info.get("signature")})
+        outs, run_ms = backend.run(artifact, inputs={n: inputs[n] for n in p["inputs"]}, input_names=p["inputs"],
+                                   output_names=p["outputs"], work_dir=str(pdir / "run"), timeout_s=timeout_s,
+                                   log_path=log_path)
+    except StageError as e:
+        row["status"] = "error"
+        f = failure(e.stage, e.message, e.during)
+        return finish("error", f["summary"], f)
+    except Exception as e:  # a missing module, a backend bug: an error result, not a crashed workflow
+        row["status"] = "error"
+        f = failure("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return finish("error", f["summary"], f)
+    row["run_ms"] = _round(run_ms)
+    row["status"] = "ran"
+    return _compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance)
 
 
 def _last_uses(plan: Mapping) -> dict[str, int]:
@@ -881,6 +1345,7 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
     return {
         "status": status,
         "summary": summary,
+        "mode": result.get("mode") or "partitions",
         "tolerance_used": tol,
         "metrics": result.get("metrics"),
         "num_over_tolerance": count,
@@ -896,6 +1361,7 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         "reference": result.get("reference"),
         "options": result.get("options"),
         "warnings": result.get("warnings") or [],
+        **({"torq": result.get("torq")} if result.get("mode") == "torq" else {}),
         "result_file": result_file,
         "generated_at": result.get("generated_at"),
     }
@@ -912,9 +1378,16 @@ def render_full_model_text(section: Mapping) -> str:
     lines.append(f"Assignment: {a.get('source_file') or a.get('source')} "
                  f"({', '.join(f'{k}: {v}' for k, v in (a.get('layer_counts') or {}).items())} layers)")
     parts = section.get("partition_counts") or {}
-    lines.append(f"Partitions: {section.get('num_partitions')} ({', '.join(f'{k}: {v}' for k, v in parts.items())})")
-    lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))} total; run time: {_fmt_ms(t.get('run_ms_total'))} "
-                 "total (sum over partitions)")
+    if section.get("mode") == "torq":
+        tq = section.get("torq") or {}
+        lines.append(f"Mode: whole model, one torq-compile with --torq-executor-map "
+                     f"({tq.get('num_map_entries')} line:col entries: {tq.get('executor_map')})")
+        lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))}; run time: {_fmt_ms(t.get('run_ms_total'))}")
+    else:
+        lines.append(f"Partitions: {section.get('num_partitions')} "
+                     f"({', '.join(f'{k}: {v}' for k, v in parts.items())})")
+        lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))} total; run time: "
+                     f"{_fmt_ms(t.get('run_ms_total'))} total (sum over partitions)")
     if m:
         lines.append(f"Max relative difference: {_fmt(m.get('max_rel_diff'))}")
         lines.append(f"Max absolute difference: {_fmt(m.get('max_abs_diff'))}")
@@ -930,7 +1403,7 @@ def render_full_model_text(section: Mapping) -> str:
     if fb:
         lines.append(f"Layers without a recommendation: {len(fb)}")
         for item in fb[:20]:
-            lines.append(f"  - {item['layer_id']} -> {item['executor']} ({item['reason']})")
+            lines.append(f"  - {item['layer_id']} -> {item['executor'] or 'compiler'} ({item['reason']})")
         if len(fb) > 20:
             lines.append(f"  ... and {len(fb) - 20} more (see full_model.assignment in the report JSON)")
     checks = [p for p in section.get("partitions") or [] if (p.get("partition_check") or {}).get("status")

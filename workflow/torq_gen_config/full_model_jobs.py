@@ -63,10 +63,13 @@ def assignment_job(*, report: str | None, compiler: str | None, assignment: str,
 
 
 def plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
-             compiler_options: list[str] = (), runtime_options: list[str] = (), log: str | None = None) -> dict:
+             compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
+             log: str | None = None) -> dict:
     """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one
     ``partitions/<pid>/model.onnx`` per partition (side files, rewritten only when
-    their bytes change, so unchanged partitions are not compiled again)."""
+    their bytes change, so unchanged partitions are not compiled again). For a torq
+    assignment: one whole-model partition whose side file is its executor map
+    (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``."""
     import onnx
 
     from .full_model import make_plan
@@ -78,14 +81,20 @@ def plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, e
     model = onnx.load(prepared)
     parts_dir = Path(plan).parent / "partitions"
     result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
-                       runtime_options=runtime_options)
+                       runtime_options=runtime_options, full_mlir=full_mlir)
     result["prepared_model"] = prepared
     write_json(plan, result)
     counts: dict[str, int] = {}
     for p in result["partitions"]:
         counts[p["executor"]] = counts.get(p["executor"], 0) + 1
-    msg = (f"full model: {result['num_partitions']} partition(s) ({', '.join(f'{k}: {v}' for k, v in counts.items())}), "
-           f"{len(result['fallbacks'])} layer(s) without a recommendation")
+    if result.get("mode") == "torq":
+        msg = (f"full model: whole model on torq ({', '.join(result['torq_executors'])}), one torq-compile with an "
+               f"executor map of {result['num_map_entries']} entr(y/ies); {len(result['fallbacks'])} layer(s) "
+               "without a recommendation left to the compiler")
+    else:
+        msg = (f"full model: {result['num_partitions']} partition(s) "
+               f"({', '.join(f'{k}: {v}' for k, v in counts.items())}), "
+               f"{len(result['fallbacks'])} layer(s) without a recommendation")
     _log(log, f"{msg}; {time.perf_counter() - t0:.2f} s; warnings: {result['warnings']}")
     print(msg, file=sys.stderr)
     for w in result["warnings"]:
@@ -128,7 +137,8 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, l
 
 def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dict, timeout_s: float,
                        log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
-    """Rule ``run_full_model``: run the partitions in order, compare, ``result.json``."""
+    """Rule ``run_full_model``: run the partitions in order (a torq plan: the whole-model
+    module once), compare, ``result.json``."""
     from .full_model import run_partitions
 
     if log:
@@ -147,7 +157,8 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
     t = res["timing"]
     _log(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
     run_ms = "n/a" if t["run_ms_total"] is None else f"{t['run_ms_total']:.0f} ms"
-    text = f"full model: {res['status']} ({res['num_partitions']} partitions, run {run_ms}): {res['summary']}\n"
+    what = "whole model on torq" if res.get("mode") == "torq" else f"{res['num_partitions']} partitions"
+    text = f"full model: {res['status']} ({what}, run {run_ms}): {res['summary']}\n"
     if verbose and res.get("failure"):
         text += res["failure"]["message"].rstrip() + "\n"
     _emit(text, log_file, "full-model run", log)

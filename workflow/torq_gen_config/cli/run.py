@@ -5,7 +5,10 @@ from it), or, without a report, the compiler JSON as it is; computes each layer'
 executor; then runs the full-model part of the Snakemake workflow
 (``rules/full_model.smk``): the prepared model as a chain of partitions, each
 compiled for its executor and run in order, compared with the ONNX Runtime
-reference of the whole model. The result goes into the report (``full_model``
+reference of the whole model. When every assigned executor is of the torq
+backend, the whole model (``work/full.mlir``) is compiled once by torq-compile
+with ``--torq-executor-map`` and run once (docs/torq_backend.md); torq and
+non-torq executors in one assignment are bad input. The result goes into the report (``full_model``
 section and the "--- Full Model Comparison ---" part of ``final_report_text``).
 In subgraph mode (``--subgraph-from``/``--subgraph-to``) the same happens for the
 subgraph, with its own report and work directory; :func:`run_assigned` is also the
@@ -13,7 +16,8 @@ full-subgraph test at the end of a subgraph ``discover``.
 
 Exit status: 0 when the outputs match the reference, 1 for a difference, an error
 (a partition failed to import, compile or run) or an unverified run, 2 for bad
-input (no JSON, unknown executor, invalid model or config).
+input (no JSON, unknown executor, torq mixed with other executors, invalid model
+or config).
 """
 
 from __future__ import annotations
@@ -133,7 +137,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         tolerance = normalize_tolerance(tolerance)
     except ValueError as e:
         raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
-    check_selection(selection, config["executors"])
+    mode = check_selection(selection, config["executors"])  # "torq": one whole-model torq-compile
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
     try:
@@ -151,7 +155,9 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         write_json(report_path, report)
     if echo:
         print(render_full_model_text(section))
-        print(f"Partitions:    {out / full_dir / 'plan.json'}")
+        print(f"{'Plan:' if mode == 'torq' else 'Partitions:':<15}{out / full_dir / 'plan.json'}")
+        if mode == "torq" and (section.get("torq") or {}).get("executor_map"):
+            print(f"Executor map:  {out / section['torq']['executor_map']}")
         print(f"Result:        {out / result_file}")
         if report is not None:
             print(f"Report:        {report_path} (full_model section)")
