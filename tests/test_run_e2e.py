@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +22,8 @@ NAME = "light_squeezenet"
 
 
 def run_cmd(*args, timeout=900):
-    """``torq-gen-config run ...`` (through the module's own entry point, which
-    registers the subcommand itself)."""
-    return subprocess.run([sys.executable, "-m", "torq_gen_config.cli.run", "run", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout)
+    """``torq-gen-config run ...`` (the console script)."""
+    return run_cli("run", *args, timeout=timeout)
 
 
 def compile_lines(r) -> list[str]:
@@ -67,8 +63,18 @@ def discovered(tmp_path_factory, squeezenet_path) -> Path:
 
 @pytest.fixture(scope="module")
 def mixed_run(discovered, squeezenet_path):
-    set_assignment(discovered, mixed)
-    r = run_cmd("--model", squeezenet_path, "--output-dir", discovered, "-j", "2", "-q")
+    """discover -> view -> edit -> run, as a user does: every Conv on vmvx, MaxPool_r2 on
+    ort, the rest on llvm-cpu, set with `torq-gen-config edit`."""
+    common = ["--model", squeezenet_path, "--output-dir", discovered]
+    r = run_cli("view", *common)
+    assert r.returncode == 0 and "light_squeezenet" in r.stdout, r.stderr
+    for layer, executor in (("ALL", "llvm-cpu"), ("Conv_*", "vmvx"), ("MaxPool_r2", "ort")):
+        r = run_cli("edit", *common, "--layer", layer, "--executor", executor)
+        assert r.returncode == 0, r.stderr
+    report = json.loads((discovered / f"torq_gen_config_{NAME}.json").read_text())
+    assert {lid: op["recommended_executor"] for lid, op in report["ops"].items()} == \
+        {lid: mixed(lid, op) for lid, op in report["ops"].items()}
+    r = run_cmd(*common, "-j", "2", "-q")
     return discovered, r
 
 
