@@ -348,3 +348,42 @@ def runtime_stats(samples_ms: list[float], *, warmup: int, method: str) -> dict:
         "samples_ms": [round(x, 4) for x in values],
         "method": method,
     }
+
+
+#: Text that LLVM/MLIR-based tools print when they die of an internal crash but still
+#: exit with a status (not a signal): treated as a crash, not as a compile error.
+CRASH_MARKERS = ("Stack dump:", "PLEASE submit a bug report", "Please report issues to https://github.com/")
+
+
+def raise_for_tool_failure(res: "ToolResult", *, tool: str, during: str, timeout_s: float) -> None:  # noqa: F821
+    """Raise the :class:`StageError` that describes a failed tool run; return if it succeeded.
+
+    Shared by the backends that drive command-line tools (iree, torq): a timeout is
+    stage ``timeout``, death by a signal or a crash report (:data:`CRASH_MARKERS`) is
+    stage ``crash``, any other non-zero exit is stage ``during`` with the tool's
+    message (bounded; see :func:`torq_gen_config.tools.bounded_message`).
+
+    Args:
+        res: the finished tool run (:class:`torq_gen_config.tools.ToolResult`).
+        tool: the tool's name, for the message.
+        during: ``"compile"`` or ``"run"``.
+        timeout_s: the limit the tool ran under (s), for the message.
+    """
+    from ..tools import bounded_message
+
+    text = res.stderr if res.stderr.strip() else res.stdout
+    if res.timed_out:
+        msg = f"{tool} timed out after {timeout_s:g} s (process group killed)"
+        partial = bounded_message(text, 3000)
+        raise StageError("timeout", msg + ("\n" + partial if partial else ""), during=during)
+    if res.crashed:
+        msg = f"{tool} crashed: killed by {res.signal_name}"
+        detail = bounded_message(text, 3500, from_error=False)
+        raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
+    if res.returncode != 0:
+        if any(m in res.stderr for m in CRASH_MARKERS):
+            msg = f"{tool} crashed (exit status {res.returncode} with a crash report)"
+            detail = bounded_message(text, 3500, from_error=False)
+            raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
+        detail = bounded_message(text) or f"{tool} failed with exit status {res.returncode} and no output"
+        raise StageError(during, detail)

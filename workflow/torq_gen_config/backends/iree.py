@@ -56,8 +56,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..tools import ToolNotFoundError, ToolResult, bounded_message, find_tool, run_tool
-from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args, runtime_stats
+from ..tools import ToolNotFoundError, bounded_message, find_tool, run_tool
+from .base import (Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args,
+                   raise_for_tool_failure, runtime_stats)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -107,7 +108,6 @@ _TORCH_DTYPES = {
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],([^>]+)>")
 _DEMOTE_F64_OFF = "--iree-input-demote-f64-to-f32=false"
 # Messages LLVM's crash handler prints before re-raising the signal.
-_CRASH_MARKERS = ("Stack dump:", "PLEASE submit a bug report", "Please report issues to https://github.com/iree-org")
 
 
 def _package_dir(module: str) -> str | None:
@@ -264,28 +264,6 @@ class IreeBackend(Backend):
         return [self._tool("iree-compile"), mlir_path, *self.target_flags(), *threading, *self.compile_flags,
                 "-o", output_path]
 
-    # ------------------------------------------------------------- failures
-    def _check_result(self, res: ToolResult, *, tool: str, during: str, timeout_s: float) -> None:
-        """Raise the StageError that describes a failed tool run; return if it succeeded."""
-        text = res.stderr if res.stderr.strip() else res.stdout
-        if res.timed_out:
-            msg = f"{tool} timed out after {timeout_s:g} s (process group killed)"
-            partial = bounded_message(text, 3000)
-            raise StageError("timeout", msg + ("\n" + partial if partial else ""), during=during)
-        if res.crashed:
-            msg = f"{tool} crashed: killed by {res.signal_name}"
-            detail = bounded_message(text, 3500, from_error=False)
-            raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
-        if res.returncode != 0:
-            if any(m in res.stderr for m in _CRASH_MARKERS):
-                # A wrapper script turned the signal into an exit status; LLVM's crash
-                # handler output still tells us it was a crash.
-                msg = f"{tool} crashed (exit status {res.returncode} with a crash report)"
-                detail = bounded_message(text, 3500, from_error=False)
-                raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
-            detail = bounded_message(text) or f"{tool} failed with exit status {res.returncode} and no output"
-            raise StageError(during, detail)
-
     # -------------------------------------------------------------- compile
     def compile(
         self,
@@ -334,7 +312,7 @@ class IreeBackend(Backend):
         argv = self.compile_argv(os.path.abspath(mlir_path), str(out.absolute()))
         try:
             res = run_tool(argv, timeout_s=timeout_s, log_path=log_path)
-            self._check_result(res, tool="iree-compile", during="compile", timeout_s=timeout_s)
+            raise_for_tool_failure(res, tool="iree-compile", during="compile", timeout_s=timeout_s)
             if not out.is_file():
                 raise StageError("compile", f"iree-compile exited with status 0 but wrote no module ({out})")
         except BaseException:
@@ -442,7 +420,7 @@ class IreeBackend(Backend):
 
         res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
         try:
-            self._check_result(res, tool="iree-run-module", during="run", timeout_s=timeout_s)
+            raise_for_tool_failure(res, tool="iree-run-module", during="run", timeout_s=timeout_s)
         except StageError as e:
             if e.stage == "run" and _DEMOTE_F64_OFF not in self.compile_flags and _has_f64(signature):
                 e.message += (
@@ -545,7 +523,7 @@ class IreeBackend(Backend):
                 f"--benchmark_repetitions={warmup + runs}", "--benchmark_min_time=1x",
                 "--benchmark_format=json", *self.run_flags]
         res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
-        self._check_result(res, tool="iree-benchmark-module", during="run", timeout_s=timeout_s)
+        raise_for_tool_failure(res, tool="iree-benchmark-module", during="run", timeout_s=timeout_s)
         samples = parse_benchmark_json(res.stdout, FUNCTION)
         if len(samples) != warmup + runs:
             raise StageError(

@@ -56,8 +56,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..tools import ToolNotFoundError, ToolResult, bounded_message, run_tool
-from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options
+from ..tools import ToolNotFoundError, bounded_message, run_tool
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, raise_for_tool_failure
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -126,7 +126,6 @@ _IREE_TYPES = {
     "float64": "f64",
 }
 # Messages LLVM's crash handler prints before re-raising the signal.
-_CRASH_MARKERS = ("Stack dump:", "PLEASE submit a bug report", "Please report issues to https://github.com/")
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -509,27 +508,6 @@ class TorqBackend(Backend):
                 *[f"--output=@{p}" for p in outputs], f"--torq_hw_type={self.torq_hw_type}", *self.run_flags,
                 *[f"--input={spec}=@{p}" for spec, p in inputs]]
 
-    # ------------------------------------------------------------- failures
-    @staticmethod
-    def _check_result(res: ToolResult, *, tool: str, during: str, timeout_s: float) -> None:
-        """Raise the StageError that describes a failed tool run; return if it succeeded."""
-        text = res.stderr if res.stderr.strip() else res.stdout
-        if res.timed_out:
-            msg = f"{tool} timed out after {timeout_s:g} s (process group killed)"
-            partial = bounded_message(text, 3000)
-            raise StageError("timeout", msg + ("\n" + partial if partial else ""), during=during)
-        if res.crashed:
-            msg = f"{tool} crashed: killed by {res.signal_name}"
-            detail = bounded_message(text, 3500, from_error=False)
-            raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
-        if res.returncode != 0:
-            if any(m in res.stderr for m in _CRASH_MARKERS):
-                msg = f"{tool} crashed (exit status {res.returncode} with a crash report)"
-                detail = bounded_message(text, 3500, from_error=False)
-                raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
-            detail = bounded_message(text) or f"{tool} failed with exit status {res.returncode} and no output"
-            raise StageError(during, detail)
-
     # -------------------------------------------------------------- compile
     def compile(
         self,
@@ -576,7 +554,7 @@ class TorqBackend(Backend):
             raise StageError("compile", str(e)) from None
         try:
             res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
-            self._check_result(res, tool="torq-compile", during="compile", timeout_s=timeout_s)
+            raise_for_tool_failure(res, tool="torq-compile", during="compile", timeout_s=timeout_s)
             if not out.is_file():
                 raise StageError("compile", f"torq-compile exited with status 0 but wrote no module ({out})")
         except BaseException:
@@ -683,7 +661,7 @@ class TorqBackend(Backend):
             raise StageError("run", str(e)) from None
 
         res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
-        self._check_result(res, tool="torq-run-module", during="run", timeout_s=timeout_s)
+        raise_for_tool_failure(res, tool="torq-run-module", during="run", timeout_s=timeout_s)
 
         outputs: dict[str, Any] = {}
         for name, path, spec in zip(output_names, out_files, specs):
