@@ -938,7 +938,7 @@ def _compile_whole_model_torq(res: dict, fail, *, executor: Mapping, executor_ma
     """:func:`compile_partition` for the whole-model partition of a torq plan:
     ``torq-compile <full.mlir> -o <work>/module.vmfb --torq-hw=... [--torq-target-host-triple=native]
     <compile_flags> --torq-executor-map=<work>/executor_map.json``, run inside ``work_dir``."""
-    from .backends.base import StageError
+    from .backends.base import StageError, raise_for_tool_failure
     from .backends.torq import MODULE_FILE, TorqBackend, full_model_compile_argv
     from .tools import ToolNotFoundError, run_tool
 
@@ -962,7 +962,7 @@ def _compile_whole_model_torq(res: dict, fail, *, executor: Mapping, executor_ma
         return fail("compile", str(e))
     try:
         tr = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
-        TorqBackend._check_result(tr, tool="torq-compile", during="compile", timeout_s=timeout_s)
+        raise_for_tool_failure(tr, tool="torq-compile", during="compile", timeout_s=timeout_s)
         if not out.is_file():
             raise StageError("compile", f"torq-compile exited with status 0 but wrote no module ({out})")
     except StageError as e:
