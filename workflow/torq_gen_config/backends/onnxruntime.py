@@ -274,6 +274,24 @@ class OnnxRuntimeBackend(Backend):
         }
         return CompiledArtifact(path=None, compile_ms=wall_ms, info=info, handle=session)
 
+    def _session_and_feed(self, artifact: CompiledArtifact, inputs: dict, input_names: list[str]):
+        """The artifact's session (recreated from ``info["onnx_path"]`` when it holds
+        none) and the input feed in ``input_names`` order.
+
+        Raises:
+            ValueError: the artifact has neither a session nor an ``onnx_path``.
+        """
+        import numpy as np
+
+        session = artifact.handle
+        if session is None:
+            onnx_path = (artifact.info or {}).get("onnx_path")
+            if not onnx_path:
+                raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
+            session, _ = self._create_session(onnx_path)
+            artifact.handle = session
+        return session, {n: np.asarray(inputs[n]) for n in input_names}
+
     def run(
         self,
         artifact: CompiledArtifact,
@@ -313,18 +331,10 @@ class OnnxRuntimeBackend(Backend):
             ValueError: an input is missing, or the artifact has neither a session
                 nor an ``onnx_path``.
         """
-        import numpy as np
         import onnxruntime as ort
 
         check_inputs(inputs, input_names)
-        session = artifact.handle
-        if session is None:
-            onnx_path = (artifact.info or {}).get("onnx_path")
-            if not onnx_path:
-                raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
-            session, _ = self._create_session(onnx_path)
-            artifact.handle = session
-        feed = {n: np.asarray(inputs[n]) for n in input_names}
+        session, feed = self._session_and_feed(artifact, inputs, input_names)
 
         run_options = ort.RunOptions()
         fired = threading.Event()
@@ -400,19 +410,11 @@ class OnnxRuntimeBackend(Backend):
             StageError: ``"timeout"`` with ``during="run"``, ``"run"`` (onnxruntime error).
             ValueError: bad ``runs``/``warmup`` or a missing input.
         """
-        import numpy as np
         import onnxruntime as ort
 
         runs, warmup = check_timing_args(runs, warmup)
         check_inputs(inputs, input_names)
-        session = artifact.handle
-        if session is None:
-            onnx_path = (artifact.info or {}).get("onnx_path")
-            if not onnx_path:
-                raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
-            session, _ = self._create_session(onnx_path)
-            artifact.handle = session
-        feed = {n: np.asarray(inputs[n]) for n in input_names}
+        session, feed = self._session_and_feed(artifact, inputs, input_names)
         fetch = list(output_names)
         run_options = ort.RunOptions()
         fired = threading.Event()
