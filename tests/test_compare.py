@@ -113,7 +113,20 @@ def test_bfloat16_outputs_are_compared_in_float64():
     assert out["dtype"] == "bfloat16" and out["kind"] == "float"
     assert out["max_rel_diff"] == pytest.approx(0.0078125)
     assert derive_status(m)[0] == "success"
-    assert derive_status(m, {"fp_max_tol": 0.005, "fp_avg_tol": 0.01})[0] == "difference"
+    # bf16 references use the bf16 bounds, not fp_max_tol
+    assert derive_status(m, {"fp_max_tol": 0.005, "fp_avg_tol": 0.01})[0] == "success"
+    status, summary = derive_status(m, {"bf16_max_tol": 0.005})
+    assert status == "difference" and "bf16_max_tol" in summary
+
+
+def test_bf16_bounds_apply_only_to_bf16_references():
+    r = np.array([1.0, 2.0, 3.0, -0.5], dtype=np.float32)
+    o = r.copy()
+    o[0] = 1.03  # 3 % off: over fp_max_tol 0.01, within bf16_max_tol 0.05
+    status, summary = derive_status(_one(o, r))
+    assert status == "difference" and "fp_max_tol" in summary
+    rb, ob = r.astype(ml_dtypes.bfloat16), o.astype(ml_dtypes.bfloat16)
+    assert derive_status(_one(ob, rb))[0] == "success"
 
 
 def test_counts_over_grid_equal_brute_force():

@@ -16,7 +16,8 @@ def test_default_config_is_valid_and_real():
     cfg = validate_config(base())
     assert [e["name"] for e in cfg["executors"]] == ["llvm-cpu", "vmvx", "ort"]
     assert [e["backend"] for e in cfg["executors"]] == ["iree", "iree", "onnxruntime"]
-    assert cfg["tolerance"] == {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
+    assert cfg["tolerance"] == {"fp_avg_tol": 0.01, "fp_max_tol": 0.01, "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
+    assert not (cfg["quantize"] or cfg["auto_convert_bf16"] or cfg["auto_convert_int32"])
     assert resolve_model_path(cfg["model"]).name == "light_squeezenet.onnx"
     assert resolve_model_path(cfg["model"]).exists()
 

@@ -346,10 +346,10 @@ def test_tolerance_edit_turns_difference_into_success_and_moves_recommendation(r
 
     rep = _load(report_path)
     conv = rep["ops"]["Conv_conv1"]
-    assert conv["tolerance_override"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}
+    assert conv["tolerance_override"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.05, "bf16_max_tol": 0.05}
     llvm = conv["executors"]["llvm-cpu"]
     assert llvm["status"] == "success"
-    assert llvm["tolerance_used"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}
+    assert llvm["tolerance_used"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.05, "bf16_max_tol": 0.05}
     assert llvm["failure_report"] is None
     assert llvm["timing"] == timing_before  # verdict from stored metrics, no new run
     assert conv["recommended_executor"] == "llvm-cpu"
@@ -362,19 +362,19 @@ def test_tolerance_edit_turns_difference_into_success_and_moves_recommendation(r
     # other layers keep the default tolerance
     assert "tolerance_override" not in rep["ops"]["Conv_conv2"]
     side = _load(user_choices_path(report_path))
-    assert side["ops"] == {"Conv_conv1": {"tolerance_override": {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}}}
+    assert side["ops"] == {"Conv_conv1": {"tolerance_override": {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.05, "bf16_max_tol": 0.05}}}
 
 
 def test_one_tolerance_value_keeps_the_other(report_path):
     edit_report_file(report_path, "Conv_conv1", tolerance_max=0.05)
     conv = _load(report_path)["ops"]["Conv_conv1"]
     # mean rel diff 0.03 > fp_avg_tol 0.01 (kept from the default): still a difference
-    assert conv["tolerance_override"] == {"fp_avg_tol": 0.01, "fp_max_tol": 0.05}
+    assert conv["tolerance_override"] == {"fp_avg_tol": 0.01, "fp_max_tol": 0.05, "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
     assert conv["executors"]["llvm-cpu"]["status"] == "difference"
     assert "mean rel diff" in conv["executors"]["llvm-cpu"]["failure_report"]["summary"]
     edit_report_file(report_path, "Conv_conv1", tolerance_avg=0.04)
     conv = _load(report_path)["ops"]["Conv_conv1"]
-    assert conv["tolerance_override"] == {"fp_avg_tol": 0.04, "fp_max_tol": 0.05}
+    assert conv["tolerance_override"] == {"fp_avg_tol": 0.04, "fp_max_tol": 0.05, "bf16_avg_tol": 0.04, "bf16_max_tol": 0.05}
     assert conv["executors"]["llvm-cpu"]["status"] == "success"
 
 
@@ -394,7 +394,7 @@ def test_tolerance_edit_keeps_a_person_made_recommendation(report_path):
     assert conv["recommended_executor"] == "ort" and conv["recommendation_source"] == "user"
     side = _load(user_choices_path(report_path))
     assert side["ops"]["Conv_conv1"] == {"recommended_executor": "ort", "recommendation_source": "user",
-                                         "tolerance_override": {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}}
+                                         "tolerance_override": {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.05, "bf16_max_tol": 0.05}}
 
 
 def test_tolerance_edit_compiles_nothing(report_path):
@@ -483,7 +483,7 @@ def test_sidecar_choices_survive_a_rebuild(report_path):
     assert rebuilt["ops"]["Relu_relu2"]["recommended_executor"] == "ort"
     assert rebuilt["ops"]["Relu_relu2"]["recommendation_source"] == "user"
     conv = rebuilt["ops"]["Conv_conv1"]
-    assert conv["tolerance_override"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}
+    assert conv["tolerance_override"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.05, "bf16_max_tol": 0.05}
     assert conv["executors"]["llvm-cpu"]["status"] == "success"
     assert conv["recommended_executor"] == "llvm-cpu"
     assert build_compiler_json(rebuilt) == _compiler(report_path)

@@ -18,7 +18,7 @@ from torq_gen_config.report.recommend import (
 )
 from torq_gen_config.report.text import render_final_report_text
 
-TOL = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
+TOL = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01, "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
 
 
 def _st(**statuses):
@@ -90,7 +90,7 @@ def test_rederive_statuses_uses_override_and_keeps_errors():
     rederive_statuses(op, TOL)
     a = op["executors"]["a"]
     assert a["status"] == "success"
-    assert a["tolerance_used"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}
+    assert a["tolerance_used"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
     assert a["failure_report"] is None
     assert op["executors"]["b"]["status"] == "error"
     assert op["executors"]["b"]["failure_report"]["summary"] == "boom"
@@ -275,7 +275,7 @@ def test_previous_report_user_choices_are_kept_and_validated():
     assert add["user_recommendation_dropped"] == "npu-gone"
 
     conv = report["ops"]["Conv_conv1_1"]
-    assert conv["tolerance_override"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05}
+    assert conv["tolerance_override"] == {"fp_avg_tol": 0.05, "fp_max_tol": 0.05, "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
     assert conv["executors"]["llvm-cpu"]["status"] == "success"
     assert conv["executors"]["llvm-cpu"]["tolerance_used"]["fp_max_tol"] == 0.05
     assert conv["recommended_executor"] == "llvm-cpu"

@@ -105,6 +105,7 @@ def check_values(config: dict) -> None:
     if max_opset is not None and config.get("target_opset", 17) > max_opset:
         raise ConfigError(f"invalid configuration at target_opset: {config['target_opset']} is newer than the "
                           f"installed onnx supports ({max_opset})")
+    check_precision_flags(config)
     from .backends import make_backend
 
     for ex in config["executors"]:
@@ -112,6 +113,41 @@ def check_values(config: dict) -> None:
             make_backend(ex)
         except ConfigError as e:
             raise ConfigError(f"invalid configuration at executors ({ex['name']}): {e}") from None
+
+
+PRECISION_KEYS = ("auto_convert_bf16", "auto_convert_int32", "quantize", "per_channel", "full_integer",
+                  "quant_format", "calibration_data", "calibration_samples")
+"""Configuration keys of the precision modes: recorded in the report and checked by
+``run`` (docs/precision.md)."""
+
+_CLI_FLAG = {"auto_convert_bf16": "--auto-convert-bf16", "auto_convert_int32": "--auto-convert-int32",
+             "quantize": "--quantize", "per_channel": "--per-channel", "full_integer": "--full-integer",
+             "save_bf16_model": "--save-bf16-model", "calibration_data": "--calibration-data"}
+
+
+def check_precision_flags(config: dict) -> None:
+    """Flag rules of the precision modes (seed 001 section 5, notes/reference_tool.md s6):
+    bf16 and int32 conversion each exclude ``quantize``; ``per_channel``,
+    ``full_integer`` and ``calibration_data`` need ``quantize``;
+    ``save_bf16_model`` needs ``auto_convert_bf16``.
+
+    Raises:
+        ConfigError: naming both flags (CLI spelling and config key).
+    """
+    def on(key):
+        return bool(config.get(key))
+
+    for conv in ("auto_convert_bf16", "auto_convert_int32"):
+        if on(conv) and on("quantize"):
+            raise ConfigError(f"{_CLI_FLAG[conv]} ({conv}) cannot be combined with --quantize (quantize): "
+                              "int8 quantization starts from the FP32 model; choose one precision mode")
+    for dep in ("per_channel", "full_integer", "calibration_data"):
+        if on(dep) and not on("quantize"):
+            raise ConfigError(f"{_CLI_FLAG[dep]} ({dep}) needs --quantize (quantize: true)")
+    if config.get("quant_format", "qdq") != "qdq" and not on("quantize"):
+        raise ConfigError(f"--quant-format {config['quant_format']} (quant_format) needs --quantize (quantize: true)")
+    if on("save_bf16_model") and not on("auto_convert_bf16"):
+        raise ConfigError("--save-bf16-model (save_bf16_model) needs --auto-convert-bf16 (auto_convert_bf16: true)")
 
 
 def _coerce_scalars(instance, schema: dict) -> None:

@@ -358,7 +358,8 @@ def apply_edit(
             executor (JSON null: the layer is left out of the compiler JSON).
             Marks the recommendation ``recommendation_source: "user"``.
         tolerance_avg, tolerance_max: new ``fp_avg_tol`` / ``fp_max_tol`` of
-            the layer's ``tolerance_override`` (the other value comes from the
+            the layer's ``tolerance_override`` (also set as ``bf16_avg_tol`` /
+            ``bf16_max_tol``: the override applies to every float output) (the other value comes from the
             existing override, else the report's default). Finite and > 0.
             The layer's verdicts are re-derived from the stored metrics and,
             unless a person chose it, its recommendation is recomputed.
@@ -420,10 +421,12 @@ def apply_edit(
             op.pop("user_recommendation_dropped", None)
         if set_tolerance:
             base = dict(old_override) if old_override else dict(default_tol)
+            # one tolerance per layer, whatever the output dtype: it also
+            # replaces the bf16 bounds (docs/comparison.md)
             if tol_avg is not None:
-                base["fp_avg_tol"] = tol_avg
+                base["fp_avg_tol"] = base["bf16_avg_tol"] = tol_avg
             if tol_max is not None:
-                base["fp_max_tol"] = tol_max
+                base["fp_max_tol"] = base["bf16_max_tol"] = tol_max
             try:
                 op["tolerance_override"] = normalize_tolerance(base)
             except ValueError as e:
