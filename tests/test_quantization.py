@@ -1,0 +1,344 @@
+"""int8 quantization (torq_gen_config.precision.quantization) on the real light_squeezenet,
+with ONNX Runtime's quantize_static, IREE's importer and the IREE llvm-cpu tools."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from torq_gen_config.backends.iree import IreeBackend
+from torq_gen_config.errors import ModelError
+from torq_gen_config.mlir.importer import import_model
+from torq_gen_config.model.prepare import prepare_model
+from torq_gen_config.model.split import LAYER_MODEL, split_layers
+from torq_gen_config.precision import quantization as Q
+from torq_gen_config.precision.quantization import QuantizationError
+
+SQUEEZENET = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
+
+
+# ----------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def sq(tmp_path_factory):
+    """Prepared squeezenet, its layers, calibration samples and tensor ranges."""
+    model, info = prepare_model(SQUEEZENET, target_opset=17)
+    layers_dir = tmp_path_factory.mktemp("layers")
+    manifest = split_layers(model, info, layers_dir)
+    samples = Q.calibration_samples(model, n=Q.DEFAULT_CALIBRATION_SAMPLES, seed=Q.DEFAULT_CALIBRATION_SEED)
+    ranges = Q.tensor_ranges(model, samples)
+    return {"model": model, "manifest": manifest, "layers_dir": layers_dir, "samples": samples, "ranges": ranges}
+
+
+@pytest.fixture(scope="module")
+def full_qdq(sq):
+    return Q.quantize_model(sq["model"], ranges=sq["ranges"], samples=sq["samples"], quant_format="qdq")
+
+
+@pytest.fixture(scope="module")
+def full_qop_int(sq):
+    return Q.quantize_model(sq["model"], ranges=sq["ranges"], samples=sq["samples"], quant_format="qoperator",
+                            full_integer=True)
+
+
+def layer(sq, op_type: str, k: int = 0) -> tuple[dict, onnx.ModelProto]:
+    """The k-th layer of ``op_type`` (manifest record, loaded layer model)."""
+    rec = [x for x in sq["manifest"]["layers"] if x["op_type"] == op_type][k]
+    return rec, onnx.load(str(sq["layers_dir"] / rec["slug"] / LAYER_MODEL))
+
+
+def manifest_layers(sq) -> list[dict]:
+    return [{"op_type": x["op_type"], "outputs": [o["name"] for o in x["outputs"]]} for x in sq["manifest"]["layers"]]
+
+
+def ort_run(model, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+def q_scale(model, tensor: str) -> tuple[float, int]:
+    """(scale, zero_point) of the QuantizeLinear that reads ``tensor``, or of the
+    DequantizeLinear that writes it (a graph output: ORT renames the producer's output)."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    node = next(n for n in model.graph.node if (n.op_type == "QuantizeLinear" and n.input[0] == tensor)
+                or (n.op_type == "DequantizeLinear" and n.output[0] == tensor))
+    return float(inits[node.input[1]]), int(inits[node.input[2]])
+
+
+# --------------------------------------------------------------------- folding / ranges
+def test_fold_and_ranges(sq):
+    folded = Q.fold_to_initializers(sq["model"])
+    ops = [n.op_type for n in folded.graph.node]
+    assert "ConstantOfShape" not in ops and "Shape" not in ops
+    assert ops.count("Conv") == 26
+    inits = {t.name for t in folded.graph.initializer}
+    assert all(n.input[1] in inits for n in folded.graph.node if n.op_type == "Conv")
+    r = sq["ranges"]
+    assert r["data_0"][0] >= -1.0 and r["data_0"][1] < 1.0 and r["data_0"][0] < -0.99
+    assert r["r1"][0] == 0.0  # a Relu output
+    assert "softmaxout_1" in r and all(lo <= hi for lo, hi in r.values())
+
+
+# ------------------------------------------------------------------ 1. full-model flow
+@pytest.mark.parametrize("which", ["qdq", "qoperator_full_integer"])
+def test_full_model_alignment(sq, full_qdq, full_qop_int, which):
+    q, info = full_qdq if which == "qdq" else full_qop_int
+    assert info["quantized"] and info["activation_type"] == info["weight_type"] == "int8"
+    onnx.checker.check_model(q)
+    computes = Q.compute_nodes(q)
+    assert sum(c["op_type"] == "Conv" for c in computes) == 26
+    assert not any(c["quantized_op_type"] in ("QuantizeLinear", "DequantizeLinear", "Constant") for c in computes)
+    layers = manifest_layers(sq)
+    aligned = Q.align_layers(layers, computes)
+    assert len(aligned) == len(layers)
+    fused_relu = not any(c["op_type"] == "Relu" for c in computes)
+    assert fused_relu  # ORT fuses every Relu of squeezenet into its Conv
+    for lay, a in zip(layers, aligned):
+        if lay["op_type"] in ("Conv", "Concat", "MaxPool"):
+            assert a is not None and computes[a]["op_type"] == lay["op_type"], lay
+        if lay["op_type"] == "Relu":
+            assert a is None
+    used = [a for a in aligned if a is not None]
+    assert used == sorted(used) and len(set(used)) == len(used)
+    convs = [computes[a] for lay, a in zip(layers, aligned) if lay["op_type"] == "Conv"]
+    if which == "qdq":
+        assert info["format_used"] == "qdq" and not info["full_integer"]
+        assert {c["quantized_op_type"] for c in convs} == {"Conv"}
+        assert q.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+        assert info["io_quantization"]["data_0"]["io_dtype"] == "float32"
+    else:
+        assert info["format_used"] == "qoperator" and info["full_integer"]
+        assert {c["quantized_op_type"] for c in convs} == {"QLinearConv"}
+        # names break ties: QLinearConv of layer Conv_rX writes rX_quantized
+        assert all(c["outputs"][0] == lay["outputs"][0] + "_quantized"
+                   for lay, c in zip([x for x in layers if x["op_type"] == "Conv"], convs))
+        assert q.graph.input[0].name == "data_0" and q.graph.output[0].name == "softmaxout_1"
+        assert q.graph.input[0].type.tensor_type.elem_type == TensorProto.INT8
+        assert q.graph.output[0].type.tensor_type.elem_type == TensorProto.INT8
+        io = info["io_quantization"]
+        assert io["data_0"]["dtype"] == io["data_0"]["io_dtype"] == "int8"
+        assert io["data_0"]["scale"] == pytest.approx(q_scale(full_qdq[0], "data_0")[0])
+        assert "softmaxout_1" in io
+        # int8 I/O runs in ORT
+        x = np.zeros([1, 3, 224, 224], dtype=np.int8)
+        assert ort_run(q, {"data_0": x})["softmaxout_1"].dtype == np.int8
+    # every tensor has value_info (IREE's importer types missing ones !torch.none)
+    known = {v.name for v in list(q.graph.value_info) + list(q.graph.input) + list(q.graph.output)}
+    assert all(t in known for n in q.graph.node for t in n.output if t)
+
+
+def test_full_model_imports(sq, full_qdq, full_qop_int, tmp_path):
+    for name, (q, _) in (("qdq", full_qdq), ("qop", full_qop_int)):
+        import_model(q, tmp_path / f"{name}.mlir")
+        assert "!torch.none" not in (tmp_path / f"{name}.mlir").read_text()
+
+
+# ------------------------------------------------- 2. per-layer Conv through IREE vs ORT
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+def test_layer_conv_iree_matches_ort(sq, fmt, tmp_path):
+    rec, lm = layer(sq, "Conv", 1)
+    q, info = Q.quantize_model(lm, ranges=sq["ranges"], quant_format=fmt)
+    assert info["format_used"] == fmt and info["quantized_nodes"] == 1
+    ops = [n.op_type for n in q.graph.node]
+    assert ("QLinearConv" in ops) == (fmt == "qoperator")
+    onnx.save(q, tmp_path / "q.onnx")
+    import_model(q, tmp_path / "q.mlir")
+    be = IreeBackend("iree", {})
+    art = be.compile(onnx_path=str(tmp_path / "q.onnx"), mlir_path=str(tmp_path / "q.mlir"), work_dir=str(tmp_path),
+                     timeout_s=300, log_path=None)
+    x_name = q.graph.input[0].name
+    lo, hi = sq["ranges"][x_name]
+    x = np.random.default_rng(7).uniform(lo, hi, [d.dim_value for d in q.graph.input[0].type.tensor_type.shape.dim])
+    feeds = {x_name: x.astype(np.float32)}
+    out_names = [o.name for o in q.graph.output]
+    got, _ = be.run(art, inputs=feeds, input_names=[x_name], output_names=out_names, work_dir=str(tmp_path),
+                    timeout_s=120, log_path=None)
+    ref = ort_run(q, feeds)
+    y = out_names[0]
+    step = info["io_quantization"][y]["scale"]
+    assert got[y].shape == ref[y].shape
+    assert np.max(np.abs(got[y].astype(np.float64) - ref[y])) <= step * 1.001
+
+
+# ------------------------------------------------------------ 3. per-layer scale consistency
+def test_layer_scales_match_full_model(sq, full_qdq):
+    full = full_qdq[0]
+    rec, lm = layer(sq, "Conv", 1)  # Conv_r3: input r2 (MaxPool output), output r3
+    q, info = Q.quantize_model(lm, ranges=sq["ranges"], quant_format="qdq")
+    x, y = rec["inputs"][0]["name"], rec["outputs"][0]["name"]
+    assert q_scale(q, x) == q_scale(full, x)
+    # the output Q of the layer uses the layer's own range, as ORT computes it
+    s, z = Q._scale_zp(*sq["ranges"][y])
+    assert q_scale(q, y) == (float(s), int(z))
+    # a Concat layer: output scale equal to the full model's
+    rec, lm = layer(sq, "Concat", 2)
+    q, _ = Q.quantize_model(lm, ranges=sq["ranges"], quant_format="qdq")
+    y = rec["outputs"][0]["name"]
+    assert q_scale(q, y) == q_scale(full, y)
+    for i in rec["inputs"]:
+        assert q_scale(q, i["name"]) == q_scale(full, i["name"])
+
+
+# ------------------------------------------------------------ 4. lone Relu/MaxPool wrapped
+@pytest.mark.parametrize("op", ["Relu", "MaxPool"])
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+def test_wrap_unquantized_io(sq, op, fmt):
+    rec, lm = layer(sq, op)
+    plain, pinfo = Q.quantize_model(lm, ranges=sq["ranges"], quant_format=fmt)
+    assert not pinfo["quantized"] and pinfo["wrapped_io"] == []  # ORT leaves a lone Relu/MaxPool in float
+    q, info = Q.quantize_model(lm, ranges=sq["ranges"], quant_format=fmt, wrap_unquantized_io=True)
+    assert info["quantized"]
+    x, y = rec["inputs"][0]["name"], rec["outputs"][0]["name"]
+    assert {(w["tensor"], w["kind"]) for w in info["wrapped_io"]} == {(x, "input"), (y, "output")}
+    ops = [n.op_type for n in q.graph.node]
+    assert ops.count("QuantizeLinear") == 2 and ops.count("DequantizeLinear") == 2
+    assert [i.name for i in q.graph.input] == [x] and [o.name for o in q.graph.output] == [y]
+    w_out = next(w for w in info["wrapped_io"] if w["kind"] == "output")
+    s, z = Q._scale_zp(*sq["ranges"][y])
+    assert (w_out["scale"], w_out["zero_point"]) == (float(s), int(z))
+    shape = [d.dim_value for d in q.graph.input[0].type.tensor_type.shape.dim]
+    xv = np.random.default_rng(3).uniform(*sq["ranges"][x], shape).astype(np.float32)
+    out = ort_run(q, {x: xv})[y]
+    k = out / w_out["scale"] + w_out["zero_point"]
+    assert np.allclose(k, np.round(k), atol=1e-3) and k.min() >= -128 - 1e-3 and k.max() <= 127 + 1e-3
+
+
+# ------------------------------------------------------------------------- 5. hybrid
+def test_hybrid_choice(sq):
+    _, conv = layer(sq, "Conv")
+    q, info = Q.quantize_model(conv, ranges=sq["ranges"], quant_format="hybrid")
+    assert (info["quant_format"], info["format_used"]) == ("hybrid", "qoperator")
+    assert "QLinearConv" in [n.op_type for n in q.graph.node]
+    _, concat = layer(sq, "Concat")
+    q, info = Q.quantize_model(concat, ranges=sq["ranges"], quant_format="hybrid")
+    assert info["format_used"] == "qdq" and "QLinearConcat" not in [n.op_type for n in q.graph.node]
+    _, softmax = layer(sq, "Softmax")  # Flatten/Softmax/Reshape: shape ops do not count
+    assert Q._choose_format(Q.fold_to_initializers(softmax), "hybrid") == "qoperator"
+    assert Q._choose_format(Q.fold_to_initializers(sq["model"]), "hybrid") == "qdq"
+
+
+# -------------------------------------------------------------------- 6. calibration data
+def test_calibration_samples_random_and_npz(sq, tmp_path):
+    m = sq["model"]
+    a = Q.calibration_samples(m, n=3, seed=0)
+    b = Q.calibration_samples(m, n=3, seed=0)
+    assert len(a) == 3 and a[0]["data_0"].shape == (1, 3, 224, 224) and a[0]["data_0"].dtype == np.float32
+    assert np.array_equal(a[2]["data_0"], b[2]["data_0"])
+    assert a[0]["data_0"].min() >= -1.0 and a[0]["data_0"].max() < 1.0
+    c = Q.calibration_samples(m, n=1, seed=0, float_range=(0.0, 6.0))
+    assert c[0]["data_0"].min() >= 0.0 and c[0]["data_0"].max() > 5.0
+
+    rng = np.random.default_rng(0)
+    many = rng.normal(size=(4, 1, 3, 224, 224)).astype(np.float32)
+    np.savez(tmp_path / "many.npz", data_0=many)
+    s = Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / "many.npz")
+    assert len(s) == 4 and np.array_equal(s[3]["data_0"], many[3])
+    np.savez(tmp_path / "one.npz", data_0=many[0].astype(np.float64))
+    s = Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / "one.npz")
+    assert len(s) == 1 and s[0]["data_0"].dtype == np.float32 and s[0]["data_0"].shape == (1, 3, 224, 224)
+    # the file's samples quantize the model
+    q, info = Q.quantize_model(m, ranges={}, samples=s, quant_format="qdq")
+    assert info["quantized"]
+
+    bad = {
+        "wrong_key": ({"data_1": many[0]}, "'data_1'"),
+        "wrong_shape": ({"data_0": many[:, :, :, :100]}, "'data_0'"),
+        "wrong_dtype": ({"data_0": many[0].astype(np.int32)}, "int32"),
+    }
+    for name, (arrays, needle) in bad.items():
+        np.savez(tmp_path / f"{name}.npz", **arrays)
+        with pytest.raises(QuantizationError) as ei:
+            Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / f"{name}.npz")
+        msg = str(ei.value)
+        assert needle in msg, msg
+        if name != "wrong_key":
+            assert "'data_0'" in msg and "224" in msg, msg
+        assert isinstance(ei.value, ModelError)
+    with pytest.raises(QuantizationError, match="not found"):
+        Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / "missing.npz")
+
+
+# ------------------------------------------------------------ 7. failures are errors
+def test_quantize_static_failure_is_an_error(sq, monkeypatch):
+    _, conv = layer(sq, "Conv")
+    x = conv.graph.input[0].name
+    # a real failure inside quantize_static: calibration samples of the wrong shape
+    with pytest.raises(QuantizationError, match="quantize_static"):
+        Q.quantize_model(conv, ranges=sq["ranges"], samples=[{x: np.zeros([1, 2, 3], np.float32)}])
+    import onnxruntime.quantization as oq
+
+    def boom(*a, **k):
+        raise RuntimeError("unsupported model")
+
+    monkeypatch.setattr(oq, "quantize_static", boom)
+    with pytest.raises(QuantizationError, match="unsupported model"):
+        Q.quantize_model(conv, ranges=sq["ranges"], quant_format="qoperator")
+    with pytest.raises(QuantizationError, match="quant_format"):
+        Q.quantize_model(conv, ranges=sq["ranges"], quant_format="int4")
+    with pytest.raises(QuantizationError, match="min <= max"):
+        Q.quantize_model(conv, ranges={x: [1.0, -1.0]})
+
+
+def test_per_channel_conv_layer(sq):
+    _, conv = layer(sq, "Conv")
+    q, info = Q.quantize_model(conv, ranges=sq["ranges"], quant_format="qdq", per_channel=True)
+    assert info["per_channel"]
+    w = conv.graph.node[0].input[1]
+    dq = next(n for n in q.graph.node if n.op_type == "DequantizeLinear" and n.output[0].startswith(w))
+    scale = next(t for t in q.graph.initializer if t.name == dq.input[1])
+    out_channels = next(t for t in conv.graph.initializer if t.name == w).dims[0]
+    assert list(scale.dims) == [out_channels] and out_channels > 1
+
+
+# ---------------------------------------------------------------- 8. align_layers unit
+def L(*ops):
+    return [{"op_type": o, "outputs": [f"t{i}"]} for i, o in enumerate(ops)]
+
+
+def C(*ops, names=None):
+    return [{"index": i, "op_type": o, "quantized_op_type": o, "outputs": [names[i] if names else f"c{i}"]}
+            for i, o in enumerate(ops)]
+
+
+def test_align_fused_and_empty():
+    assert Q.align_layers([], C("Conv")) == []
+    assert Q.align_layers(L("Conv", "Relu"), []) == [None, None]
+    assert Q.align_layers(L("Conv", "Relu", "MaxPool", "Conv", "Relu"), C("Conv", "MaxPool", "Conv")) == [0, None, 1, 2, None]
+
+
+def test_align_repeated_patterns_use_names():
+    layers = L("Conv", "Relu", "Conv", "Relu", "Conv", "Relu")
+    # two Relu kept, one fused: the names decide which Relu layers are paired
+    computes = C("Conv", "Conv", "Relu", "Conv", "Relu", names=["t0", "t2", "t3", "t4", "t5"])
+    assert Q.align_layers(layers, computes) == [0, None, 1, 2, 3, 4]
+    computes = C("Conv", "Relu", "Conv", "Conv", "Relu", names=["t0", "t1", "t2", "t4", "t5"])
+    assert Q.align_layers(layers, computes) == [0, 1, 2, None, 3, 4]
+    # equal-length alignments: the one pairing equal names wins (also with ORT's suffixes)
+    assert Q.align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["zz"])) == [0, None, None]
+    assert Q.align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["t1"])) == [None, 0, None]
+    assert Q.align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["t2_quantized"])) == [None, None, 0]
+    res = Q.align_layers(L("Conv", "Conv", "Conv"), C("Conv", "Conv", names=["x_quantized", "t2_quantized"]))
+    assert res[2] == 1 and res.count(None) == 1
+
+
+def test_align_large_is_fast():
+    rng = np.random.default_rng(0)
+    ops = ["Conv", "Relu", "Add", "Concat", "MaxPool", "BatchNormalization"]
+    layers = [{"op_type": ops[k], "outputs": [f"t{i}"]} for i, k in enumerate(rng.integers(0, len(ops), 1000))]
+    computes = [{"index": i, "op_type": x["op_type"], "quantized_op_type": x["op_type"], "outputs": x["outputs"]}
+                for i, x in enumerate(layers) if x["op_type"] != "Relu"]
+    computes += [{"index": 10**6, "op_type": "Conv", "quantized_op_type": "Conv", "outputs": ["z"]}] * (1000 - len(computes))
+    t0 = time.perf_counter()
+    res = Q.align_layers(layers, computes)
+    assert time.perf_counter() - t0 < 1.0
+    kept = [i for i, x in enumerate(layers) if x["op_type"] != "Relu"]
+    assert [res[i] for i in kept] == list(range(len(kept)))
+    assert all(res[i] is None for i, x in enumerate(layers) if x["op_type"] == "Relu")

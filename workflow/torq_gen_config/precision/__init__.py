@@ -1,0 +1,1 @@
+"""Precision changes of models: dtype conversion and int8 quantization."""
