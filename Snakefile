@@ -1,7 +1,7 @@
 # torq-gen-config: per-layer executor discovery for an ONNX model.
 #   snakemake --cores 2                                   # embedded default model
 #   snakemake --cores 2 --config model=path/to/model.onnx
-# Stages: prepare the model -> split into layers (checkpoint) -> reference + MLIR per
+# Stages: prepare the model (bf16/int32 conversion) -> [quantize] -> split into layers (checkpoint) -> reference + MLIR per
 # layer -> compile/run/compare per (layer, executor) -> report and compiler JSON.
 from pathlib import Path
 
@@ -16,6 +16,7 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 include: "rules/common.smk"
 include: "rules/prepare.smk"
 include: "rules/split.smk"
+include: "rules/quantize.smk"
 include: "rules/layer_tests.smk"
 include: "rules/report.smk"
 include: "rules/full_model.smk"

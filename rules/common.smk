@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from torq_gen_config import jobs
 from torq_gen_config.backends import NEEDS_MLIR
-from torq_gen_config.config import model_name, resolve_model_path, validate_config
+from torq_gen_config.config import PRECISION_KEYS, model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
 from torq_gen_config.model.prepare import model_fingerprint
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
@@ -44,6 +44,15 @@ LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
 EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
 SKIP_OPS = {op.lower() for op in config["skip_ops"]}
+# Precision modes (docs/precision.md). CONVERSION applies when preparing the model;
+# QUANTIZE adds rules/quantize.smk's jobs and tests each layer's quantized model.
+CONVERSION = {k: config[k] for k in ("auto_convert_bf16", "auto_convert_int32", "save_bf16_model")}
+QUANTIZE = bool(config["quantize"])
+QUANT = os.path.join(WORK, "quant")
+QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_integer")} if QUANTIZE else None
+# what a layer's tests depend on besides its files: a param of the reference, import
+# and test jobs, so switching quantize (another model file, maybe older) reruns them
+LAYER_PRECISION = {"quantize": QUANT_SETTINGS}
 REPORT = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json"))
 COMPILER_JSON = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json"))
 
@@ -91,10 +100,19 @@ def get_layer(wildcards):
     return {k: l[k] for k in ("layer_id", "slug", "op_type", "node_index")}
 
 
-def get_layer_model(wildcards):
+def get_split_model(wildcards):
     """The layer's ONNX model, written by the split checkpoint."""
     get_layer(wildcards)
     return os.path.join(LAYERS, wildcards.layer, "model.onnx")
+
+
+def get_layer_model(wildcards):
+    """The model a layer is tested with: the split's, or with quantize the layer
+    quantized on its own (rule quantize_layer)."""
+    if QUANTIZE:
+        get_layer(wildcards)
+        return os.path.join(LAYERS, wildcards.layer, "quantized.onnx")
+    return get_split_model(wildcards)
 
 
 def input_data_file():
@@ -108,6 +126,8 @@ def get_reference_inputs(wildcards):
     """Inputs of a layer's reference job: its model and, with layer_inputs: propagate,
     its inputs taken from the whole-model run (written by that checkpoint)."""
     inputs = {"model": get_layer_model(wildcards)}
+    if QUANTIZE:
+        inputs["calibration"] = os.path.join(QUANT, "calibration.json")
     if config["layer_inputs"] == "propagate":
         checkpoints.propagate_layer_inputs.get()
         inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
@@ -196,7 +216,29 @@ def run_options():
         "timing_runs": config["timing_runs"],
         "timing_warmup": config["timing_warmup"],
         "recommend_by_timing": config["recommend_by_timing"],
+        # precision modes: `run` refuses other values (docs/precision.md)
+        **{k: config[k] for k in PRECISION_KEYS},
+        "save_bf16_model": config["save_bf16_model"],
         # subgraph mode only (the options of a full-model run stay as they were)
         **({"subgraph_from": config["subgraph_from"], "subgraph_to": config["subgraph_to"],
             "subgraph": {k: SUBGRAPH[k] for k in ("from", "to", "suffix", "work_dir")}} if SUBGRAPH else {}),
     }
+
+
+def calibration_data_file():
+    """The user's calibration .npz (quantize), as a list (empty if none)."""
+    if QUANTIZE and config["calibration_data"]:
+        return [str(resolve_model_path(config["calibration_data"]))]
+    return []
+
+
+def run_model():
+    """The model that `run` partitions and the locations describe: the prepared
+    model, or with quantize the quantized full model."""
+    return os.path.join(QUANT, "quantized.onnx") if QUANTIZE else os.path.join(WORK, "prepared.onnx")
+
+
+def run_manifest():
+    """The layers over run_model()'s nodes: the split's manifest, or with quantize
+    the layers mapped onto the quantized model (rule map_quantized_layers)."""
+    return os.path.join(QUANT, "manifest.json") if QUANTIZE else os.path.join(LAYERS, "manifest.json")

@@ -1,5 +1,5 @@
 # Full-model run (`torq-gen-config run`, or `snakemake --cores N full_model`): the
-# prepared model as a chain of partitions (maximal runs of consecutive nodes on the
+# prepared model (with quantize: the quantized full model) as a chain of partitions (maximal runs of consecutive nodes on the
 # same executor), each compiled for its executor, run in order with host numpy in
 # between, and compared with the ONNX Runtime reference of the whole model.
 # A torq assignment (every assigned executor of backend torq) is one "partition",
@@ -87,8 +87,8 @@ rule full_assignment:
 checkpoint plan_full_model:
     input:
         assignment=FULL_ASSIGNMENT,
-        model=rules.prepare_model.output.model,
-        manifest=os.path.join(LAYERS, "manifest.json"),
+        model=run_model(),
+        manifest=run_manifest(),
         locations=rules.import_full_model.output.locations,
         mlir=rules.import_full_model.output.mlir,
     output:
@@ -100,6 +100,7 @@ checkpoint plan_full_model:
                    for e in EXECUTORS.values()],
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],
+        precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "plan_full_model.log"),
     run:
@@ -126,16 +127,17 @@ rule compile_partition:
 
 rule full_reference:
     input:
-        model=rules.prepare_model.output.model,
+        model=run_model(),
     output:
         reference=FULL_REFERENCE,
     params:
         inputs=config["inputs"],
+        precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "full_reference.log"),
     run:
         full_model_jobs.full_reference_job(prepared=input.model, reference=output.reference,
-                                           input_settings=params.inputs, log=log[0])
+                                           input_settings=params.inputs, quantized=QUANTIZE, log=log[0])
 
 
 rule run_full_model:

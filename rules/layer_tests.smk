@@ -14,6 +14,7 @@ rule test_layer:
         layer=get_layer,
         executor=get_executor,
         timing=get_timing,
+        precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "test_layer", "{layer}.{executor}.log"),
     run:

@@ -12,18 +12,21 @@ rule prepare_model:
         # which file (and external weights) this is: another model in the same output
         # directory, even an older file, reruns everything (mtime alone would miss it)
         model=model_fingerprint(MODEL_PATH),
+        precision=CONVERSION,
     log:
         os.path.join(LOGS, "prepare_model.log"),
     # subgraph mode: prepare_model cuts out the subgraph (subgraph_range()); the range
     # is not a param, its node indices are part of the output paths (WORK)
     run:
         jobs.prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
-                               target_opset=params.target_opset, subgraph=subgraph_range(), log=log[0])
+                               target_opset=params.target_opset, subgraph=subgraph_range(),
+                               precision=params.precision, log=log[0])
 
 
+# with quantize: the quantized full model (its nodes are what the compiler sees)
 rule import_full_model:
     input:
-        model=rules.prepare_model.output.model,
+        model=run_model(),
     output:
         mlir=os.path.join(WORK, "full.mlir"),
         locations=os.path.join(WORK, "locations.json"),

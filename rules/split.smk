@@ -39,11 +39,12 @@ rule layer_reference:
     params:
         inputs=config["inputs"],
         layer_inputs=config["layer_inputs"],
+        precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "layer_reference", "{layer}.log"),
     run:
         jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
-                           inputs_path=input.get("inputs"), log=log[0])
+                           inputs_path=input.get("inputs"), calibration=input.get("calibration"), log=log[0])
 
 
 rule import_layer:
@@ -52,6 +53,8 @@ rule import_layer:
     output:
         mlir=os.path.join(LAYERS, "{layer}", "model.mlir"),
         status=os.path.join(LAYERS, "{layer}", "import.json"),
+    params:
+        precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "import_layer", "{layer}.log"),
     run:

@@ -150,6 +150,46 @@ def check_precision_flags(config: dict) -> None:
         raise ConfigError("--save-bf16-model (save_bf16_model) needs --auto-convert-bf16 (auto_convert_bf16: true)")
 
 
+def check_precision_matches(report: dict, config: dict, *, report_name: str = "the report") -> None:
+    """``run`` must use the precision flags discovery used (seed 001: "pass the same
+    --quantize/--per-channel/--full-integer/--quant-format flags to run"; the original
+    did not record them, notes/reference_tool.md s6). Reports written before the flags
+    were recorded count as "all off".
+
+    Raises:
+        ConfigError: the flags differ; the message shows both sets as CLI flags.
+    """
+    recorded = ((report.get("provenance") or {}).get("options") or {})
+    defaults = {"auto_convert_bf16": False, "auto_convert_int32": False, "quantize": False, "per_channel": False,
+                "full_integer": False, "quant_format": "qdq", "calibration_data": "", "calibration_samples": 20}
+    keys = [k for k in PRECISION_KEYS if k != "calibration_samples" or config.get("quantize")]
+    if not config.get("quantize") and not recorded.get("quantize"):
+        keys = [k for k in keys if k in ("auto_convert_bf16", "auto_convert_int32", "quantize")]
+    disc = {k: recorded.get(k, defaults[k]) for k in keys}
+    now = {k: config.get(k, defaults[k]) for k in keys}
+    if disc != now:
+        raise ConfigError(f"the precision flags differ from discovery's ({report_name}): discovery used "
+                          f"{_flags_text(disc)}, this run has {_flags_text(now)}; pass the same flags to run "
+                          "(the compiler JSON's line:col refer to the model discovery imported)")
+
+
+def _flags_text(values: dict) -> str:
+    parts = []
+    for k, v in values.items():
+        if k == "quant_format":
+            if values.get("quantize"):
+                parts.append(f"--quant-format={v}")
+        elif k == "calibration_samples":
+            if values.get("quantize") and not values.get("calibration_data"):
+                parts.append(f"--calibration-samples={v}")
+        elif k == "calibration_data":
+            if v:
+                parts.append(f"--calibration-data={v}")
+        elif v:
+            parts.append(_CLI_FLAG[k])
+    return "[" + " ".join(parts) + "]" if parts else "[no precision flags]"
+
+
 def _coerce_scalars(instance, schema: dict) -> None:
     """Turn strings into numbers/booleans where the schema asks for them, in place.
 

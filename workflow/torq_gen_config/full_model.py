@@ -101,6 +101,11 @@ _NULL_NAMES = ("", "null", "none")
 # what to run: the selection from the report or compiler JSON (assignment.json)
 
 
+#: Kept as nodes in partitions (never constant-folded): with ``--quantize`` the
+#: executor must see int8 weights and their DequantizeLinear, as in the whole model.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+
+
 def _executor_name(value: Any) -> str | None:
     """An executor name from a JSON value; None for null, "" and the string "null"."""
     if isinstance(value, Mapping):
@@ -563,7 +568,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     # a layer without a choice never falls back to a torq executor (a chain cannot run one)
     chain_executors = [e for e in executors if e.get("backend") != TORQ_BACKEND]
     by_layer, fallbacks, warnings = resolve_assignment(assignment, layers, locations, chain_executors)
-    values, folded, fold_warnings = fold_constants(model)
+    values, folded, fold_warnings = fold_constants(model, keep_op_types=QDQ_OPS)
     node_layer: dict[int, str] = {}
     for layer in layers:
         for j in layer["prepared_node_indices"]:
@@ -1274,17 +1279,18 @@ def _artifact(compiled: Mapping, pdir: Path):
 
 
 def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping) -> dict:
-    """This partition's outputs against ONNX Runtime (optimizations off) on the same inputs."""
+    """This partition's outputs against ONNX Runtime (optimizations off; a bf16
+    partition widened to fp32, see :func:`~torq_gen_config.reference.reference_outputs`)
+    on the same inputs."""
     try:
-        import onnxruntime as ort
+        import onnx
 
         from .compare import compare_outputs, derive_status
+        from .reference import reference_outputs
 
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(model_path, so, providers=["CPUExecutionProvider"])
-        ref = dict(zip(p["outputs"], sess.run(list(p["outputs"]), {n: feed[n] for n in p["inputs"]})))
+        outs_ref = reference_outputs(onnx.load(model_path), {n: feed[n] for n in p["inputs"]}, list(p["outputs"]),
+                                     model_path=model_path)
+        ref = dict(zip(p["outputs"], outs_ref))
     except Exception as e:
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
                 "max_rel_diff": None, "max_abs_diff": None}

@@ -126,12 +126,16 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
     return res
 
 
-def full_reference_job(*, prepared: str, reference: str, input_settings: dict, log: str | None = None) -> None:
-    """Rule ``full_reference``: deterministic inputs of the prepared model and the
-    ONNX Runtime outputs (optimizations off)."""
+def full_reference_job(*, prepared: str, reference: str, input_settings: dict, quantized: bool = False,
+                       log: str | None = None) -> None:
+    """Rule ``full_reference``: deterministic inputs of the prepared model (with
+    ``--quantize`` the quantized one: int8 inputs of ``--full-integer`` over all int8
+    values) and the ONNX Runtime outputs (optimizations off; bf16 models as in
+    :func:`~torq_gen_config.reference.compute_reference`)."""
+    from .jobs import quantized_input_ranges
     from .reference import compute_reference
 
-    meta = compute_reference(prepared, reference, input_settings)
+    meta = compute_reference(prepared, reference, input_settings, input_ranges=quantized_input_ranges(prepared, {}) if quantized else None)
     _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
 
 

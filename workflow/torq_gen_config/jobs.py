@@ -29,9 +29,12 @@ def _log(log_path: str | None, text: str) -> None:
 
 
 def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
-                      subgraph: tuple[str, str] | None = None, log: str | None = None) -> None:
+                      subgraph: tuple[str, str] | None = None, precision: dict | None = None,
+                      log: str | None = None) -> None:
     """Rule ``prepare_model``: load, check and prepare the user's model (in subgraph
     mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph).
+    ``precision``: ``auto_convert_bf16``, ``auto_convert_int32``, ``save_bf16_model``
+    (a path, or empty) of the config (docs/precision.md).
 
     Raises:
         ModelError: the model is missing, corrupt or unsupported (the job fails
@@ -43,9 +46,22 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     from .fileio import write_bytes_if_changed
     from .model.prepare import prepare_model
 
+    precision = precision or {}
     t0 = time.perf_counter()
-    m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph)
-    write_bytes_if_changed(prepared, m.SerializeToString(deterministic=True))
+    m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph,
+                            convert_bf16=bool(precision.get("auto_convert_bf16")),
+                            convert_int32=bool(precision.get("auto_convert_int32")))
+    data = m.SerializeToString(deterministic=True)
+    write_bytes_if_changed(prepared, data)
+    if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
+        from .fileio import atomic_write_bytes
+
+        Path(precision["save_bf16_model"]).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(precision["save_bf16_model"], data)
+        info["precision"]["bf16"]["saved_to"] = str(precision["save_bf16_model"])
+        print(f"bf16 model saved to {precision['save_bf16_model']}", file=sys.stderr)
+    for key, rep in (info.get("precision") or {}).items():
+        print(precision_summary(key, rep), file=sys.stderr)
     info["onnx_version"] = onnx.__version__
     write_json(info_path, info)
     _log(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
@@ -63,6 +79,19 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
         else:
             print(f"warning: input {d['input']} dim {d['axis']} ({d['was']}) is symbolic and was fixed to 1; "
                   "layers may see degenerate shapes: export the model with static shapes", file=sys.stderr)
+
+
+def precision_summary(kind: str, report: dict) -> str:
+    """One console line about a dtype conversion (``kind`` "bf16" or "int32")."""
+    casts = report.get("casts_inserted", 0)
+    if kind == "bf16":
+        consts = report.get("constants") or []
+        worst = max((c.get("max_abs_error") or 0.0 for c in consts), default=0.0)
+        return (f"bf16 conversion: {len(consts)} constants narrowed (largest rounding error {worst:.3g}), "
+                f"{casts} Casts inserted, {len(report.get('kept_wide') or [])} tensors kept fp32 by their op schema")
+    clamped = report.get("clamped") or []
+    return (f"int32 conversion: {len(clamped)} constants with INT64_MIN/MAX sentinels clamped, {casts} Casts inserted, "
+            f"{len(report.get('kept_wide') or [])} tensors kept int64 by their op schema")
 
 
 def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str | None = None) -> None:
@@ -95,12 +124,17 @@ def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str |
 
 
 def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inputs_path: str | None = None,
-                  log: str | None = None) -> None:
+                  calibration: str | None = None, log: str | None = None) -> None:
     """Rule ``layer_reference``: layer inputs and ONNX Runtime reference outputs
-    (inputs from ``inputs_path`` with ``layer_inputs: propagate``)."""
+    (inputs from ``inputs_path`` with ``layer_inputs: propagate``; with ``--quantize``
+    drawn in the calibrated ranges of ``calibration``, see :func:`quantized_input_ranges`)."""
     from .reference import compute_reference
 
-    meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path)
+    input_ranges = None
+    if calibration and inputs_path is None:
+        input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
+    meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
+                             input_ranges=input_ranges)
     _log(log, f"reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
 
 
@@ -238,6 +272,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                   executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
                   output_dir: str, skip_ops: list[str] = (), dedup_layers: bool = False,
                   user_choices: str | None = None, recommend_by_timing: bool = False,
+                  quantized_manifest: str | None = None, quantize_info: str | None = None,
                   log: str | None = None) -> dict:
     """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
 
@@ -248,6 +283,13 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     success (else the fastest difference) by measured runtime median, falling back
     to priority order where no runtime was measured (see
     :func:`~torq_gen_config.report.recommend.recommend_with_reason`).
+
+    With ``--quantize``, ``quantized_manifest`` (the layers mapped onto the quantized
+    model, whose MLIR ``locations`` describes) gives each layer its ``line:col``; a
+    layer fused away in the quantized model has none (so it is left out of the
+    compiler JSON) and a note says why; ``quantize_info`` (the whole model's
+    quantization) goes into the report's ``precision`` section with the flags and
+    the bf16/int32 conversion reports of the preparation.
     """
     from . import __version__
     from .mlir.importer import layer_location
@@ -258,6 +300,9 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     locs = read_json(locations, "MLIR locations")
     names = [e["name"] for e in executors]
     skip = {op.lower() for op in skip_ops}
+    qlayers = {}
+    if quantized_manifest:
+        qlayers = {l["layer_id"]: l for l in read_json(quantized_manifest, "quantized layer map")["layers"]}
     layers, results = [], {}
     first_of: dict[str, str] = {}  # signature -> layer ID tested for it (dedup)
     duplicate_of: dict[str, str] = {}
@@ -265,7 +310,8 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
         skipped = layer["op_type"].lower() in skip
         layers.append({
             "layer_id": layer["layer_id"], "slug": layer["slug"], "op_type": layer["op_type"],
-            "node_index": layer["node_index"], "mlir_location": layer_location(layer, locs),
+            "node_index": layer["node_index"],
+            "mlir_location": layer_location(qlayers.get(layer["layer_id"], layer) if quantized_manifest else layer, locs),
             "mac_count": layer.get("mac_count"),
             "skipped_reason": f"op type {layer['op_type']} skipped (skip_ops)" if skipped else None,
         })
@@ -293,6 +339,14 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                        previous_report=previous, recommend_by_timing=recommend_by_timing)
     for lid, src in duplicate_of.items():
         rep["ops"][lid]["duplicate_of"] = src
+    rep["precision"] = precision_section(options, info, quantize_info, Path(results_root))
+    for layer in man["layers"]:
+        q = qlayers.get(layer["layer_id"])
+        if q is not None:
+            op = rep["ops"][layer["layer_id"]]
+            op["quantized_op_type"] = q.get("quantized_op_type")
+            if q.get("quantized_note"):
+                op["note"] = q["quantized_note"]
     if info.get("subgraph"):  # subgraph mode: the range, in the user's model, and where its files are
         rep["subgraph"] = {**info["subgraph"],
                            "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
@@ -302,6 +356,31 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     write_json(compiler, build_compiler_json(rep))
     _log(log, f"report written: {report}")
     return rep
+
+
+def precision_section(options: dict, prepare_info: dict, quantize_info: str | None, layers_dir: Path) -> dict:
+    """The report's ``precision`` section: the flags discovery used (``run`` checks
+    them, docs/precision.md), the bf16/int32 conversion reports (per narrowed
+    constant: values, max_abs_error, mean_abs_error, rmse, max_rel_error; clamped
+    INT64_MIN/MAX sentinels), and with ``--quantize`` the whole model's quantization
+    info and the layers that needed Q/DQ pairs on their I/O."""
+    from .config import PRECISION_KEYS
+
+    section: dict = {"flags": {k: options.get(k) for k in PRECISION_KEYS}}
+    conv = prepare_info.get("precision") or {}
+    if "bf16" in conv:
+        section["bf16_conversion"] = conv["bf16"]
+    if "int32" in conv:
+        section["int32_conversion"] = conv["int32"]
+    if quantize_info:
+        section["quantization"] = read_json(quantize_info, "quantization info")
+        wrapped = []
+        for p in sorted(layers_dir.glob("*/quantize.json")):
+            q = read_json(str(p), "layer quantization info")
+            if q.get("wrapped_io"):
+                wrapped.append(p.parent.name)
+        section["layers_with_wrapped_io"] = wrapped
+    return section
 
 
 def build_provenance(*, info: dict, locations: dict, executors: list[dict], options: dict, tool_version: str,
@@ -346,3 +425,133 @@ def _module_version(name: str) -> str | None:
 
 
 _dist_version = _module_version
+
+
+# ----------------------------------------------------------------------------
+# --quantize (rules/quantize.smk; docs/precision.md)
+
+
+def calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float_range: list[float],
+                  data: str | None = None, log: str | None = None) -> None:
+    """Rule ``calibrate_model``: the calibration samples (``data`` .npz, else ``samples``
+    seeded random ones in ``float_range``) run through the FP32 prepared model in
+    ONNX Runtime; the min/max of every float tensor go to ``ranges`` (JSON). Each
+    layer is quantized with these ranges on its I/O, so it gets the scales it has in
+    the whole model.
+
+    Raises:
+        QuantizationError: bad calibration data, or ONNX Runtime cannot run the model.
+    """
+    import onnx
+
+    from .precision.quantization import calibration_samples, tensor_ranges
+
+    t0 = time.perf_counter()
+    model = onnx.load(prepared)
+    data_samples = calibration_samples(model, n=samples, seed=seed, float_range=tuple(float_range), data_path=data)
+    rng = tensor_ranges(model, data_samples)
+    write_json(ranges, {"source": data or "random", "samples": len(data_samples), "seed": None if data else seed,
+                        "float_range": None if data else list(float_range), "ranges": rng})
+    _log(log, f"calibrated {len(rng)} tensors on {len(data_samples)} samples ({data or 'random'}) "
+              f"in {time.perf_counter() - t0:.2f} s")
+    print(f"calibration: {len(data_samples)} samples ({data or 'seeded random'}), {len(rng)} tensors", file=sys.stderr)
+
+
+def _quantize_settings(settings: dict) -> dict:
+    return {"quant_format": settings["quant_format"], "per_channel": bool(settings["per_channel"]),
+            "full_integer": bool(settings["full_integer"])}
+
+
+def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info: str, settings: dict,
+                            samples: int, seed: int, float_range: list[float], data: str | None = None,
+                            log: str | None = None) -> None:
+    """Rule ``quantize_full_model``: the whole FP32 prepared model quantized once
+    (``settings``: quant_format, per_channel, full_integer), calibrated on the same
+    samples as :func:`calibrate_job` with the ranges of ``ranges`` (so the layers,
+    quantized one by one with those ranges, have the same scales).
+
+    Raises:
+        QuantizationError: quantization failed (the run stops with the reason; the
+            original tool silently fell back to the float model).
+    """
+    import onnx
+
+    from .fileio import write_bytes_if_changed
+    from .precision.quantization import calibration_samples, quantize_model
+
+    t0 = time.perf_counter()
+    model = onnx.load(prepared)
+    rng = read_json(ranges, "calibration ranges")["ranges"]
+    data_samples = calibration_samples(model, n=samples, seed=seed, float_range=tuple(float_range), data_path=data)
+    qmodel, qinfo = quantize_model(model, ranges=rng, samples=data_samples, **_quantize_settings(settings))
+    write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
+    qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
+    write_json(info, qinfo)
+    _log(log, f"quantized the full model: {qinfo}")
+    print(f"quantized the full model ({qinfo.get('format_used')}, {qinfo.get('quantized_nodes')} quantized nodes) in "
+          f"{qinfo['quantize_s']:.1f} s", file=sys.stderr)
+    for w in qinfo.get("warnings") or []:
+        print(f"warning: {w}", file=sys.stderr)
+
+
+def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
+                       log: str | None = None) -> None:
+    """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
+    whole model's calibration ranges on its inputs and outputs; I/O that ONNX
+    Runtime leaves float (a lone Relu, MaxPool, ...) get QuantizeLinear /
+    DequantizeLinear pairs, as in the whole model.
+
+    Raises:
+        QuantizationError: quantization of the layer failed.
+    """
+    import onnx
+
+    from .fileio import write_bytes_if_changed
+    from .precision.quantization import quantize_model
+
+    t0 = time.perf_counter()
+    model = onnx.load(layer_onnx)
+    rng = read_json(ranges, "calibration ranges")["ranges"]
+    qmodel, qinfo = quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True,
+                                   **_quantize_settings(settings))
+    write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
+    qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
+    write_json(info, qinfo)
+    _log(log, f"quantized layer {layer_onnx}: {qinfo}")
+
+
+def map_quantized_layers_job(*, manifest: str, quantized: str, mapped: str, log: str | None = None) -> None:
+    """Rule ``map_quantized_layers``: the layers mapped onto the quantized model's
+    nodes (:func:`torq_gen_config.precision.layer_mapping.map_layers_to_quantized`)."""
+    import onnx
+
+    from .precision.layer_mapping import map_layers_to_quantized, mapping_summary
+
+    man = read_json(manifest, "layer manifest")
+    out = map_layers_to_quantized(man, onnx.load(quantized))
+    write_json(mapped, out)
+    text = mapping_summary(out)
+    _log(log, text)
+    print(text, file=sys.stderr)
+
+
+def quantized_input_ranges(layer_onnx: str, ranges: dict) -> dict[str, list[float]]:
+    """Per input of a quantized layer model, the range its test inputs are drawn from:
+    a float input its calibrated [min, max] (so values are not saturated, unlike the
+    original tool's (-40, 40) inputs against a [-1, 1) calibration), an int8/uint8
+    input (``--full-integer``) all values of its type."""
+    import onnx
+
+    out = {}
+    for vi in onnx.load(layer_onnx, load_external_data=False).graph.input:
+        et = vi.type.tensor_type.elem_type
+        if et == onnx.TensorProto.INT8:
+            out[vi.name] = [-128, 128]
+        elif et == onnx.TensorProto.UINT8:
+            out[vi.name] = [0, 256]
+        elif vi.name in ranges:
+            lo, hi = (float(x) for x in ranges[vi.name])
+            if hi <= lo:
+                hi = lo + 1e-3
+            out[vi.name] = [lo, hi]
+    return out

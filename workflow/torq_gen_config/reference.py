@@ -30,13 +30,17 @@ _INDEX_INPUTS = {
 }
 
 
-def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
+def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  # noqa: F821
+                input_ranges: dict[str, list[float]] | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
     """Deterministic random inputs for the run-time inputs of a layer model.
 
     Args:
         layer_model: single-layer model whose graph inputs carry static shapes
             (unknown dims are taken as 1).
         settings: ``seed``, ``float_range``, ``int_range``, ``uint8_range``.
+        input_ranges: per input name, a [low, high) range that replaces the
+            dtype's range (``--quantize``: a float input is drawn in its calibrated
+            range, an int8 input of a full-integer layer over all int8 values).
 
     Returns:
         Input name -> array, in graph input order. Floats are drawn uniformly and
@@ -54,6 +58,7 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None) ->
         tt = vi.type.tensor_type
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        custom = (input_ranges or {}).get(vi.name)
         if vi.name in bounds:
             hi = max(1, bounds[vi.name])
             feeds[vi.name] = rng.integers(0, hi, size=shape).astype(dtype)
@@ -61,22 +66,33 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None) ->
             feeds[vi.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
         elif np.issubdtype(dtype, np.integer):
             lo, hi = s["uint8_range"] if dtype == np.uint8 else s["int_range"]
+            if custom is not None:
+                lo, hi = int(custom[0]), int(custom[1])
             info = np.iinfo(dtype)
             lo, hi = max(lo, info.min), min(hi, int(info.max) + 1)
             feeds[vi.name] = rng.integers(lo, hi, size=shape).astype(dtype)
         else:
-            lo, hi = s["float_range"]
+            lo, hi = custom if custom is not None else s["float_range"]
             feeds[vi.name] = rng.uniform(lo, hi, size=shape).astype(np.float32).astype(dtype)
     return feeds
 
 
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
-                      *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None) -> dict:
+                      *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
+                      input_ranges: dict[str, list[float]] | None = None) -> dict:
     """Make inputs for a layer, run ONNX Runtime (optimizations off) and store both.
 
     With ``inputs_path`` (``--layer-inputs propagate``), the layer's inputs are read
     from that ``.npz`` (written by :func:`propagate_layer_inputs`) instead of drawn
-    at random.
+    at random; ``input_ranges`` see :func:`make_inputs`.
+
+    A layer with bfloat16 tensors (``--auto-convert-bf16``) gets its reference from
+    the same layer widened to float32 (:func:`~torq_gen_config.precision.dtype_conversion.widen_bf16_to_fp32`:
+    bf16 constants and inputs upcast exactly), run on the bf16 inputs, with the
+    bf16 outputs rounded to bf16 (round to nearest even): ONNX Runtime CPU has no
+    bf16 kernels for most ops (notes/toolchain.md section 5), and this is the
+    result of an exact computation on the values the executor sees
+    (docs/precision.md). ``meta["reference_precision"]`` says which was used.
 
     A failing reference (ONNX Runtime refuses the model or fails to run it) is
     recorded, not raised: the file then holds the inputs and ``status: error`` with
@@ -98,23 +114,21 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         with np.load(inputs_path, allow_pickle=False) as z:
             inputs = {vi.name: z[vi.name] for vi in layer.graph.input}
     else:
-        inputs = make_inputs(layer, settings)
+        inputs = make_inputs(layer, settings, input_ranges)
     output_names = [o.name for o in layer.graph.output]
+    bf16 = has_bfloat16(layer)
     meta: dict[str, Any] = {
         "status": "ok", "message": None, "engine": "onnxruntime", "ort_version": ort.__version__,
         "graph_optimization_level": "disabled", "input_names": list(inputs), "output_names": output_names,
         "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": None,
         "layer_inputs": "propagate" if inputs_path is not None else "random",
+        "reference_precision": "fp32 on bf16 values, outputs rounded to bf16" if bf16 else "as the model",
     }
     outputs = []
     try:
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.intra_op_num_threads = intra_op_num_threads
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(str(layer_path), so, providers=["CPUExecutionProvider"])
         t0 = time.perf_counter()
-        outputs = sess.run(output_names, inputs)
+        outputs = reference_outputs(layer, inputs, output_names, intra_op_num_threads=intra_op_num_threads,
+                                    model_path=layer_path)
         meta["run_ms"] = round((time.perf_counter() - t0) * 1000, 3)
     except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
         meta["status"] = "error"
@@ -124,6 +138,61 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
     save_npz(out_path, arrays, meta)
     return meta
+
+
+def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[str], *,  # noqa: F821
+                      intra_op_num_threads: int | None = None, model_path: str | os.PathLike | None = None) -> list:
+    """Run ``model`` in ONNX Runtime CPU with graph optimizations off (the reference
+    engine) and return ``output_names``' arrays.
+
+    A model with bfloat16 tensors (:func:`has_bfloat16`) runs widened to float32
+    (bf16 constants and inputs upcast exactly), and its bf16 outputs are rounded to
+    bf16 (round to nearest even): ONNX Runtime CPU has no bf16 kernels for most
+    ops (notes/toolchain.md section 5; docs/precision.md).
+
+    Args:
+        feeds: input name -> array (bf16 arrays as ml_dtypes.bfloat16).
+        model_path: the model's file, if any (ONNX Runtime loads it from there).
+
+    Raises:
+        Exception: whatever ONNX Runtime raises (callers record it).
+    """
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if intra_op_num_threads is not None:
+        so.intra_op_num_threads = intra_op_num_threads
+    so.log_severity_level = 3
+    if not has_bfloat16(model):
+        src = str(model_path) if model_path is not None else model.SerializeToString()
+        sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+        return sess.run(output_names, dict(feeds))
+    from .precision.dtype_conversion import round_to_bf16, widen_bf16_to_fp32
+
+    types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
+             + list(model.graph.input)}
+    sess = ort.InferenceSession(widen_bf16_to_fp32(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {k: (np.asarray(v).astype(np.float32) if np.asarray(v).dtype.name == "bfloat16" else v)
+            for k, v in feeds.items()}
+    outs = sess.run(output_names, feed)
+    return [round_to_bf16(o) if types.get(n) == onnx.TensorProto.BFLOAT16 else o for o, n in zip(outs, output_names)]
+
+
+def has_bfloat16(model: "onnx.ModelProto") -> bool:  # noqa: F821
+    """True when any graph input, output, value_info or initializer of ``model``
+    (main graph) is BFLOAT16, or a node casts to it."""
+    import onnx
+
+    bf = onnx.TensorProto.BFLOAT16
+    g = model.graph
+    if any(v.type.tensor_type.elem_type == bf for v in list(g.input) + list(g.output) + list(g.value_info)):
+        return True
+    if any(t.data_type == bf for t in g.initializer):
+        return True
+    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == bf for a in n.attribute) for n in g.node)
 
 
 def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[str, "np.ndarray"]:  # noqa: F821
@@ -191,6 +260,14 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
 
     model = onnx.load(str(prepared_path))
     feeds = load_input_data(input_data, model) if input_data else make_inputs(model, settings)
+    bf16_names: set[str] = set()
+    if has_bfloat16(model):  # --auto-convert-bf16: run in fp32 on bf16 values, round bf16 tensors
+        from .precision.dtype_conversion import widen_bf16_to_fp32
+
+        g = model.graph
+        bf16_names = {v.name for v in list(g.input) + list(g.output) + list(g.value_info)
+                      if v.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16}
+        model = widen_bf16_to_fp32(model)
     needed = sorted({i["name"] for layer in manifest["layers"] for i in layer["inputs"]} - set(feeds))
     have = {o.name for o in model.graph.output}
     types = {vi.name: vi for vi in model.graph.value_info}
@@ -204,9 +281,14 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     so.log_severity_level = 3
     try:
         sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        run_feeds = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in feeds.items()}
         t0 = time.perf_counter()
-        values = dict(zip(needed, sess.run(needed, feeds)))
+        values = dict(zip(needed, sess.run(needed, run_feeds)))
         run_ms = (time.perf_counter() - t0) * 1000
+        if bf16_names:
+            from .precision.dtype_conversion import round_to_bf16
+
+            values = {k: (round_to_bf16(v) if k in bf16_names else v) for k, v in values.items()}
     except Exception as e:
         raise ModelError(f"--layer-inputs propagate needs ONNX Runtime to run the whole model, and it failed: "
                          f"{str(e).strip()[:500]}") from None

@@ -90,6 +90,34 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                         "output name (with --subgraph-to); files get _subgraph_<f>_<t> in their names")
     p.add_argument("--subgraph-to", metavar="OP",
                    help="subgraph mode: last node of the range (inclusive)")
+    add_precision_options(p)
+
+
+def add_precision_options(p: argparse.ArgumentParser) -> None:
+    """The precision-mode options (docs/precision.md); ``run`` needs the ones discovery used."""
+    g = p.add_argument_group("precision modes (docs/precision.md; run needs the same flags as discover)")
+    g.add_argument("--auto-convert-bf16", action="store_true",
+                   help="convert FP32 tensors to BF16 before the layer split (schema-aware; model I/O become bf16; "
+                        "opset 22); references are computed in fp32 on bf16-rounded inputs and rounded to bf16")
+    g.add_argument("--save-bf16-model", metavar="PATH", help="with --auto-convert-bf16, also save the converted model")
+    g.add_argument("--auto-convert-int32", action="store_true",
+                   help="convert INT64 tensors to INT32 (UINT64 to UINT32); INT64_MIN/MAX sentinels are clamped, "
+                        "other out-of-range values are an error")
+    g.add_argument("--quantize", action="store_true",
+                   help="int8 (A8W8) static quantization with onnxruntime.quantization: each layer on its own for "
+                        "its tests, the whole model once for the MLIR locations and the full-model run")
+    g.add_argument("--per-channel", action="store_true", help="with --quantize: per-channel weight scales")
+    g.add_argument("--full-integer", action="store_true",
+                   help="with --quantize: int8 model I/O (graph-input QuantizeLinear / graph-output "
+                        "DequantizeLinear removed)")
+    g.add_argument("--quant-format", choices=["qdq", "qoperator", "hybrid"],
+                   help="with --quantize: qdq (default), qoperator (QLinearConv, ...) or hybrid (QOperator where "
+                        "every compute op is supported, else QDQ)")
+    g.add_argument("--calibration-data", metavar="FILE.npz",
+                   help="with --quantize: calibration samples keyed by model input name (arrays [N, *shape] or "
+                        "one sample); default: seeded random samples in the float input range")
+    g.add_argument("--calibration-samples", type=int, metavar="N",
+                   help="with --quantize and no --calibration-data: number of random calibration samples (default 20)")
 
 
 def build_config(args: argparse.Namespace) -> dict:
@@ -162,6 +190,16 @@ def build_config(args: argparse.Namespace) -> dict:
         config["subgraph_from"] = args.subgraph_from
     if getattr(args, "subgraph_to", None) is not None:
         config["subgraph_to"] = args.subgraph_to
+    for key in ("auto_convert_bf16", "auto_convert_int32", "quantize", "per_channel", "full_integer"):
+        if getattr(args, key, False):
+            config[key] = True
+    for key in ("save_bf16_model", "calibration_data"):
+        if getattr(args, key, None):
+            config[key] = str(Path(getattr(args, key)).expanduser().resolve())
+    if getattr(args, "quant_format", None):
+        config["quant_format"] = args.quant_format
+    if getattr(args, "calibration_samples", None) is not None:
+        config["calibration_samples"] = args.calibration_samples
     return validate_config(config)
 
 

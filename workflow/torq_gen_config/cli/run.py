@@ -96,6 +96,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         ReportError, ConfigError: no report or compiler JSON, an unknown executor, ...
     """
     from ..compare import normalize_tolerance
+    from ..config import check_precision_matches
     from ..fileio import read_json, write_bytes_if_changed, write_json
     from ..full_model import (
         RUN_RULES,
@@ -121,6 +122,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     report = None
     if report_path.is_file():
         report = read_json(report_path, "report JSON")
+        check_precision_matches(report, config, report_name=report_path.name)
         selection = selection_from_report(report, source_file=report_path.name)
         compiler = build_compiler_json(report)
         write_bytes_if_changed(compiler_path, _json_bytes(compiler))

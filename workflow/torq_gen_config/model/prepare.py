@@ -140,7 +140,8 @@ def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
 
 
 def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
-                  subgraph: tuple[str, str] | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
+                  subgraph: tuple[str, str] | None = None, convert_bf16: bool = False,
+                  convert_int32: bool = False) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Prepare the user's model for layer split and import.
 
     Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
@@ -153,6 +154,12 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     Args:
         subgraph: ``(from, to)`` names (layer ID or output name) of the first and
             last user node of a subgraph (subgraph mode), or None for the whole model.
+        convert_bf16, convert_int32: ``--auto-convert-bf16`` / ``--auto-convert-int32``
+            (seed 001 section 5; notes/reference_tool.md s6): the opset is upgraded to
+            at least 22 and the (cut) model converted, bf16 first, by
+            :mod:`torq_gen_config.precision.dtype_conversion`; the conversion
+            reports go to ``info["precision"]``. Nodes the conversion inserts (Casts)
+            belong to the user node they serve.
 
     Returns:
         ``(prepared_model, info)``; ``info`` is JSON-safe and holds
@@ -164,11 +171,17 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         subgraph's inputs and outputs, the constant nodes taken from outside the range).
 
     Raises:
-        ModelError: see :func:`load_model`.
+        ModelError: see :func:`load_model`; an int64 constant out of int32 range
+            (``convert_int32``), or a converted model that fails the checker.
         ConfigError: an unknown subgraph name or a reversed range.
     """
     import onnx
     from onnx import version_converter
+
+    if convert_bf16 or convert_int32:
+        from ..precision.dtype_conversion import BF16_OPSET
+
+        target_opset = max(target_opset, BF16_OPSET)
 
     model = load_model(src)
     info: dict[str, Any] = {"source": str(src), "warnings": [], "fixed_dims": []}
@@ -215,6 +228,15 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         info["warnings"].append(f"prepared model does not pass the ONNX checker: {_one_line(e)}")
     if subgraph is not None:
         model, origin = _cut_subgraph(model, origin, info, subgraph)
+    if convert_bf16 or convert_int32:
+        from ..precision.dtype_conversion import convert_int64_to_int32, convert_to_bf16
+
+        info["precision"] = {}
+        for on, convert, key in ((convert_bf16, convert_to_bf16, "bf16"), (convert_int32, convert_int64_to_int32, "int32")):
+            if on:
+                model, report = convert(model)
+                origin = [origin[k] for k in report.pop("origin")]
+                info["precision"][key] = report
 
     info["prepared_nodes"] = [
         {"op_type": n.op_type, "domain": n.domain, "graph_index": origin[j]}

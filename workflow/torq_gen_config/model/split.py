@@ -45,11 +45,14 @@ def layer_slug(layer_id: str, max_len: int = 80) -> str:
     return s
 
 
-def fold_constants(model: "onnx.ModelProto") -> tuple[dict[str, Any], set[int], list[str]]:  # noqa: F821
+def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = frozenset()  # noqa: F821
+                   ) -> tuple[dict[str, Any], set[int], list[str]]:
     """Evaluate every node of ``model`` whose result does not depend on run-time data.
 
     Args:
         model: shape-inferred model (static shapes let ``Shape``/``Size`` fold).
+        keep_op_types: op types never folded (the full-model run keeps the
+            DequantizeLinear of int8 weights, so the compiler sees int8 weights).
 
     Returns:
         ``(values, folded, warnings)``: ``values`` maps tensor name -> numpy array
@@ -65,7 +68,7 @@ def fold_constants(model: "onnx.ModelProto") -> tuple[dict[str, Any], set[int], 
     warnings: list[str] = []
     opsets = {o.domain: o.version for o in model.opset_import}
     for j, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS:
+        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type in keep_op_types:
             continue
         if any(a.type in (5, 10) for a in node.attribute):  # GRAPH / GRAPHS: subgraphs may read outer values
             continue

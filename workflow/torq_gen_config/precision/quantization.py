@@ -566,6 +566,7 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
     if full_integer:
         q = _strip_io_qdq(q, warnings)
     q = _drop_unused_initializers(q)
+    q = place_constant_nodes_before_use(q)
     q = _complete_value_info(q, warnings)
     final_types = _elem_types(q)
     for name, rec in io_quant.items():
@@ -591,6 +592,53 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
                          for n in q.graph.node),
     }
     return q, info
+
+
+def place_constant_nodes_before_use(model) -> "onnx.ModelProto":  # noqa: F821
+    """The same model with every node that reads only initializers (the
+    DequantizeLinear of an int8 weight, a Constant) moved right before its first
+    consumer; other nodes keep their order, so the order stays topological.
+
+    onnxruntime.quantization puts the weights' DequantizeLinear nodes at the top of
+    the graph; next to their Conv they stay in the Conv's partition when ``run``
+    cuts the model into runs of consecutive nodes per executor.
+    """
+    import onnx
+
+    nodes = list(model.graph.node)
+    produced = {t for n in nodes for t in n.output if t}
+    graph_inputs = {i.name for i in model.graph.input}
+    const_like = [all((not t) or (t not in produced and t not in graph_inputs) for t in n.input) for n in nodes]
+    pending = {}  # output tensor -> index of a constant-like node not placed yet
+    for j, n in enumerate(nodes):
+        if const_like[j]:
+            for t in n.output:
+                pending[t] = j
+    order: list[int] = []
+    placed: set[int] = set()
+
+    def place(j: int) -> None:
+        if j in placed:
+            return
+        for t in nodes[j].input:
+            k = pending.get(t)
+            if k is not None and k != j:
+                place(k)
+        placed.add(j)
+        order.append(j)
+
+    for j in range(len(nodes)):
+        if not const_like[j]:
+            place(j)
+    for j in range(len(nodes)):
+        place(j)  # constant-like nodes nobody reads, and chains of them
+    if order == list(range(len(nodes))):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes[j] for j in order)
+    return out
 
 
 def _save(model, path: str, external: bool) -> None:
