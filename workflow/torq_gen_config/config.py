@@ -129,7 +129,8 @@ def check_precision_flags(config: dict) -> None:
     """Flag rules of the precision modes (seed 001 section 5, notes/reference_tool.md s6):
     bf16 and int32 conversion each exclude ``quantize``; ``per_channel``,
     ``full_integer`` and ``calibration_data`` need ``quantize``;
-    ``save_bf16_model`` needs ``auto_convert_bf16``.
+    ``save_bf16_model`` needs ``auto_convert_bf16``; ``full_integer`` excludes
+    ``layer_inputs: propagate`` (float layer inputs for int8 layers).
 
     Raises:
         ConfigError: naming both flags (CLI spelling and config key).
@@ -146,6 +147,9 @@ def check_precision_flags(config: dict) -> None:
             raise ConfigError(f"{_CLI_FLAG[dep]} ({dep}) needs --quantize (quantize: true)")
     if config.get("quant_format", "qdq") != "qdq" and not on("quantize"):
         raise ConfigError(f"--quant-format {config['quant_format']} (quant_format) needs --quantize (quantize: true)")
+    if on("full_integer") and config.get("layer_inputs") == "propagate":
+        raise ConfigError("--layer-inputs propagate (layer_inputs) cannot be combined with --full-integer "
+                          "(full_integer): propagated layer inputs are float values, full-integer layers take int8")
     if on("save_bf16_model") and not on("auto_convert_bf16"):
         raise ConfigError("--save-bf16-model (save_bf16_model) needs --auto-convert-bf16 (auto_convert_bf16: true)")
 

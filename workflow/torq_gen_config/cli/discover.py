@@ -136,7 +136,7 @@ def build_config(args: argparse.Namespace) -> dict:
     model = Path(args.model).expanduser().resolve()
     if "{" in str(model) or "}" in str(model):
         raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
-    load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
+    onnx_model = load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
     config = load_config_file(DEFAULT_CONFIG_PATH)
     if getattr(args, "config_file", None):
         config.update(load_config_file(args.config_file))
@@ -200,7 +200,13 @@ def build_config(args: argparse.Namespace) -> dict:
         config["quant_format"] = args.quant_format
     if getattr(args, "calibration_samples", None) is not None:
         config["calibration_samples"] = args.calibration_samples
-    return validate_config(config)
+    config = validate_config(config)
+    if config["quantize"] and config["calibration_data"]:
+        # bad calibration data is a one-line error now, not a failed job later
+        from ..precision.quantization import calibration_samples
+
+        calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
+    return config
 
 
 def output_layout(config: dict) -> dict:

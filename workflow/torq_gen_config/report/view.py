@@ -192,6 +192,10 @@ def _fmt_tol(tol: Mapping | None) -> str:
     if not tol:
         return "-"
     parts = [f"fp_avg_tol={_fmt_num(tol.get('fp_avg_tol'), 'g')}", f"fp_max_tol={_fmt_num(tol.get('fp_max_tol'), 'g')}"]
+    if tol.get("bf16_max_tol") is not None and (tol.get("bf16_max_tol"), tol.get("bf16_avg_tol")) != (
+            tol.get("fp_max_tol"), tol.get("fp_avg_tol")):
+        parts.append(f"bf16_avg_tol={_fmt_num(tol.get('bf16_avg_tol'), 'g')}")
+        parts.append(f"bf16_max_tol={_fmt_num(tol.get('bf16_max_tol'), 'g')}")
     if tol.get("int_atol") is not None:
         parts.append(f"int_atol={tol['int_atol']}")
     return ", ".join(parts)
@@ -237,6 +241,9 @@ def render_summary(report: Mapping, console: Console) -> None:
     _line(console, "=" * 72)
     _line(console, f"Layers: {summary.get('total_layers', len(ops))}    "
                    f"Executors (priority order): {', '.join(names) if names else '-'}")
+    precision = precision_text(report)
+    if precision:
+        _line(console, f"Precision: {precision}")
     if summary.get("skipped_layers"):
         _line(console, f"Layers skipped (not tested): {summary['skipped_layers']}")
     _line(console)
@@ -340,6 +347,24 @@ def _message_lines(message: Any) -> list[str]:
     return out
 
 
+def precision_text(report: Mapping) -> str | None:
+    """One line about the precision mode of a report (docs/precision.md), or None."""
+    flags = ((report.get("precision") or {}).get("flags") or {})
+    parts = []
+    if flags.get("auto_convert_bf16"):
+        parts.append("bf16 (converted from fp32)")
+    if flags.get("auto_convert_int32"):
+        parts.append("int32 (converted from int64)")
+    if flags.get("quantize"):
+        q = (report.get("precision") or {}).get("quantization") or {}
+        fmt = q.get("format_used") or flags.get("quant_format")
+        extra = [x for x, on in (("per-channel", flags.get("per_channel")), ("full-integer", flags.get("full_integer")))
+                 if on]
+        parts.append(f"int8 quantized ({fmt}{', ' + ', '.join(extra) if extra else ''}); "
+                     "fused layers have no MLIR location")
+    return "; ".join(parts) or None
+
+
 def render_layer(report: Mapping, layer: str, console: Console) -> None:
     """Details of one layer (exact ID, else case-insensitive).
 
@@ -363,6 +388,10 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
     elif report.get("mlir_file"):
         loc_text += f" (in {report['mlir_file']})"
     _line(console, f"MLIR location:  {loc_text}")
+    if op.get("quantized_op_type"):
+        _line(console, f"Quantized op:   {op['quantized_op_type']} (in the quantized full model)")
+    if op.get("note"):
+        _line(console, f"Note:           {op['note']}")
     if op.get("mac_count") is not None:
         _line(console, f"MACs:           {_fmt_num(int(op['mac_count']))}")
     rec = Text("Recommended:    ")
