@@ -166,7 +166,9 @@ def check_precision_matches(report: dict, config: dict, *, report_name: str = "t
     recorded = ((report.get("provenance") or {}).get("options") or {})
     defaults = {"auto_convert_bf16": False, "auto_convert_int32": False, "quantize": False, "per_channel": False,
                 "full_integer": False, "quant_format": "qdq", "calibration_data": "", "calibration_samples": 20}
-    keys = [k for k in PRECISION_KEYS if k != "calibration_samples" or config.get("quantize")]
+    # the number of random samples matters only without a calibration file
+    keys = [k for k in PRECISION_KEYS
+            if k != "calibration_samples" or (config.get("quantize") and not config.get("calibration_data"))]
     if not config.get("quantize") and not recorded.get("quantize"):
         keys = [k for k in keys if k in ("auto_convert_bf16", "auto_convert_int32", "quantize")]
     disc = {k: recorded.get(k, defaults[k]) for k in keys}

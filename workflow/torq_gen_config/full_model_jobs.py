@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from .fileio import read_json, write_bytes_if_changed, write_json
+from .jobs import records_failure
 
 
 def _log(log_path: str | None, text: str) -> None:
@@ -49,6 +50,7 @@ def selection_digest_of(report: str | None, compiler: str | None = None) -> str 
         return None
 
 
+@records_failure
 def assignment_job(*, report: str | None, compiler: str | None, assignment: str, log: str | None = None) -> None:
     """Rule ``full_assignment`` (Snakemake form): ``assignment.json`` from the report
     (else the compiler JSON), without extra run options."""
@@ -62,6 +64,7 @@ def assignment_job(*, report: str | None, compiler: str | None, assignment: str,
     _log(log, f"assignment from {sel['source_file']}")
 
 
+@records_failure
 def plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
              compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
              log: str | None = None) -> dict:
@@ -102,6 +105,7 @@ def plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, e
     return result
 
 
+@records_failure
 def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str, timeout_s: float,
                           log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
     """Rule ``compile_partition``: import (if needed) and compile one partition.
@@ -126,6 +130,7 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
     return res
 
 
+@records_failure
 def full_reference_job(*, prepared: str, reference: str, input_settings: dict, quantized: bool = False,
                        log: str | None = None) -> None:
     """Rule ``full_reference``: deterministic inputs of the prepared model (with
@@ -139,6 +144,7 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, q
     _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
 
 
+@records_failure
 def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dict, timeout_s: float,
                        log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
     """Rule ``run_full_model``: run the partitions in order (a torq plan: the whole-model

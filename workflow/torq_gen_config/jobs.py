@@ -19,6 +19,30 @@ from pathlib import Path
 
 from .fileio import read_json, write_json
 
+#: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
+#: this process (jobs are threads of the Snakemake process); workflow_api puts the
+#: first into the run's error message instead of Snakemake's generic one.
+JOB_FAILURES: list[str] = []
+
+
+def records_failure(fn):
+    """Decorator for job entry points: a TorqGenConfigError (a missing or corrupt
+    model, an int64 value out of int32 range, failed quantization, ...) is noted in
+    :data:`JOB_FAILURES` and raised again (the job fails as before)."""
+    import functools
+
+    from .errors import TorqGenConfigError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TorqGenConfigError as e:
+            JOB_FAILURES.append(f"{fn.__name__.removesuffix('_job')}: {e}")
+            raise
+
+    return wrapper
+
 
 def _log(log_path: str | None, text: str) -> None:
     if not log_path:
@@ -28,6 +52,7 @@ def _log(log_path: str | None, text: str) -> None:
         f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
 
 
+@records_failure
 def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
                       subgraph: tuple[str, str] | None = None, precision: dict | None = None,
                       log: str | None = None) -> None:
@@ -94,6 +119,7 @@ def precision_summary(kind: str, report: dict) -> str:
             f"{len(report.get('kept_wide') or [])} tensors kept int64 by their op schema")
 
 
+@records_failure
 def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str | None = None) -> None:
     """Rule ``import_full_model``: full-model MLIR and the node -> line:col map."""
     from .mlir.importer import import_full_model
@@ -107,6 +133,7 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str 
         print(f"warning: full-model MLIR import failed, layers get no mlir_location: {res['message'][:300]}", file=sys.stderr)
 
 
+@records_failure
 def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str | None = None) -> None:
     """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest."""
     import onnx
@@ -123,6 +150,7 @@ def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str |
     print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded", file=sys.stderr)
 
 
+@records_failure
 def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inputs_path: str | None = None,
                   calibration: str | None = None, log: str | None = None) -> None:
     """Rule ``layer_reference``: layer inputs and ONNX Runtime reference outputs
@@ -138,6 +166,7 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     _log(log, f"reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
 
 
+@records_failure
 def propagate_inputs_job(*, prepared: str, manifest: str, info: str, input_settings: dict,
                          input_data: str | None = None, log: str | None = None) -> None:
     """Checkpoint ``propagate_layer_inputs``: each layer's inputs from one ONNX Runtime
@@ -155,6 +184,7 @@ def propagate_inputs_job(*, prepared: str, manifest: str, info: str, input_setti
               f"{res['layers']} layer input files changed, {res['run_ms']} ms")
 
 
+@records_failure
 def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None = None) -> None:
     """Rule ``import_layer``: the layer's MLIR (an importer failure is recorded, not raised)."""
     from .mlir.importer import import_layer
@@ -164,6 +194,7 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None
     _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
 
 
+@records_failure
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                    import_status: str | None, result: str, tolerance: dict, timeout_s: float,
                    log: str | None = None, log_file: str | None = None, verbose: bool = False,
@@ -268,6 +299,7 @@ def executor_with_tool_options(executor: dict, compiler_options: list[str], runt
     return {**executor, "options": opts}
 
 
+@records_failure
 def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
                   executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
                   output_dir: str, skip_ops: list[str] = (), dedup_layers: bool = False,
@@ -431,6 +463,7 @@ _dist_version = _module_version
 # --quantize (rules/quantize.smk; docs/precision.md)
 
 
+@records_failure
 def calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float_range: list[float],
                   data: str | None = None, log: str | None = None) -> None:
     """Rule ``calibrate_model``: the calibration samples (``data`` .npz, else ``samples``
@@ -462,6 +495,7 @@ def _quantize_settings(settings: dict) -> dict:
             "full_integer": bool(settings["full_integer"])}
 
 
+@records_failure
 def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info: str, settings: dict,
                             samples: int, seed: int, float_range: list[float], data: str | None = None,
                             log: str | None = None) -> None:
@@ -494,6 +528,7 @@ def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info:
         print(f"warning: {w}", file=sys.stderr)
 
 
+@records_failure
 def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
                        log: str | None = None) -> None:
     """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
@@ -520,6 +555,7 @@ def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: st
     _log(log, f"quantized layer {layer_onnx}: {qinfo}")
 
 
+@records_failure
 def map_quantized_layers_job(*, manifest: str, quantized: str, mapped: str, log: str | None = None) -> None:
     """Rule ``map_quantized_layers``: the layers mapped onto the quantized model's
     nodes (:func:`torq_gen_config.precision.layer_mapping.map_layers_to_quantized`)."""

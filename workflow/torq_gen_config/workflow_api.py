@@ -108,6 +108,9 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
             api.workflow(snakefile=SNAKEFILE, workdir=workdir, resource_settings=ResourceSettings(cores=cores),
                          config_settings=ConfigSettings(config=config)).dag().unlock()
     quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
+    from . import jobs
+
+    jobs.JOB_FAILURES.clear()
     try:
         with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
                                          show_failed_logs=True)) as api:
@@ -131,12 +134,21 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 scheduler_settings=GreedySchedulerSettings(),  # required with greedy (notes/snakemake.md)
             )
     except WorkflowError as e:
-        raise WorkflowFailed(_one_line(e)) from None
+        raise WorkflowFailed(_with_job_failures(_one_line(e), jobs.JOB_FAILURES)) from None
     except Exception as e:  # snakemake raises several exception types for bad workflows
         if type(e).__name__ in ("WorkflowError", "RuleException", "MissingInputException", "IncompleteFilesException",
                                 "LockException", "ChildIOException"):
-            raise WorkflowFailed(_one_line(e)) from None
+            raise WorkflowFailed(_with_job_failures(_one_line(e), jobs.JOB_FAILURES)) from None
         raise
+
+
+def _with_job_failures(message: str, failures: list[str]) -> str:
+    """Snakemake's message, led by the first bad-input error a job raised (its
+    reason, e.g. the int64 tensor out of int32 range), if any."""
+    if not failures:
+        return message
+    more = f" (+{len(failures) - 1} more failed job(s), see above)" if len(failures) > 1 else ""
+    return f"{failures[0]}{more}"
 
 
 def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike, cores: int, extra_args: list[str],

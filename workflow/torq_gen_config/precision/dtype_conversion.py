@@ -612,7 +612,8 @@ class _Narrower:
         kept = [s for s in g.slots if s[0] == "in" and s[1] in keep]
         if kept:
             g.decision = wide
-            g.reason = (f"{op} input '{kept[0][3]}' kept {_TYPE_STR[wide]} although the schema allows "
+            names = ", ".join(f"'{s[3]}'" for s in kept)
+            g.reason = (f"{op} input(s) {names} kept {_TYPE_STR[wide]} although the schema allows "
                         f"{_TYPE_STR[narrow]} (KEEP_INT64_INPUTS, as the seed)")
         elif _TYPE_STR[narrow] not in g.allowed:
             g.decision = wide

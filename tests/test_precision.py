@@ -1,0 +1,342 @@
+"""Precision modes (docs/precision.md), fast unit tests: the flag rules (config and CLI),
+the discover/run flag check, the layer map onto a quantized model, bf16 references and
+the input ranges of quantized layers."""
+
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from conftest import SQUEEZENET, TensorProto, helper, make_model, run_cli, tvi
+from onnx import numpy_helper
+
+from torq_gen_config.config import (DEFAULT_CONFIG_PATH, PRECISION_KEYS, check_precision_matches, load_config_file,
+                                    validate_config)
+from torq_gen_config.errors import ConfigError
+from torq_gen_config.jobs import quantized_input_ranges
+from torq_gen_config.precision.dtype_conversion import BF16_OPSET, convert_to_bf16, round_to_bf16
+from torq_gen_config.precision.layer_mapping import map_layers_to_quantized, mapping_summary
+from torq_gen_config.precision.quantization import (calibration_samples, compute_nodes,
+                                                    place_constant_nodes_before_use, quantize_model, tensor_ranges)
+from torq_gen_config.reference import compute_reference, has_bfloat16, load_reference, reference_outputs
+
+
+# ----------------------------------------------------------------------------- flag rules
+def cfg(**keys) -> dict:
+    return {**load_config_file(DEFAULT_CONFIG_PATH), **keys}
+
+
+@pytest.mark.parametrize("keys, flags", [
+    ({"auto_convert_bf16": True, "quantize": True}, ["--auto-convert-bf16", "--quantize"]),
+    ({"auto_convert_int32": True, "quantize": True}, ["--auto-convert-int32", "--quantize"]),
+    ({"per_channel": True}, ["--per-channel", "--quantize"]),
+    ({"full_integer": True}, ["--full-integer", "--quantize"]),
+    ({"calibration_data": "cal.npz"}, ["--calibration-data", "--quantize"]),
+    ({"quant_format": "qoperator"}, ["--quant-format qoperator", "--quantize"]),
+    ({"quant_format": "hybrid"}, ["--quant-format hybrid", "--quantize"]),
+    ({"save_bf16_model": "out.onnx"}, ["--save-bf16-model", "--auto-convert-bf16"]),
+    ({"save_bf16_model": "out.onnx", "auto_convert_int32": True}, ["--save-bf16-model", "--auto-convert-bf16"]),
+])
+def test_flag_rules_in_config(keys, flags):
+    with pytest.raises(ConfigError) as e:
+        validate_config(cfg(**keys))
+    msg = str(e.value)
+    assert "\n" not in msg
+    for f in flags:
+        assert f in msg, (f, msg)
+
+
+@pytest.mark.parametrize("keys", [
+    {},
+    {"quantize": True},
+    {"quantize": True, "per_channel": True, "full_integer": True, "quant_format": "qoperator",
+     "calibration_data": "cal.npz", "calibration_samples": 3},
+    {"quantize": True, "quant_format": "hybrid"},
+    {"auto_convert_bf16": True, "save_bf16_model": "out.onnx"},
+    {"auto_convert_bf16": True, "auto_convert_int32": True},
+    {"auto_convert_int32": True},
+])
+def test_flag_rules_accept_valid_sets(keys):
+    out = validate_config(cfg(**keys))
+    for k in PRECISION_KEYS:
+        assert k in out
+    for k, v in keys.items():
+        assert out[k] == v
+
+
+def test_flag_defaults_all_off():
+    out = validate_config(cfg())
+    assert not any(out[k] for k in ("auto_convert_bf16", "auto_convert_int32", "quantize", "per_channel",
+                                    "full_integer", "calibration_data", "save_bf16_model"))
+    assert out["quant_format"] == "qdq" and out["calibration_samples"] == 20
+
+
+@pytest.mark.parametrize("args, flags", [
+    (["--auto-convert-bf16", "--quantize"], ["--auto-convert-bf16", "--quantize"]),
+    (["--auto-convert-int32", "--quantize", "--per-channel"], ["--auto-convert-int32", "--quantize"]),
+    (["--full-integer"], ["--full-integer", "--quantize"]),
+    (["--quant-format", "qoperator"], ["--quant-format qoperator", "--quantize"]),
+    (["--save-bf16-model", "x.onnx"], ["--save-bf16-model", "--auto-convert-bf16"]),
+])
+def test_flag_rules_on_the_cli(tmp_path, args, flags):
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", SQUEEZENET, "--output-dir", out, "-q", *args, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("torq-gen-config: error: "), r.stderr
+    for f in flags:
+        assert f in lines[0], (f, lines[0])
+    assert not out.exists()  # nothing ran
+    assert not (tmp_path / "x.onnx").exists()
+
+
+def test_flag_rules_on_run_cli(tmp_path):
+    r = run_cli("run", "--model", SQUEEZENET, "--output-dir", tmp_path, "--per-channel", timeout=120)
+    assert r.returncode == 2
+    assert "--per-channel" in r.stderr and "--quantize" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ discover/run flag check
+def report_with(**options) -> dict:
+    return {"provenance": {"options": {"model": "m.onnx", "skip_mode": False, **options}}}
+
+
+def full_options(**keys) -> dict:
+    return {k: v for k, v in validate_config(cfg(**keys)).items() if k in PRECISION_KEYS}
+
+
+def test_precision_matches_same_flags():
+    for keys in ({}, {"quantize": True}, {"quantize": True, "quant_format": "qoperator", "full_integer": True,
+                                          "per_channel": True}, {"auto_convert_bf16": True},
+                 {"auto_convert_int32": True}):
+        check_precision_matches(report_with(**full_options(**keys)), validate_config(cfg(**keys)))
+
+
+def test_precision_mismatch_shows_both_sets():
+    rep = report_with(**full_options(quantize=True))
+    with pytest.raises(ConfigError) as e:
+        check_precision_matches(rep, validate_config(cfg()), report_name="r.json")
+    msg = str(e.value)
+    assert "[--quantize --quant-format=qdq]" in msg and "[no precision flags]" in msg and "r.json" in msg
+    assert msg.index("[--quantize") < msg.index("[no precision flags]")  # discovery's first
+
+    with pytest.raises(ConfigError) as e:
+        check_precision_matches(rep, validate_config(cfg(quantize=True, quant_format="qoperator")))
+    msg = str(e.value)
+    assert "--quant-format=qdq" in msg and "--quant-format=qoperator" in msg
+
+    with pytest.raises(ConfigError) as e:
+        check_precision_matches(rep, validate_config(cfg(quantize=True, full_integer=True)))
+    assert "--full-integer" in str(e.value)
+
+    with pytest.raises(ConfigError) as e:
+        check_precision_matches(report_with(**full_options(auto_convert_bf16=True)), validate_config(cfg()))
+    assert "[--auto-convert-bf16]" in str(e.value) and "[no precision flags]" in str(e.value)
+
+    with pytest.raises(ConfigError) as e:
+        check_precision_matches(report_with(**full_options(auto_convert_int32=True)),
+                                validate_config(cfg(auto_convert_bf16=True)))
+    assert "[--auto-convert-int32]" in str(e.value) and "[--auto-convert-bf16]" in str(e.value)
+
+    with pytest.raises(ConfigError) as e:
+        check_precision_matches(rep, validate_config(cfg(quantize=True, calibration_samples=5)))
+    assert "--calibration-samples=20" in str(e.value) and "--calibration-samples=5" in str(e.value)
+
+
+@pytest.mark.parametrize("report", [{}, {"provenance": {}}, {"provenance": {"options": {"model": "m.onnx"}}}])
+def test_old_report_counts_as_all_off(report):
+    check_precision_matches(report, validate_config(cfg()))
+    for keys in ({"quantize": True}, {"auto_convert_bf16": True}, {"auto_convert_int32": True}):
+        with pytest.raises(ConfigError, match=re.escape("discovery used [no precision flags]")):
+            check_precision_matches(report, validate_config(cfg(**keys)))
+
+
+# ------------------------------------------------------------------ layer map (quantized)
+@pytest.fixture(scope="module")
+def conv_relu_conv(tmp_path_factory):
+    """Conv -> Relu -> Conv (fp32), prepared and split, and its qdq quantization."""
+    from torq_gen_config.model.prepare import prepare_model
+    from torq_gen_config.model.split import split_layers
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n)
+             for n, s in (("w1", (4, 3, 3, 3)), ("b1", (4,)), ("w2", (6, 4, 1, 1)), ("b2", (6,)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2")]
+    m = make_model(nodes, [tvi("x", TensorProto.FLOAT, [1, 3, 8, 8])], [tvi("y", TensorProto.FLOAT, [1, 6, 8, 8])], inits)
+    d = tmp_path_factory.mktemp("crc")
+    onnx.save(m, d / "crc.onnx")
+    prepared, info = prepare_model(d / "crc.onnx", target_opset=17)
+    manifest = split_layers(prepared, info, d / "layers")
+    samples = calibration_samples(prepared, n=8, seed=0)
+    ranges = tensor_ranges(prepared, samples)
+    q, qinfo = quantize_model(prepared, ranges=ranges, samples=samples, quant_format="qdq")
+    return {"prepared": prepared, "manifest": manifest, "q": q, "qinfo": qinfo, "ranges": ranges, "samples": samples}
+
+
+def test_map_layers_to_quantized(conv_relu_conv):
+    q, manifest = conv_relu_conv["q"], conv_relu_conv["manifest"]
+    assert conv_relu_conv["qinfo"]["format_used"] == "qdq" and conv_relu_conv["qinfo"]["quantized"]
+    assert [l["op_type"] for l in manifest["layers"]] == ["Conv", "Relu", "Conv"]
+    assert "Relu" not in [n.op_type for n in q.graph.node]  # fused into conv1 by onnxruntime
+    mapped = map_layers_to_quantized(manifest, q)
+    assert manifest["layers"][0].get("quantized_op_type") is None  # input not modified
+    layers = mapped["layers"]
+    owners = [i for l in layers for i in l["prepared_node_indices"]]
+    assert sorted(owners) == list(range(len(q.graph.node)))  # each node in exactly one layer
+    for l in layers:
+        assert l["prepared_node_indices"] == sorted(l["prepared_node_indices"])
+    conv1, relu, conv2 = layers
+    assert relu["primary_prepared_index"] is None and relu["quantized_op_type"] is None
+    assert relu["quantized_note"] and "Relu" in relu["quantized_note"] and "compiler JSON" in relu["quantized_note"]
+    for layer, wname in ((conv1, "w1"), (conv2, "w2")):
+        j = layer["primary_prepared_index"]
+        node = q.graph.node[j]
+        assert node.op_type == "Conv" and layer["quantized_op_type"] == "Conv" and layer["quantized_note"] is None
+        assert j in layer["prepared_node_indices"]
+        # its weight (and bias) DequantizeLinear right before it, in its layer
+        producer = {t: k for k, n in enumerate(q.graph.node) for t in n.output}
+        w_dq = producer[node.input[1]]
+        assert q.graph.node[w_dq].op_type == "DequantizeLinear"
+        assert q.graph.node[w_dq].input[0].startswith(wname)
+        const_dqs = [producer[t] for t in node.input[1:] if t]
+        assert sorted(const_dqs) == list(range(j - len(const_dqs), j)), (const_dqs, j)
+        assert all(k in layer["prepared_node_indices"] for k in const_dqs)
+        # the activation DequantizeLinear feeding it also belongs to it
+        x_dq = producer[node.input[0]]
+        assert q.graph.node[x_dq].op_type == "DequantizeLinear" and x_dq in layer["prepared_node_indices"]
+    assert q.graph.node[conv1["prepared_node_indices"][0]].op_type == "QuantizeLinear"  # graph-input Q
+    assert q.graph.node[conv2["prepared_node_indices"][-1]].op_type == "DequantizeLinear"  # graph-output DQ
+    assert mapped["quantized_mapping"] == {"compute_nodes": 2, "aligned": 2, "fused_layers": 1,
+                                           "unaligned_compute_nodes": 0, "quantized_nodes": len(q.graph.node)}
+    assert "1 fused away" in mapping_summary(mapped)
+
+
+def test_place_constant_nodes_before_use(conv_relu_conv):
+    q = conv_relu_conv["q"]
+    # undo the placement: every constant-only node first, as onnxruntime writes them
+    produced = {t for n in q.graph.node for t in n.output}
+    const = [n for n in q.graph.node if all(t not in produced and t != "x" for t in n.input if t)]
+    assert len(const) == 4  # w1, b1, w2, b2 DequantizeLinear
+    shuffled = onnx.ModelProto()
+    shuffled.CopyFrom(q)
+    del shuffled.graph.node[:]
+    shuffled.graph.node.extend(const + [n for n in q.graph.node if n not in const])
+    placed = place_constant_nodes_before_use(shuffled)
+    assert [n.name for n in placed.graph.node] == [n.name for n in q.graph.node]
+    assert place_constant_nodes_before_use(q) is q  # already in place: unchanged
+    onnx.checker.check_model(placed)
+    # same results as the unplaced model
+    x = conv_relu_conv["samples"][0]["x"]
+    a = ort.InferenceSession(shuffled.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    b = ort.InferenceSession(placed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(a, b)
+    assert [c["op_type"] for c in compute_nodes(placed)] == ["Conv", "Conv"]
+
+
+# ----------------------------------------------------------------------------- bf16 reference
+def _fp32_models():
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    conv = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv")],
+                      [tvi("x", TensorProto.FLOAT, [1, 4, 6, 6])], [tvi("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+                      [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")], opset=BF16_OPSET)
+    wm = (rng.standard_normal((16, 8)) * 0.5).astype(np.float32)
+    matmul = make_model([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                        [tvi("x", TensorProto.FLOAT, [4, 16])], [tvi("y", TensorProto.FLOAT, [4, 8])],
+                        [numpy_helper.from_array(wm, "w")], opset=BF16_OPSET)
+    return {"conv": conv, "matmul": matmul}
+
+
+def _rounded_fp32(model):
+    """The fp32 model with its initializers rounded to bf16 values (still fp32)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for t in out.graph.initializer:
+        a = numpy_helper.to_array(t)
+        t.CopyFrom(numpy_helper.from_array(round_to_bf16(a).astype(np.float32), t.name))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["conv", "matmul"])
+def test_bf16_reference(tmp_path, kind):
+    fp32 = _fp32_models()[kind]
+    bf, rep = convert_to_bf16(fp32)
+    assert not has_bfloat16(fp32) and has_bfloat16(bf)
+    assert bf.graph.input[0].type.tensor_type.elem_type == TensorProto.BFLOAT16
+    path = tmp_path / "layer.onnx"
+    onnx.save(bf, path)
+    meta = compute_reference(path, tmp_path / "reference.npz", {"seed": 7})
+    assert meta["status"] == "ok", meta["message"]
+    assert "bf16" in meta["reference_precision"]
+    inputs, outputs, meta2 = load_reference(tmp_path / "reference.npz")
+    x, y = inputs["x"], outputs["y"]
+    assert x.dtype == ml_dtypes.bfloat16 and y.dtype == ml_dtypes.bfloat16
+    assert meta2["reference_precision"] == meta["reference_precision"]
+    # fp32 computation on the bf16 values, rounded to bf16 (same engine: exact)
+    sess = ort.InferenceSession(_rounded_fp32(fp32).SerializeToString(), providers=["CPUExecutionProvider"])
+    want = round_to_bf16(sess.run(None, {"x": x.astype(np.float32)})[0])
+    np.testing.assert_array_equal(y.view(np.uint16), want.view(np.uint16))
+    # and an independent numpy computation agrees within one bf16 ulp
+    inits = {t.name: numpy_helper.to_array(t).astype(np.float32) for t in bf.graph.initializer}
+    xf = x.astype(np.float64)
+    if kind == "matmul":
+        ref = xf @ inits["w"].astype(np.float64)
+    else:
+        xp = np.pad(xf, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))  # [1, C, H, W, 3, 3]
+        ref = np.einsum("bchwij,ocij->bohw", win, inits["w"].astype(np.float64)) + inits["b"][None, :, None, None]
+    yf = y.astype(np.float64)
+    assert np.all(np.abs(yf - ref) <= np.abs(ref) * 2.0 ** -8 + 1e-6)
+    # the fp32 model gives the unrounded result: bf16 rounding changed something
+    y32 = ort.InferenceSession(fp32.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x.astype(np.float32)})[0]
+    assert not np.array_equal(y.astype(np.float32), y32)
+    # reference_outputs directly (in memory, no path)
+    got = reference_outputs(bf, {"x": x}, ["y"])[0]
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got.view(np.uint16), y.view(np.uint16))
+
+
+def test_fp32_reference_is_as_the_model(tmp_path):
+    fp32 = _fp32_models()["matmul"]
+    onnx.save(fp32, tmp_path / "m.onnx")
+    meta = compute_reference(tmp_path / "m.onnx", tmp_path / "r.npz", {"seed": 7})
+    assert meta["reference_precision"] == "as the model"
+    _, outputs, _ = load_reference(tmp_path / "r.npz")
+    assert outputs["y"].dtype == np.float32
+
+
+# ----------------------------------------------------------------- quantized input ranges
+def test_quantized_input_ranges(tmp_path):
+    s = numpy_helper.from_array(np.array(0.05, np.float32), "s")
+    z = numpy_helper.from_array(np.array(3, np.int8), "z")
+    zu = numpy_helper.from_array(np.array(7, np.uint8), "zu")
+    nodes = [helper.make_node("DequantizeLinear", ["a", "s", "z"], ["da"]),
+             helper.make_node("DequantizeLinear", ["u", "s", "zu"], ["du"]),
+             helper.make_node("Add", ["da", "f"], ["t"]),
+             helper.make_node("Add", ["t", "g"], ["t2"]),
+             helper.make_node("Add", ["t2", "h"], ["t3"]),
+             helper.make_node("Add", ["t3", "du"], ["y"])]
+    ins = [tvi("a", TensorProto.INT8, [4]), tvi("f", TensorProto.FLOAT, [4]), tvi("g", TensorProto.FLOAT, [4]),
+           tvi("h", TensorProto.FLOAT, [4]), tvi("u", TensorProto.UINT8, [4])]
+    m = make_model(nodes, ins, [tvi("y", TensorProto.FLOAT, [4])], [s, z, zu])
+    onnx.save(m, tmp_path / "q.onnx")
+    ranges = {"a": [-0.3, 0.4], "f": [-2.5, 3.25], "g": [1.5, 1.5], "y": [0.0, 9.0]}
+    got = quantized_input_ranges(str(tmp_path / "q.onnx"), ranges)
+    assert got == {"a": [-128, 128], "f": [-2.5, 3.25], "g": [1.5, 1.5 + 1e-3], "u": [0, 256]}
+    # the reference draws int8 inputs over all int8 values, floats within their range
+    from torq_gen_config.reference import make_inputs
+
+    feeds = make_inputs(m, {"seed": 1}, got)
+    assert feeds["a"].dtype == np.int8 and feeds["u"].dtype == np.uint8
+    assert -2.5 <= feeds["f"].min() and feeds["f"].max() < 3.25
+    big = make_inputs(helper.make_model(helper.make_graph([], "g", [tvi("a", TensorProto.INT8, [4096])], [])),
+                      {"seed": 1}, {"a": [-128, 128]})["a"]
+    assert big.min() == -128 and big.max() == 127
