@@ -30,6 +30,9 @@ rule import_full_model:
     output:
         mlir=os.path.join(WORK, "full.mlir"),
         locations=os.path.join(WORK, "locations.json"),
+    params:
+        # switching quantize changes the input file (maybe to an older one)
+        precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "import_full_model.log"),
     run:
