@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 from torq_gen_config import jobs
 from torq_gen_config.backends import NEEDS_MLIR
-from torq_gen_config.config import PRECISION_KEYS, model_name, resolve_model_path, validate_config
+from torq_gen_config.config import PRECISION_KEYS, check_save_bf16_path, model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
 from torq_gen_config.model.prepare import model_fingerprint
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
@@ -25,6 +25,10 @@ if not os.path.isfile(MODEL_PATH):
     raise WorkflowError(f"model file not found: {MODEL_PATH}")
 if "{" in MODEL_PATH or "}" in MODEL_PATH:
     raise WorkflowError(f"the model path must not contain braces (Snakemake wildcards): {MODEL_PATH}; rename or copy the file")
+try:
+    check_save_bf16_path(MODEL_PATH, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
+except TorqGenConfigError as e:
+    raise WorkflowError(str(e))
 OUT = os.path.normpath(config["output_dir"] or os.path.join("results", model_name(MODEL_PATH)))
 if "{" in OUT or "}" in OUT:
     raise WorkflowError(f"output_dir must not contain braces (Snakemake wildcards): {OUT}")

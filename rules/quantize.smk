@@ -15,6 +15,8 @@ rule calibrate_model:
         samples=config["calibration_samples"],
         seed=config["inputs"]["seed"],
         float_range=config["inputs"]["float_range"],
+        # dropping the file is no input change Snakemake sees: the path is a param
+        data=calibration_data_file(),
     log:
         os.path.join(LOGS, "calibrate_model.log"),
     run:
@@ -35,6 +37,7 @@ rule quantize_full_model:
         samples=config["calibration_samples"],
         seed=config["inputs"]["seed"],
         float_range=config["inputs"]["float_range"],
+        data=calibration_data_file(),
     log:
         os.path.join(LOGS, "quantize_full_model.log"),
     run:
@@ -44,10 +47,12 @@ rule quantize_full_model:
                                      data=input.data[0] if input.data else None, log=log[0])
 
 
+# each layer in the format the whole model got (hybrid decides once, for the model)
 rule quantize_layer:
     input:
         model=get_split_model,
         ranges=rules.calibrate_model.output.ranges,
+        full=rules.quantize_full_model.output.info,
     output:
         model=os.path.join(LAYERS, "{layer}", "quantized.onnx"),
         info=os.path.join(LAYERS, "{layer}", "quantize.json"),
@@ -57,7 +62,8 @@ rule quantize_layer:
         os.path.join(LOGS, "quantize_layer", "{layer}.log"),
     run:
         jobs.quantize_layer_job(layer_onnx=input.model, ranges=input.ranges, quantized=output.model,
-                                info=output.info, settings=params.settings, log=log[0])
+                                info=output.info, settings=params.settings, full_model_info=input.full,
+                                log=log[0])
 
 
 rule map_quantized_layers:

@@ -56,6 +56,8 @@ __all__ = [
     "default_int_atol",
     "normalize_tolerance",
     "float_tolerance_keys",
+    "dequantized_outputs",
+    "to_quantized_levels",
 ]
 
 DEFAULT_TOLERANCE: dict[str, float] = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01,
@@ -761,3 +763,47 @@ def derive_status(metrics: Mapping, tolerance: Mapping | None = None) -> tuple[s
 
 def _cut(text: str) -> str:
     return text if len(text) <= _SUMMARY_MAX_CHARS else text[: _SUMMARY_MAX_CHARS - 3] + "..."
+
+
+def dequantized_outputs(model) -> dict[str, dict]:
+    """Graph outputs of ``model`` (an ``onnx.ModelProto``) that a DequantizeLinear
+    node writes with a constant per-tensor scale and zero point (a quantized
+    layer's float outputs, ``--quantize``): ``{name: {"scale": float,
+    "zero_point": int, "dtype": "int8"|"uint8"|...}}``.
+
+    Such an output holds only the values ``(q - zero_point) * scale`` of the
+    integer levels ``q``; :func:`to_quantized_levels` maps it back to ``q``.
+    """
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in model.graph.initializer}
+    consts = {}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
+            consts[n.output[0]] = n.attribute[0].t
+    producers = {o: n for n in model.graph.node for o in n.output}
+    out = {}
+    for o in model.graph.output:
+        n = producers.get(o.name)
+        if n is None or n.op_type != "DequantizeLinear" or len(n.input) < 3:
+            continue
+        s_t = inits.get(n.input[1]) or consts.get(n.input[1])
+        z_t = inits.get(n.input[2]) or consts.get(n.input[2])
+        if s_t is None or z_t is None:
+            continue
+        scale, zp = numpy_helper.to_array(s_t), numpy_helper.to_array(z_t)
+        if scale.size != 1 or zp.size != 1 or not np.issubdtype(zp.dtype, np.integer):
+            continue
+        out[o.name] = {"scale": float(scale.reshape(())), "zero_point": int(zp.reshape(())), "dtype": zp.dtype.name}
+    return out
+
+
+def to_quantized_levels(values: np.ndarray, scale: float, zero_point: int, dtype: str) -> np.ndarray:
+    """The integer levels ``q = clip(rint(x / scale) + zero_point)`` of dequantized
+    values ``x`` (ONNX QuantizeLinear: round half to even, saturate to ``dtype``),
+    computed in float64. Exact for values that are ``(q - zero_point) * scale``."""
+    info = np.iinfo(np.dtype(dtype))
+    x = np.asarray(values, dtype=np.float64)
+    q = np.rint(x / float(scale)) + int(zero_point)
+    q = np.where(np.isfinite(q), q, 0)
+    return np.clip(q, info.min, info.max).astype(np.dtype(dtype))

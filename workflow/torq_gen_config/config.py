@@ -154,6 +154,23 @@ def check_precision_flags(config: dict) -> None:
         raise ConfigError("--save-bf16-model (save_bf16_model) needs --auto-convert-bf16 (auto_convert_bf16: true)")
 
 
+def check_save_bf16_path(model_path: str | os.PathLike, save_path: str | os.PathLike | None) -> None:
+    """``--save-bf16-model`` must not name the input model (it would be replaced by
+    its bf16 conversion) or a directory.
+
+    Raises:
+        ConfigError: naming the path.
+    """
+    if not save_path:
+        return
+    save = Path(save_path).expanduser().resolve()
+    if save == Path(model_path).expanduser().resolve():
+        raise ConfigError(f"--save-bf16-model {save} is the input model itself; it would be overwritten by its bf16 "
+                          "conversion: choose another path")
+    if save.is_dir():
+        raise ConfigError(f"--save-bf16-model {save} is a directory; give a file path (e.g. {save}/model_bf16.onnx)")
+
+
 def check_precision_matches(report: dict, config: dict, *, report_name: str = "the report") -> None:
     """``run`` must use the precision flags discovery used (seed 001: "pass the same
     --quantize/--per-channel/--full-integer/--quant-format flags to run"; the original

@@ -1104,6 +1104,7 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         store.update(_constant_outputs(plan))
     last_use = _last_uses(plan)
     keep = set(plan["graph_outputs"])
+    levels: dict[str, dict] = {}  # model outputs a DequantizeLinear writes: compared as int levels
     for k, (p, row) in enumerate(zip(plan["partitions"], rows)):
         c = compiled[p["pid"]]
         pdir = Path(partitions_dir) / p["pid"]
@@ -1125,12 +1126,32 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         row["status"] = "ran"
         if check_partitions:
             row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance)
+        if keep & set(p["outputs"]):
+            levels.update({n: q for n, q in _partition_levels(str(pdir / PARTITION_MODEL)).items() if n in keep})
         store.update(outs)
         for name in [n for n in store if last_use.get(n, -1) <= k and n not in keep]:
             del store[name]  # no later partition reads it: free the memory
 
     actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
-    return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance)
+    return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels)
+
+
+def _partition_levels(model_path: str) -> dict[str, dict]:
+    """:func:`~torq_gen_config.compare.dequantized_outputs` of a partition model ({} if unreadable)."""
+    import onnx
+
+    from .compare import dequantized_outputs
+
+    try:
+        return dequantized_outputs(onnx.load(model_path, load_external_data=False))
+    except Exception:
+        return {}
+
+
+def _as_levels(arrays: Mapping, levels: Mapping[str, dict]) -> dict:
+    from .compare import to_quantized_levels
+
+    return {n: (to_quantized_levels(a, **levels[n]) if n in levels else a) for n, a in arrays.items()}
 
 
 def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
@@ -1150,8 +1171,10 @@ def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
 
 
 def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapping, meta: Mapping,
-                        tolerance: Mapping) -> dict:
-    """Compare the model's outputs with the reference and finish the result."""
+                        tolerance: Mapping, levels: Mapping[str, dict] | None = None) -> dict:
+    """Compare the model's outputs with the reference and finish the result;
+    ``levels``: outputs a DequantizeLinear writes, compared as their integer levels
+    (``--quantize``; docs/comparison.md)."""
     from .compare import compare_outputs, count_over_tolerance, derive_status
     from .tools import bounded_message, first_error_line
 
@@ -1159,7 +1182,11 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
         return finish("unverified", f"the model ran, but the reference (ONNX Runtime) failed: "
                                     f"{first_error_line(meta.get('message') or '')}")
     try:
+        if levels:
+            actual, ref_outputs = _as_levels(actual, levels), _as_levels(ref_outputs, levels)
         metrics = compare_outputs(actual, ref_outputs, meta["output_names"])
+        if levels:
+            metrics["quantized_levels"] = dict(levels)
         status, summary = derive_status(metrics, tolerance)
         count, share = count_over_tolerance(metrics, tolerance)
     except Exception as e:
@@ -1295,6 +1322,9 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
                 "max_rel_diff": None, "max_abs_diff": None}
     try:
+        levels = _partition_levels(model_path)
+        if levels:
+            outs, ref = _as_levels(outs, levels), _as_levels(ref, levels)
         m = compare_outputs(outs, ref, list(p["outputs"]))
         status, summary = derive_status(m, tolerance)
     except Exception as e:

@@ -224,6 +224,14 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
             sys.stdout.write(one_line_summary(res) + "\n")
             return
     marker.unlink(missing_ok=True)
+    failed = quantize_failure(layer_onnx)
+    if failed:
+        from .layer_test import error_result
+
+        res = error_result(layer=layer, executor=executor, stage="quantize", message=failed, result_path=result,
+                           tolerance=tolerance)
+        sys.stdout.write(one_line_summary(res) + "\n")
+        return
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
@@ -412,6 +420,9 @@ def precision_section(options: dict, prepare_info: dict, quantize_info: str | No
             if q.get("wrapped_io"):
                 wrapped.append(p.parent.name)
         section["layers_with_wrapped_io"] = wrapped
+        section["layers_not_quantized"] = {
+            p.parent.name: q.get("message") for p in sorted(layers_dir.glob("*/quantize.json"))
+            for q in [read_json(str(p), "layer quantization info")] if q.get("status") == "error"}
     return section
 
 
@@ -530,29 +541,54 @@ def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info:
 
 @records_failure
 def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
-                       log: str | None = None) -> None:
+                       full_model_info: str | None = None, log: str | None = None) -> None:
     """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
-    whole model's calibration ranges on its inputs and outputs; I/O that ONNX
-    Runtime leaves float (a lone Relu, MaxPool, ...) get QuantizeLinear /
-    DequantizeLinear pairs, as in the whole model.
+    whole model's calibration ranges on its inputs and outputs, in the format the
+    whole model got (``full_model_info``'s ``format_used``: with ``hybrid`` the
+    choice is made once, for the model, so a layer is tested in the form the
+    compiler sees); I/O that ONNX Runtime leaves float (a lone Relu, MaxPool, ...)
+    get QuantizeLinear / DequantizeLinear pairs, as in the whole model.
 
-    Raises:
-        QuantizationError: quantization of the layer failed.
+    A layer that cannot be quantized does not stop the others: ``info`` gets
+    ``status: error`` and the reason, ``quantized`` holds the FP32 layer, and the
+    layer's tests record an ``error`` verdict at stage ``quantize``
+    (:func:`quantize_failure`).
     """
     import onnx
 
     from .fileio import write_bytes_if_changed
-    from .precision.quantization import quantize_model
+    from .precision.quantization import QuantizationError, quantize_model
 
     t0 = time.perf_counter()
     model = onnx.load(layer_onnx)
     rng = read_json(ranges, "calibration ranges")["ranges"]
-    qmodel, qinfo = quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True,
-                                   **_quantize_settings(settings))
+    qsettings = _quantize_settings(settings)
+    if full_model_info:
+        qsettings["quant_format"] = read_json(full_model_info, "quantization info").get("format_used") or \
+            qsettings["quant_format"]
+    try:
+        qmodel, qinfo = quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True, **qsettings)
+    except QuantizationError as e:
+        write_bytes_if_changed(quantized, model.SerializeToString(deterministic=True))
+        write_json(info, {"status": "error", "message": str(e), "quant_format": qsettings["quant_format"]})
+        _log(log, f"quantization of {layer_onnx} failed: {e}")
+        print(f"warning: layer {Path(layer_onnx).parent.name} could not be quantized: {e}", file=sys.stderr)
+        return
+    qinfo["status"] = "ok"
     write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
     qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
     write_json(info, qinfo)
     _log(log, f"quantized layer {layer_onnx}: {qinfo}")
+
+
+def quantize_failure(layer_onnx: str) -> str | None:
+    """The reason a layer could not be quantized (``quantize.json`` next to its
+    quantized model says ``status: error``), or None."""
+    p = Path(layer_onnx).parent / "quantize.json"
+    if Path(layer_onnx).name != "quantized.onnx" or not p.exists():
+        return None
+    q = read_json(str(p), "layer quantization info")
+    return q.get("message") or "quantization failed" if q.get("status") == "error" else None
 
 
 @records_failure

@@ -128,7 +128,12 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         measure()
         return _finish(result, result_path, log_path)
     try:
+        levels = _compare_as_levels(layer_onnx)
+        if levels:
+            outputs, ref_outputs = _as_levels(outputs, levels), _as_levels(ref_outputs, levels)
         metrics = compare_outputs(outputs, ref_outputs, meta["output_names"])
+        if levels:
+            metrics["quantized_levels"] = levels
         status, summary = derive_status(metrics, tolerance)
     except Exception as e:
         return fail("compare", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
@@ -139,6 +144,28 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                                     "summary": summary[:SUMMARY_LIMIT], "message": summary}
     measure()
     return _finish(result, result_path, log_path)
+
+
+def _compare_as_levels(layer_onnx: str) -> dict:
+    """Outputs of the layer that a DequantizeLinear writes (a quantized layer,
+    ``--quantize``), compared as their integer levels: the resolution of such an
+    output is one quantization step, so a one-level difference (rounding, another
+    accumulation order) is within the default int8 ``int_atol`` of 1 while a float
+    relative error would call it a difference (docs/comparison.md)."""
+    import onnx
+
+    from .compare import dequantized_outputs
+
+    try:
+        return dequantized_outputs(onnx.load(layer_onnx, load_external_data=False))
+    except Exception:  # an unreadable model fails elsewhere with a clear stage
+        return {}
+
+
+def _as_levels(arrays: dict, levels: dict) -> dict:
+    from .compare import to_quantized_levels
+
+    return {name: (to_quantized_levels(a, **levels[name]) if name in levels else a) for name, a in arrays.items()}
 
 
 def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, *, work_dir: str, timing: dict,
@@ -171,6 +198,26 @@ def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, 
         with open(log_path, "a", encoding="utf-8") as f:
             f.write(f"[{time.strftime('%H:%M:%S')}] runtime measurement failed: "
                     f"{result['timing']['runtime_error']['summary']}\n")
+
+
+def error_result(*, layer: dict, executor: dict, stage: str, message: str, result_path: str,
+                 tolerance: dict) -> dict:
+    """Write and return an ``error`` verdict found before compiling (e.g. stage
+    ``quantize``: the layer could not be quantized, ``--quantize``)."""
+    from .tools import bounded_message, first_error_line
+
+    result = {
+        "schema": RESULT_SCHEMA,
+        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
+        "executor": executor["name"], "backend": executor["backend"],
+        "status": "error", "tolerance_used": dict(tolerance), "metrics": None,
+        "failure_report": {"type": "error", "stage": stage, "during": None,
+                           "summary": f"{stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                           "message": bounded_message(message, MESSAGE_LIMIT)},
+        "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
+    }
+    write_json(result_path, result)
+    return result
 
 
 def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) -> dict:

@@ -200,7 +200,12 @@ def build_config(args: argparse.Namespace) -> dict:
         config["quant_format"] = args.quant_format
     if getattr(args, "calibration_samples", None) is not None:
         config["calibration_samples"] = args.calibration_samples
+    if getattr(args, "calibration_samples", None) is not None and not config.get("quantize"):
+        raise ConfigError("--calibration-samples needs --quantize")
     config = validate_config(config)
+    from ..config import check_save_bf16_path
+
+    check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
     if config["quantize"] and config["calibration_data"]:
         # bad calibration data is a one-line error now, not a failed job later
         from ..precision.quantization import calibration_samples

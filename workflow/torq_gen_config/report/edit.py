@@ -35,6 +35,7 @@ import difflib
 import fnmatch
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -87,6 +88,10 @@ ALL_LAYERS = "ALL"
 """``--layer`` value that matches every layer."""
 
 _MAX_CLOSE = 10
+
+
+#: An MLIR location the compiler JSON can name.
+_LINE_COL = re.compile(r"^\d+:\d+$")
 
 
 # --------------------------------------------------------------------------- paths
@@ -448,6 +453,11 @@ def apply_edit(
                     change.notes.append(f"{new_executor} was not tested on this layer")
                 elif status != "success":
                     change.notes.append(f"{new_executor} has status '{status}' on this layer")
+            if not _LINE_COL.match(str(op.get("mlir_location") or "")):
+                change.notes.append(
+                    "no MLIR line:col, so the compiler JSON does not name this layer"
+                    + (" (fused into another op in the quantized model: the choice reaches neither the compiler "
+                       "nor `run`)" if op.get("quantized_op_type") is None and op.get("note") else ""))
         elif op.get("recommendation_source") != "user":
             try:
                 # the report's own rule: by priority, or by timing when discovery used it
