@@ -176,7 +176,8 @@ def conv_relu_conv(tmp_path_factory):
     samples = calibration_samples(prepared, n=8, seed=0)
     ranges = tensor_ranges(prepared, samples)
     q, qinfo = quantize_model(prepared, ranges=ranges, samples=samples, quant_format="qdq")
-    return {"prepared": prepared, "manifest": manifest, "q": q, "qinfo": qinfo, "ranges": ranges, "samples": samples}
+    return {"prepared": prepared, "manifest": manifest, "q": q, "qinfo": qinfo, "ranges": ranges, "samples": samples,
+            "layers_dir": d / "layers"}
 
 
 def test_map_layers_to_quantized(conv_relu_conv):
@@ -340,3 +341,134 @@ def test_quantized_input_ranges(tmp_path):
     big = make_inputs(helper.make_model(helper.make_graph([], "g", [tvi("a", TensorProto.INT8, [4096])], [])),
                       {"seed": 1}, {"a": [-128, 128]})["a"]
     assert big.min() == -128 and big.max() == 127
+
+
+# ------------------------------------------------- quantized outputs compared as int8 levels
+def test_dequantized_outputs_and_levels(conv_relu_conv):
+    from torq_gen_config.compare import (compare_outputs, dequantized_outputs, derive_status,
+                                         to_quantized_levels)
+
+    q = conv_relu_conv["q"]
+    levels = dequantized_outputs(q)
+    assert set(levels) == {"y"} and levels["y"]["dtype"] == "int8" and levels["y"]["scale"] > 0
+    assert dequantized_outputs(conv_relu_conv["prepared"]) == {}  # fp32 model: none
+    s, zp = levels["y"]["scale"], levels["y"]["zero_point"]
+    qlev = np.arange(-128, 128, dtype=np.int8)
+    x = ((qlev.astype(np.float32) - np.float32(zp)) * np.float32(s)).astype(np.float32)
+    assert np.array_equal(to_quantized_levels(x, s, zp, "int8"), qlev)  # exact round trip
+    # one level off where values are small: a float relative error fails, the levels pass
+    o = x.copy()
+    k = int(np.argmin(np.abs(x[1:]))) + 1
+    o[k] = x[k - 1]
+    assert derive_status(compare_outputs({"y": o}, {"y": x}, ["y"]))[0] == "difference"
+    lo, lx = to_quantized_levels(o, s, zp, "int8"), to_quantized_levels(x, s, zp, "int8")
+    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"]))[0] == "success"
+    o[k] = x[k - 2]  # two levels: a difference
+    lo = to_quantized_levels(o, s, zp, "int8")
+    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"]))[0] == "difference"
+
+
+def test_layer_test_compares_quantized_layer_outputs_as_levels(tmp_path, conv_relu_conv):
+    """A quantized layer on ONNX Runtime with optimizations on: the verdict comes from
+    the int8 levels and the metrics say so."""
+    from torq_gen_config.layer_test import run_layer_test
+
+    layer = conv_relu_conv["manifest"]["layers"][2]  # conv2
+    src = conv_relu_conv["layers_dir"] / layer["slug"] / "model.onnx"
+    qlayer, info = quantize_model(onnx.load(src), ranges=conv_relu_conv["ranges"], samples=None,
+                                  wrap_unquantized_io=True)
+    qpath = tmp_path / "quantized.onnx"
+    onnx.save(qlayer, qpath)
+    ref = tmp_path / "reference.npz"
+    compute_reference(qpath, ref, input_ranges=quantized_input_ranges(str(qpath), conv_relu_conv["ranges"]))
+    res = run_layer_test(layer=layer, executor={"name": "ort", "backend": "onnxruntime", "options": {}},
+                         layer_onnx=str(qpath), reference_npz=str(ref), layer_mlir=None, import_status=None,
+                         work_dir=str(tmp_path / "ort"), result_path=str(tmp_path / "ort" / "result.json"),
+                         log_path=None, tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01}, timeout_s=60)
+    assert res["status"] == "success", res["failure_report"]
+    m = res["metrics"]
+    assert set(m["quantized_levels"]) == {layer["outputs"][0]["name"]}
+    assert m["outputs"][0]["kind"] == "int" and m["outputs"][0]["ref_dtype"] == "int8"
+    assert m["outputs"][0]["max_abs_diff"] <= 1
+
+
+# --------------------------------------------------- a layer that cannot be quantized
+def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypatch, capsys):
+    import json
+
+    from torq_gen_config import jobs
+    from torq_gen_config.precision import quantization
+
+    import shutil
+    layer = conv_relu_conv["manifest"]["layers"][0]
+    d = tmp_path / layer["slug"]
+    d.mkdir()
+    shutil.copy(conv_relu_conv["layers_dir"] / layer["slug"] / "model.onnx", d / "model.onnx")
+    ranges = tmp_path / "calibration.json"
+    ranges.write_text(json.dumps({"ranges": conv_relu_conv["ranges"]}))
+    full_info = tmp_path / "quantize.json"
+    full_info.write_text(json.dumps({"format_used": "qdq"}))
+
+    def boom(*a, **k):
+        raise quantization.QuantizationError("onnxruntime.quantization failed: test failure")
+
+    monkeypatch.setattr(quantization, "quantize_model", boom)
+    jobs.quantize_layer_job(layer_onnx=str(d / "model.onnx"), ranges=str(ranges), quantized=str(d / "quantized.onnx"),
+                            info=str(d / "quantize.json"), settings={"quant_format": "hybrid", "per_channel": False,
+                                                                     "full_integer": False},
+                            full_model_info=str(full_info))
+    assert "could not be quantized" in capsys.readouterr().err
+    assert json.loads((d / "quantize.json").read_text())["status"] == "error"
+    assert jobs.quantize_failure(str(d / "quantized.onnx")) == "onnxruntime.quantization failed: test failure"
+    assert jobs.quantize_failure(str(d / "model.onnx")) is None  # only quantized models
+    res_path = d / "llvm-cpu" / "result.json"
+    jobs.test_layer_job(layer=layer, executor={"name": "llvm-cpu", "backend": "iree", "options": {}},
+                        layer_onnx=str(d / "quantized.onnx"), reference=str(d / "missing.npz"), mlir=None,
+                        import_status=None, result=str(res_path), tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01},
+                        timeout_s=10)
+    res = json.loads(res_path.read_text())
+    assert res["status"] == "error" and res["failure_report"]["stage"] == "quantize"
+    assert "test failure" in res["failure_report"]["summary"]
+
+
+def test_quantize_layer_uses_the_whole_models_format(tmp_path, conv_relu_conv):
+    """hybrid: the layer follows the format chosen for the whole model."""
+    import json
+    import shutil
+
+    from torq_gen_config import jobs
+
+    layer = conv_relu_conv["manifest"]["layers"][0]  # a Conv: QOperator on its own under hybrid
+    shutil.copy(conv_relu_conv["layers_dir"] / layer["slug"] / "model.onnx", tmp_path / "model.onnx")
+    ranges = tmp_path / "calibration.json"
+    ranges.write_text(json.dumps({"ranges": conv_relu_conv["ranges"]}))
+    settings = {"quant_format": "hybrid", "per_channel": False, "full_integer": False}
+    for used, op in (("qdq", "Conv"), ("qoperator", "QLinearConv")):
+        info = tmp_path / f"full_{used}.json"
+        info.write_text(json.dumps({"format_used": used}))
+        jobs.quantize_layer_job(layer_onnx=str(tmp_path / "model.onnx"), ranges=str(ranges),
+                                quantized=str(tmp_path / f"q_{used}.onnx"), info=str(tmp_path / f"i_{used}.json"),
+                                settings=settings, full_model_info=str(info))
+        ops = [n.op_type for n in onnx.load(tmp_path / f"q_{used}.onnx").graph.node]
+        assert op in ops, (used, ops)
+        assert json.loads((tmp_path / f"i_{used}.json").read_text())["format_used"] == used
+
+
+# ------------------------------------------------------------------ --save-bf16-model path
+def test_save_bf16_model_must_not_be_the_input(tmp_path):
+    from torq_gen_config.config import check_save_bf16_path
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(SQUEEZENET.read_bytes())
+    with pytest.raises(ConfigError, match="input model itself"):
+        check_save_bf16_path(model, str(model))
+    with pytest.raises(ConfigError, match="directory"):
+        check_save_bf16_path(model, str(tmp_path))
+    check_save_bf16_path(model, str(tmp_path / "m_bf16.onnx"))
+    check_save_bf16_path(model, None)
+    r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--auto-convert-bf16",
+                "--save-bf16-model", str(model))
+    assert r.returncode == 2 and "input model itself" in r.stderr
+    assert model.read_bytes() == SQUEEZENET.read_bytes()
+    r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--calibration-samples", "3")
+    assert r.returncode == 2 and "--calibration-samples needs --quantize" in r.stderr
