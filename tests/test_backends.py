@@ -680,3 +680,60 @@ def test_needs_mlir_table_matches_backend_classes():
 
     for kind in BACKEND_KINDS:
         assert NEEDS_MLIR[kind] == backend_class(kind).needs_mlir, kind
+
+
+# ------------------------------------------------------ onnxruntime: bfloat16
+
+
+def _bf16_model(path: Path, nodes, inputs, outputs, initializers=()) -> str:
+    """An fp32 model at opset 22 converted with convert_to_bf16 (as --auto-convert-bf16)."""
+    from torq_gen_config.precision.dtype_conversion import convert_to_bf16
+
+    graph = h.make_graph(nodes, "main", inputs, outputs, initializer=list(initializers))
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 22)])
+    model.ir_version = 10
+    model, _ = convert_to_bf16(onnx.shape_inference.infer_shapes(model))
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_ort_backend_feeds_and_returns_bf16(tmp_path):
+    import ml_dtypes
+
+    path = _bf16_model(
+        tmp_path / "concat_bf16.onnx",
+        [h.make_node("Concat", ["a", "b"], ["y"], axis=1), h.make_node("Shape", ["y"], ["s"])],
+        [vi("a", T.FLOAT, [1, 2, 3]), vi("b", T.FLOAT, [1, 4, 3])],
+        [vi("y", T.FLOAT, [1, 6, 3]), vi("s", T.INT64, [3])],
+    )
+    assert onnx.load(path).graph.input[0].type.tensor_type.elem_type == T.BFLOAT16
+    rng = np.random.default_rng(7)
+    x = {"a": rng.standard_normal((1, 2, 3)).astype(ml_dtypes.bfloat16),
+         "b": rng.standard_normal((1, 4, 3)).astype(ml_dtypes.bfloat16)}
+    backend = OnnxRuntimeBackend("ort", {})
+    art = backend.compile(onnx_path=path, mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=None)
+    expected = np.concatenate([x["a"], x["b"]], axis=1)
+    out, _ = _run(backend, art, x, ["y", "s"], tmp_path)  # a bf16 output: run_with_ort_values
+    assert out["y"].dtype == ml_dtypes.bfloat16 and out["y"].shape == (1, 6, 3)
+    np.testing.assert_array_equal(out["y"].view(np.uint16), expected.view(np.uint16))
+    np.testing.assert_array_equal(out["s"], [1, 6, 3])
+    out, _ = _run(backend, art, x, ["s"], tmp_path)  # bf16 inputs only: session.run with OrtValues
+    np.testing.assert_array_equal(out["s"], [1, 6, 3])
+    stats = backend.benchmark(art, inputs=x, input_names=["a", "b"], output_names=["y", "s"], work_dir=str(tmp_path),
+                              runs=3, warmup=1, timeout_s=60, log_path=None)
+    assert stats["method"].startswith("onnxruntime") and stats["median_ms"] >= 0
+
+
+def test_ort_backend_bf16_conv_is_not_implemented(tmp_path):
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((2, 3, 3, 3)).astype(np.float32), "w")
+    path = _bf16_model(
+        tmp_path / "conv_bf16_22.onnx",
+        [h.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        [vi("x", T.FLOAT, [1, 3, 4, 4])],
+        [vi("y", T.FLOAT, [1, 2, 4, 4])],
+        [w],
+    )
+    backend = OnnxRuntimeBackend("ort", {})
+    with pytest.raises(StageError) as ei:
+        backend.compile(onnx_path=path, mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=None)
+    assert ei.value.stage == "compile" and "NOT_IMPLEMENTED" in ei.value.message

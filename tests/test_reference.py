@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config.reference import compute_reference, load_reference, make_inputs
+from torq_gen_config.errors import ModelError
+from torq_gen_config.reference import (
+    compute_reference,
+    load_input_data,
+    load_layer_inputs,
+    load_reference,
+    make_inputs,
+    propagate_layer_inputs,
+)
 
 
 def test_inputs_are_deterministic_and_in_range():
@@ -47,3 +56,74 @@ def test_reference_failure_is_recorded(tmp_path):
     assert meta["status"] == "error" and "ONNX Runtime" in meta["message"]
     ins, outs, meta2 = load_reference(tmp_path / "ref.npz")
     assert set(ins) == {"x"} and outs == {} and meta2["status"] == "error"
+
+
+def _bf16(nodes, inputs, outputs):
+    """A small fp32 model at opset 22, converted as --auto-convert-bf16 does."""
+    from torq_gen_config.precision.dtype_conversion import convert_to_bf16
+
+    m = make_model(nodes, inputs, outputs, opset=22)
+    m.ir_version = 10
+    return convert_to_bf16(onnx.shape_inference.infer_shapes(m))[0]
+
+
+def test_propagated_bf16_layer_inputs_stay_bf16(tmp_path):
+    import ml_dtypes
+
+    model = _bf16([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Concat", ["r", "x"], ["y"], axis=1)],
+                  [tvi("x", TensorProto.FLOAT, [1, 4])], [tvi("y", TensorProto.FLOAT, [1, 8])])
+    layer = _bf16([helper.make_node("Concat", ["r", "x"], ["y"], axis=1)],
+                  [tvi("r", TensorProto.FLOAT, [1, 4]), tvi("x", TensorProto.FLOAT, [1, 4])],
+                  [tvi("y", TensorProto.FLOAT, [1, 8])])
+    assert all(v.type.tensor_type.elem_type == TensorProto.BFLOAT16 for v in list(model.graph.input) + list(layer.graph.input))
+    onnx.save(model, tmp_path / "prepared.onnx")
+    onnx.save(layer, tmp_path / "concat.onnx")
+    manifest = {"layers": [{"slug": "relu", "inputs": [{"name": "x"}]},
+                           {"slug": "concat", "inputs": [{"name": "r"}, {"name": "x"}]}]}
+    res = propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers")
+    assert res["rewritten"] == 2
+    path = tmp_path / "layers" / "concat" / "inputs.npz"
+    ins = load_layer_inputs(path, layer)
+    assert list(ins) == ["r", "x"] and all(a.dtype == ml_dtypes.bfloat16 for a in ins.values())
+    np.testing.assert_array_equal(ins["r"].astype(np.float32), np.maximum(ins["x"].astype(np.float32), 0))
+    meta = compute_reference(tmp_path / "concat.onnx", tmp_path / "ref.npz", inputs_path=path)
+    assert meta["status"] == "ok", meta["message"]
+    ref_in, ref_out, _ = load_reference(tmp_path / "ref.npz")
+    assert ref_in["r"].dtype == ml_dtypes.bfloat16 and ref_out["y"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(ref_out["y"].view(np.uint16),
+                                  np.concatenate([ins["r"], ins["x"]], axis=1).view(np.uint16))
+    # Unchanged arrays: no file is rewritten.
+    stamp = path.stat().st_mtime_ns
+    assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers")["rewritten"] == 0
+    assert path.stat().st_mtime_ns == stamp
+    # Other values: rewritten.
+    assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers",
+                                  {"seed": 5})["rewritten"] == 2
+
+
+def test_bf16_layer_inputs_from_an_older_savez_file(tmp_path):
+    import ml_dtypes
+
+    layer = _bf16([helper.make_node("Concat", ["r", "x"], ["y"], axis=1)],
+                  [tvi("r", TensorProto.FLOAT, [1, 2]), tvi("x", TensorProto.FLOAT, [1, 2])],
+                  [tvi("y", TensorProto.FLOAT, [1, 4])])
+    a = np.array([[1.5, -2.0]], np.float32).astype(ml_dtypes.bfloat16)
+    np.savez(tmp_path / "inputs.npz", r=a, x=a)  # numpy stores bf16 as raw |V2
+    ins = load_layer_inputs(tmp_path / "inputs.npz", layer)
+    assert ins["r"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(ins["x"].astype(np.float32), [[1.5, -2.0]])
+
+
+def test_input_data_for_a_bf16_input(tmp_path):
+    import ml_dtypes
+
+    model = _bf16([helper.make_node("Relu", ["x"], ["y"])], [tvi("x", TensorProto.FLOAT, [2, 3])],
+                  [tvi("y", TensorProto.FLOAT, [2, 3])])
+    x = np.linspace(-1, 1, 6).reshape(2, 3)
+    np.savez(tmp_path / "f64.npz", x=x)
+    feeds = load_input_data(tmp_path / "f64.npz", model)
+    assert feeds["x"].dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(feeds["x"], x.astype(np.float32).astype(ml_dtypes.bfloat16))
+    np.savez(tmp_path / "int.npz", x=np.ones((2, 3), np.int32))
+    with pytest.raises(ModelError, match="bfloat16"):
+        load_input_data(tmp_path / "int.npz", model)

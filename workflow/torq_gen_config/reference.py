@@ -111,8 +111,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 
     layer = onnx.load(str(layer_path))
     if inputs_path is not None:
-        with np.load(inputs_path, allow_pickle=False) as z:
-            inputs = {vi.name: z[vi.name] for vi in layer.graph.input}
+        inputs = load_layer_inputs(inputs_path, layer)
     else:
         inputs = make_inputs(layer, settings, input_ranges)
     output_names = [o.name for o in layer.graph.output]
@@ -201,12 +200,19 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
     An array may carry one extra leading sample dimension (``N`` samples of the
     input's shape); the first sample is used.
 
+    A bfloat16 model input (``--auto-convert-bf16``) accepts float arrays (float16,
+    float32, float64, or ml_dtypes.bfloat16), rounded to bfloat16 through float32
+    (round to nearest even, as :func:`~torq_gen_config.precision.dtype_conversion.round_to_bf16`),
+    and ``|V2`` arrays (what ``numpy.savez`` makes of an ml_dtypes.bfloat16 array),
+    read as bfloat16 bit patterns.
+
     Raises:
-        ModelError: unreadable file, a missing input name, or a shape that matches
-            neither the input's shape nor ``(N, *shape)``.
+        ModelError: unreadable file, a missing input name, a shape that matches
+            neither the input's shape nor ``(N, *shape)``, or a non-float array for
+            a bfloat16 input.
     """
     import numpy as np
-    from onnx import helper
+    from onnx import TensorProto, helper
 
     from .errors import ModelError
 
@@ -227,8 +233,87 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
                 a = a[0]
             if a.shape != shape:
                 raise ModelError(f"input data {path}: {vi.name!r} has shape {a.shape}, the model expects {shape}")
-            feeds[vi.name] = a.astype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+            if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+                feeds[vi.name] = _input_data_to_bf16(a, vi.name, path)
+            else:
+                feeds[vi.name] = a.astype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
     return feeds
+
+
+def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # noqa: F821
+    """A user's array for a bfloat16 input as ml_dtypes.bfloat16 (see :func:`load_input_data`)."""
+    import ml_dtypes
+    import numpy as np
+
+    from .errors import ModelError
+    from .precision.dtype_conversion import round_to_bf16
+
+    if a.dtype.name == "bfloat16":
+        return a
+    if a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.fields is None:
+        return a.view(ml_dtypes.bfloat16)
+    if np.issubdtype(a.dtype, np.floating):
+        return round_to_bf16(a)
+    raise ModelError(f"input data {path}: {name!r} has dtype {a.dtype}, but the model input is bfloat16 "
+                     f"(--auto-convert-bf16); give float values (float32/float64/float16 or ml_dtypes.bfloat16), "
+                     f"they are rounded to bfloat16")
+
+
+def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> dict[str, "np.ndarray"]:  # noqa: F821
+    """A layer's inputs from ``<layer>/inputs.npz`` (:func:`propagate_layer_inputs`), keyed
+    by the layer's graph inputs in order.
+
+    The file is written with :func:`save_npz` (bfloat16 arrays as uint16 bit patterns,
+    listed in ``__meta__``); a file without ``__meta__`` (written by an older version,
+    where ``numpy.savez`` stored bfloat16 as raw ``|V2``) is read too. Either way an
+    input the layer declares BFLOAT16 comes back as ml_dtypes.bfloat16.
+
+    Raises:
+        KeyError: the file has no array for one of the layer's inputs.
+    """
+    import ml_dtypes
+    import onnx
+
+    arrays = _read_layer_inputs_file(path)
+    inputs = {}
+    for vi in layer.graph.input:
+        a = arrays[vi.name]
+        if (vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 and a.dtype.name != "bfloat16"
+                and a.dtype.itemsize == 2 and (a.dtype.kind == "V" or a.dtype == "uint16")):
+            a = a.view(ml_dtypes.bfloat16)
+        inputs[vi.name] = a
+    return inputs
+
+
+def _read_layer_inputs_file(path: str | os.PathLike) -> dict[str, "np.ndarray"]:  # noqa: F821
+    """All arrays of a layer inputs file (``__meta__`` dropped, bf16 keys restored)."""
+    import numpy as np
+
+    with np.load(Path(path), allow_pickle=False) as z:
+        has_meta = "__meta__" in z.files
+    if has_meta:
+        return load_npz(path)[0]
+    with np.load(Path(path), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _same_arrays(old: dict, new: dict) -> bool:
+    """True when both hold the same names with equal dtypes, shapes and values (bfloat16
+    compared bit for bit, NaN equal to NaN for other floats)."""
+    import numpy as np
+
+    if set(old) != set(new):
+        return False
+    for k, a in new.items():
+        b = old[k]
+        if b.dtype != a.dtype or b.shape != a.shape:
+            return False
+        if a.dtype.name == "bfloat16":
+            if not np.array_equal(b.view(np.uint16), a.view(np.uint16)):
+                return False
+        elif not np.array_equal(b, a, equal_nan=a.dtype.kind in "fc"):
+            return False
+    return True
 
 
 def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, layers_dir: str | os.PathLike,
@@ -238,8 +323,9 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     ``--layer-inputs propagate``: every layer then sees the values it would see in the
     model (post-ReLU non-negative, real ranges) instead of random ones. Model inputs
     come from ``input_data`` (``--input-data``) or are drawn like layer inputs.
-    Writes ``<layers_dir>/<slug>/inputs.npz`` per layer, leaving a file whose arrays
-    did not change untouched (so its layer is not retested).
+    Writes ``<layers_dir>/<slug>/inputs.npz`` per layer with :func:`save_npz` (bfloat16
+    arrays as uint16 bit patterns; read back by :func:`load_layer_inputs`), leaving a
+    file whose arrays did not change untouched (so its layer is not retested).
 
     Returns:
         ``{"model_inputs": {name: [shape]}, "source": "random"|path, "run_ms",
@@ -248,7 +334,6 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     Raises:
         ModelError: ONNX Runtime cannot run the whole model, or bad ``input_data``.
     """
-    import io
     import time
 
     import numpy as np
@@ -256,7 +341,6 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     import onnxruntime as ort
 
     from .errors import ModelError
-    from .fileio import atomic_write_bytes
 
     model = onnx.load(str(prepared_path))
     feeds = load_input_data(input_data, model) if input_data else make_inputs(model, settings)
@@ -298,14 +382,13 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
         arrays = {i["name"]: np.asarray(values[i["name"]]) for i in layer["inputs"]}
         path = Path(layers_dir) / layer["slug"] / "inputs.npz"
         if path.exists():
-            with np.load(path, allow_pickle=False) as old:
-                if set(old.files) == set(arrays) and all(
-                        old[k].dtype == a.dtype and old[k].shape == a.shape and np.array_equal(old[k], a, equal_nan=True)
-                        for k, a in arrays.items()):
-                    continue
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        atomic_write_bytes(path, buf.getvalue())
+            try:
+                unchanged = _same_arrays(_read_layer_inputs_file(path), arrays)
+            except Exception:  # unreadable or foreign file: write it again
+                unchanged = False
+            if unchanged:
+                continue
+        save_npz(path, arrays, {"kind": "layer_inputs", "layer": layer["slug"]})
         rewritten += 1
     return {"model_inputs": {k: list(v.shape) for k, v in feeds.items()},
             "source": str(input_data) if input_data else "random", "run_ms": round(run_ms, 3),

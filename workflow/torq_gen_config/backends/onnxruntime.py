@@ -111,6 +111,58 @@ def _append_log(log_path: str | os.PathLike | None, text: str) -> None:
         f.write(f"=== {stamp} {text.rstrip()}\n\n")
 
 
+def _is_bf16(a) -> bool:
+    return getattr(getattr(a, "dtype", None), "name", None) == "bfloat16"
+
+
+def _to_ort_value(a: "np.ndarray"):
+    """``a`` as an ``onnxruntime.OrtValue`` on the CPU; an ``ml_dtypes.bfloat16`` array
+    through its uint16 bit patterns with the onnx type BFLOAT16."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    a = np.ascontiguousarray(a)
+    if _is_bf16(a):
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), TensorProto.BFLOAT16)
+    return ort.OrtValue.ortvalue_from_numpy(a)
+
+
+def _bf16_outputs(session, output_names: list[str]) -> set[str]:
+    """The names among ``output_names`` that the session declares ``tensor(bfloat16)``."""
+    wanted = set(output_names)
+    return {o.name for o in session.get_outputs() if o.name in wanted and o.type == "tensor(bfloat16)"}
+
+
+def _ort_value_to_numpy(v) -> "np.ndarray":
+    """A copy of an output ``OrtValue`` as numpy; BFLOAT16 (which ``OrtValue.numpy``
+    cannot convert) as an ``ml_dtypes.bfloat16`` array read from the tensor's memory."""
+    if v.data_type() != "tensor(bfloat16)":
+        return v.numpy()
+    import ctypes
+
+    import ml_dtypes
+    import numpy as np
+
+    if v.device_name().lower() != "cpu":  # pragma: no cover - outputs of run_with_ort_values are on the CPU
+        raise RuntimeError(f"bfloat16 output on device {v.device_name()!r} cannot be read")
+    shape = tuple(v.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.zeros(shape, dtype=ml_dtypes.bfloat16)
+    buf = (ctypes.c_uint16 * count).from_address(v.data_ptr())
+    return np.frombuffer(buf, dtype=np.uint16).copy().reshape(shape).view(ml_dtypes.bfloat16)
+
+
+def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
+    """``session.run``, or ``run_with_ort_values`` when a fetched output is bfloat16
+    (the feed then holds ``OrtValue``s only, see ``_session_and_feed``); bfloat16
+    outputs come back as ``ml_dtypes.bfloat16`` arrays."""
+    if not _bf16_outputs(session, fetch):
+        return session.run(fetch, feed, run_options)
+    return [_ort_value_to_numpy(v) for v in session.run_with_ort_values(fetch, feed, run_options)]
+
+
 class OnnxRuntimeBackend(Backend):
     """Executor backed by an in-process onnxruntime ``InferenceSession`` (see module doc)."""
 
@@ -274,9 +326,17 @@ class OnnxRuntimeBackend(Backend):
         }
         return CompiledArtifact(path=None, compile_ms=wall_ms, info=info, handle=session)
 
-    def _session_and_feed(self, artifact: CompiledArtifact, inputs: dict, input_names: list[str]):
+    def _session_and_feed(self, artifact: CompiledArtifact, inputs: dict, input_names: list[str],
+                          output_names: list[str] | None = None):
         """The artifact's session (recreated from ``info["onnx_path"]`` when it holds
         none) and the input feed in ``input_names`` order.
+
+        bfloat16 arrays (``ml_dtypes.bfloat16``, which onnxruntime's numpy binding
+        cannot convert: "Numpy_type 256 can't be converted to MLDataType") are fed as
+        ``OrtValue``s of type BFLOAT16 made from their uint16 bit patterns. When one of
+        ``output_names`` is bfloat16 (``session.run`` cannot return it), every input
+        is fed as an ``OrtValue`` so that :func:`_run_session` can use
+        ``run_with_ort_values``.
 
         Raises:
             ValueError: the artifact has neither a session nor an ``onnx_path``.
@@ -290,7 +350,11 @@ class OnnxRuntimeBackend(Backend):
                 raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
             session, _ = self._create_session(onnx_path)
             artifact.handle = session
-        return session, {n: np.asarray(inputs[n]) for n in input_names}
+        feed = {n: np.asarray(inputs[n]) for n in input_names}
+        all_values = bool(_bf16_outputs(session, output_names or []))
+        if all_values or any(_is_bf16(a) for a in feed.values()):
+            feed = {n: _to_ort_value(a) if (all_values or _is_bf16(a)) else a for n, a in feed.items()}
+        return session, feed
 
     def run(
         self,
@@ -321,8 +385,14 @@ class OnnxRuntimeBackend(Backend):
             log_path: a one-line record of the run is appended here.
 
         Returns:
-            ``(outputs, run_ms)``: numpy arrays by output name, and the wall time of
-            ``session.run`` in ms.
+            ``(outputs, run_ms)``: numpy arrays by output name (bfloat16 ones as
+            ``ml_dtypes.bfloat16``), and the wall time of ``session.run`` in ms.
+
+        bfloat16 inputs (``ml_dtypes.bfloat16`` arrays) are fed as BFLOAT16
+        ``OrtValue``s of their bit patterns; when an output is bfloat16 the session
+        runs with ``run_with_ort_values`` (``session.run`` cannot return bfloat16).
+        A bfloat16 operator without an onnxruntime kernel fails at :meth:`compile`
+        (``NOT_IMPLEMENTED``).
 
         Raises:
             StageError: ``"timeout"`` with ``during="run"`` (terminated), ``"run"`` (any
@@ -334,7 +404,7 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
 
         check_inputs(inputs, input_names)
-        session, feed = self._session_and_feed(artifact, inputs, input_names)
+        session, feed = self._session_and_feed(artifact, inputs, input_names, output_names)
 
         run_options = ort.RunOptions()
         fired = threading.Event()
@@ -348,7 +418,7 @@ class OnnxRuntimeBackend(Backend):
         start = time.perf_counter()
         timer.start()
         try:
-            results = session.run(list(output_names), feed, run_options)
+            results = _run_session(session, list(output_names), feed, run_options)
         except Exception as e:  # onnxruntime raises its own pybind exception types
             wall_ms = (time.perf_counter() - start) * 1000.0
             if fired.is_set():
@@ -384,7 +454,9 @@ class OnnxRuntimeBackend(Backend):
 
         ``warmup`` untimed ``session.run`` calls, then ``runs`` calls each timed
         with ``time.perf_counter``; every call gets the same inputs (converted to
-        numpy once, before the loop) and fetches every output of ``output_names``.
+        numpy, or bfloat16 ones to ``OrtValue``s, once, before the loop) and fetches
+        every output of ``output_names`` (bfloat16 outputs through
+        ``run_with_ort_values``, as in :meth:`run`).
 
         What is measured: one ``session.run`` call: onnxruntime's Python binding
         (input and output conversion), the execution of the graph on the session's
@@ -414,7 +486,7 @@ class OnnxRuntimeBackend(Backend):
 
         runs, warmup = check_timing_args(runs, warmup)
         check_inputs(inputs, input_names)
-        session, feed = self._session_and_feed(artifact, inputs, input_names)
+        session, feed = self._session_and_feed(artifact, inputs, input_names, output_names)
         fetch = list(output_names)
         run_options = ort.RunOptions()
         fired = threading.Event()
@@ -430,10 +502,10 @@ class OnnxRuntimeBackend(Backend):
         timer.start()
         try:
             for _ in range(warmup):
-                session.run(fetch, feed, run_options)
+                _run_session(session, fetch, feed, run_options)
             for _ in range(runs):
                 t0 = time.perf_counter()
-                session.run(fetch, feed, run_options)
+                _run_session(session, fetch, feed, run_options)
                 samples.append((time.perf_counter() - t0) * 1000.0)
                 if fired.is_set():
                     break
