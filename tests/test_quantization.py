@@ -342,3 +342,210 @@ def test_align_large_is_fast():
     kept = [i for i, x in enumerate(layers) if x["op_type"] != "Relu"]
     assert [res[i] for i in kept] == list(range(len(kept)))
     assert all(res[i] is None for i, x in enumerate(layers) if x["op_type"] == "Relu")
+
+
+# ------------------------------------------------- 9. index inputs (int64 Gather indices)
+def gather_models(table_as_input: bool = False):
+    """int64 ``idx`` [6] -> Gather(table [3, 4], axis 0) -> MatMul(w [4, 5]): the whole
+    model and its two layers (Gather, MatMul). ``table_as_input``: the Gather layer reads
+    the table from a float graph input instead of an initializer."""
+    rng = np.random.default_rng(0)
+    table = numpy_helper.from_array(rng.normal(size=(3, 4)).astype(np.float32), "table")
+    w = numpy_helper.from_array(rng.normal(size=(4, 5)).astype(np.float32), "w")
+    idx = helper.make_tensor_value_info("idx", TensorProto.INT64, [6])
+    g_vi = helper.make_tensor_value_info("g", TensorProto.FLOAT, [6, 4])
+    y_vi = helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 5])
+    gather = helper.make_node("Gather", ["table", "idx"], ["g"], axis=0)
+    matmul = helper.make_node("MatMul", ["g", "w"], ["y"])
+
+    def mk(nodes, inputs, outputs, inits):
+        return helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, inits),
+                                 opset_imports=[helper.make_opsetid("", 17)])
+
+    whole = mk([gather, matmul], [idx], [y_vi], [table, w])
+    if table_as_input:
+        g_layer = mk([gather], [helper.make_tensor_value_info("table", TensorProto.FLOAT, [3, 4]), idx], [g_vi], [])
+    else:
+        g_layer = mk([gather], [idx], [g_vi], [table])
+    mm_layer = mk([matmul], [g_vi], [y_vi], [w])
+    return whole, g_layer, mm_layer
+
+
+def test_gather_index_inputs_calibration_and_quantization():
+    whole, g_layer, mm_layer = gather_models()
+    samples = Q.calibration_samples(whole, n=Q.DEFAULT_CALIBRATION_SAMPLES, seed=5)
+    again = Q.calibration_samples(whole, n=Q.DEFAULT_CALIBRATION_SAMPLES, seed=5)
+    idx = np.stack([s["idx"] for s in samples])
+    assert idx.dtype == np.int64 and idx.shape == (20, 6)
+    assert idx.min() >= 0 and idx.max() <= 2 and len(np.unique(idx)) == 3  # bounded by the indexed axis (3)
+    assert all(np.array_equal(a["idx"], b["idx"]) for a, b in zip(samples, again))  # seeded, deterministic
+    assert not all(np.array_equal(samples[0]["idx"], s["idx"]) for s in samples[1:])  # differ per sample
+    ranges = Q.tensor_ranges(whole, samples)
+    assert set(ranges) == {"g", "y"}
+    q, info = Q.quantize_model(whole, ranges=ranges, samples=samples, quant_format="qdq")
+    assert info["quantized"]
+    ref = ort_run(whole, samples[0])["y"]
+    got = ort_run(q, samples[0])["y"]
+    assert np.max(np.abs(got - ref)) < 0.1 * np.max(np.abs(ref))
+    # per layer (samples=None: _layer_samples), both formats, table as initializer or float input
+    _, g_in_layer, _ = gather_models(table_as_input=True)
+    for lm in (g_layer, g_in_layer, mm_layer):
+        feeds = Q._layer_samples(Q.fold_to_initializers(lm), ranges, 20, 0)
+        if "idx" in feeds[0]:
+            assert all(f["idx"].min() >= 0 and f["idx"].max() <= 2 for f in feeds)
+        for fmt in ("qdq", "qoperator"):
+            Q.quantize_model(lm, ranges=ranges, quant_format=fmt, wrap_unquantized_io=True)
+    q, info = Q.quantize_model(mm_layer, ranges=ranges, quant_format="qoperator")
+    assert "QLinearMatMul" in [n.op_type for n in q.graph.node]
+
+
+def test_non_index_int_inputs_stay_in_safe_range():
+    x = helper.make_tensor_value_info("x", TensorProto.INT32, [2, 3])
+    b = helper.make_tensor_value_info("b", TensorProto.BOOL, [2, 3])
+    f = helper.make_tensor_value_info("f", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+             helper.make_node("Where", ["b", "xf", "f"], ["y"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x, b, f], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    s = Q.calibration_samples(m, n=10, seed=0, float_range=(2.0, 3.0))
+    assert all(d["x"].dtype == np.int32 and d["x"].min() >= Q.INT_INPUT_RANGE[0] and d["x"].max() < Q.INT_INPUT_RANGE[1]
+               for d in s)
+    assert all(d["b"].dtype == np.bool_ for d in s) and all(d["f"].min() >= 2.0 for d in s)
+    assert Q.tensor_ranges(m, s)
+
+
+# --------------------------------------------------------------- 10. non-finite calibration
+def test_non_finite_calibration_data(sq, tmp_path):
+    m = sq["model"]
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 1, 3, 224, 224)).astype(np.float32)
+    for name, bad in (("nan", np.nan), ("inf", -np.inf)):
+        y = x.copy()
+        y[1, 0, 2, 5, 5] = bad
+        np.savez(tmp_path / f"{name}.npz", data_0=y)
+        with pytest.raises(QuantizationError, match=r"'data_0'.*non-finite"):
+            Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / f"{name}.npz")
+    # finite float64 that overflows float32
+    np.savez(tmp_path / "big.npz", data_0=np.full((1, 3, 224, 224), 1e300))
+    with pytest.raises(QuantizationError, match=r"'data_0'.*non-finite.*float32"):
+        Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / "big.npz")
+    # quantize_model refuses non-finite samples (before ORT's "AssertionError: scale issue")
+    _, conv = layer(sq, "Conv")
+    xn = conv.graph.input[0].name
+    shape = [d.dim_value for d in conv.graph.input[0].type.tensor_type.shape.dim]
+    with pytest.raises(QuantizationError, match=rf"'{xn}'.*non-finite"):
+        Q.quantize_model(conv, ranges={}, samples=[{xn: np.full(shape, np.nan, np.float32)}])
+
+
+def test_tensor_ranges_ignore_non_finite():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [4]) for t in ("lg", "sq")]
+    one = numpy_helper.from_array(np.array(1.0, np.float32), "one")
+    nodes = [helper.make_node("Log", ["x"], ["lg"]),  # log(0) = -inf
+             helper.make_node("Abs", ["x"], ["ab"]), helper.make_node("Neg", ["ab"], ["ng"]),
+             helper.make_node("Sub", ["ng", "one"], ["neg"]), helper.make_node("Sqrt", ["neg"], ["sq"])]  # all NaN
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], outs, [one]), opset_imports=[helper.make_opsetid("", 17)])
+    r = Q.tensor_ranges(m, [{"x": np.array([0.0, 1.0, 2.0, 4.0], np.float32)}])
+    assert r["lg"] == [0.0, pytest.approx(np.log(4.0))]
+    assert "sq" not in r  # no finite value: no range
+    assert r["x"] == [0.0, 4.0] and r["neg"] == [-5.0, -1.0]
+
+
+def test_quantize_model_never_raises_ort_assertions(sq, monkeypatch):
+    _, relu = layer(sq, "Relu")
+
+    def scale_issue(*a, **k):
+        raise AssertionError("scale issue")
+
+    monkeypatch.setattr(Q, "_scale_zp", scale_issue)  # called when wrapping float I/O
+    with pytest.raises(QuantizationError, match="scale issue"):
+        Q.quantize_model(relu, ranges=sq["ranges"], wrap_unquantized_io=True)
+    import onnxruntime.quantization as oq
+
+    monkeypatch.setattr(oq, "quantize_static", scale_issue)
+    with pytest.raises(QuantizationError, match="scale issue"):
+        Q.quantize_model(relu, ranges=sq["ranges"])
+
+
+# ------------------------------------------------------------- 11. calibration file forms
+def test_calibration_file_not_npz_and_batch_forms(sq, tmp_path):
+    m = sq["model"]
+    (tmp_path / "text.npz").write_text("data_0 = 1, 2, 3\n")
+    np.save(tmp_path / "arr.npy", np.zeros((1, 3, 224, 224), np.float32))
+    (tmp_path / "arr.npy").rename(tmp_path / "arr.npz")
+    (tmp_path / "empty.npz").write_bytes(b"")
+    for name, why in (("text", "not a zip archive"), ("arr", ".npy array (numpy.save)"), ("empty", "empty")):
+        with pytest.raises(QuantizationError) as ei:
+            Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / f"{name}.npz")
+        assert str(ei.value).startswith(f"{tmp_path / name}.npz: not an .npz archive (numpy.savez): "), ei.value
+        assert why in str(ei.value)
+    many = np.random.default_rng(1).uniform(-1, 1, (4, 1, 3, 224, 224)).astype(np.float32)
+    forms = {"no_sample_axis": (many[:, 0], 4), "sample_axis": (many, 4), "one": (many[0], 1),
+             "one_no_batch_axis_form": (many[:1, 0], 1)}
+    for name, (arr, count) in forms.items():
+        np.savez(tmp_path / f"{name}.npz", data_0=arr)
+        s = Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / f"{name}.npz")
+        assert len(s) == count, name
+        for k in range(count):
+            assert s[k]["data_0"].shape == (1, 3, 224, 224) and np.array_equal(s[k]["data_0"], many[k]), name
+    np.savez(tmp_path / "bad.npz", data_0=many[:, 0, :2])
+    with pytest.raises(QuantizationError, match=r"\[N, 3, 224, 224\] \(N samples of batch 1\)"):
+        Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / "bad.npz")
+
+
+# ---------------------------------------------------------------- 12. root logger untouched
+@pytest.mark.parametrize("preset", ["no_handler", "one_handler"])
+def test_quantize_leaves_root_logger_alone(preset):
+    import logging
+
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    mine = logging.StreamHandler()
+    try:
+        for h in saved:  # pytest's capture handlers; Snakemake leaves the root logger without any
+            root.removeHandler(h)
+        if preset == "one_handler":
+            root.addHandler(mine)
+        before = list(root.handlers)
+        _, _, mm_layer = gather_models()
+        samples = Q.calibration_samples(mm_layer, n=3, seed=0)
+        ranges = Q.tensor_ranges(mm_layer, samples)
+        Q.quantize_model(mm_layer, ranges=ranges, samples=samples)  # ORT logs "Please consider to run pre-processing"
+        Q.quantize_model(mm_layer, ranges={}, quant_format="qoperator", wrap_unquantized_io=True)
+        assert root.handlers == before and root.level == level
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved:
+            root.addHandler(h)
+        root.setLevel(level)
+
+
+def test_root_logger_guard_nested_and_threads():
+    import logging
+    import threading
+
+    root = logging.getLogger()
+    saved, level = list(root.handlers), root.level
+    barrier = threading.Barrier(2)
+
+    def job():
+        with Q._root_logger_guard():
+            barrier.wait()
+            logging.warning("from ORT")  # would run logging.basicConfig() on a root logger without handlers
+            with Q._root_logger_guard():
+                logging.basicConfig(level=logging.INFO)
+            barrier.wait()
+
+    try:
+        for h in saved:
+            root.removeHandler(h)
+        threads = [threading.Thread(target=job) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert root.handlers == [] and root.level == level
+    finally:
+        for h in saved:
+            root.addHandler(h)
+        root.setLevel(level)

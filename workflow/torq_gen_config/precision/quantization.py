@@ -22,12 +22,22 @@ The quantized flow maps layers to compute ops of the quantized full model:
 renamed back to the base op) and :func:`align_layers` aligns them with the layers by a
 longest common subsequence over op types (seed 001 "Quantized Models"); activations
 that ORT fuses away (Relu after Conv) are left unaligned.
+
+Logging: ``onnxruntime.quantization`` logs through the root logger
+(``logging.warning(...)``), which configures the root logger with a stderr handler
+when it has none (``logging.basicConfig``), so every later record of every logger
+(Snakemake's console lines included) would be printed twice. Every import of and call
+into ``onnxruntime.quantization`` here runs inside :func:`_root_logger_guard`, which
+leaves the root logger's handlers and level as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +82,65 @@ QUANT_FORMATS = ("qdq", "qoperator", "hybrid")
 DEFAULT_CALIBRATION_SAMPLES = 20
 DEFAULT_CALIBRATION_SEED = 0
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
-#: Random integer inputs are drawn uniformly from ``[0, 10)`` (small non-negative values:
-#: valid indices for most Gather/embedding inputs).
+#: Random integer inputs that are not indices are drawn uniformly from ``[0, 10)``
+#: (small non-negative values); index inputs (Gather/GatherElements/GatherND/Scatter*
+#: indices read straight from a graph input) are drawn in ``[0, dim)`` of the indexed
+#: axis, as the layers' test inputs (:func:`torq_gen_config.reference.make_inputs`).
 INT_INPUT_RANGE = (0, 10)
 # Suffixes ORT appends to tensor names it quantizes (used to match names in align_layers).
 _ORT_SUFFIXES = ("_quantized", "_QuantizeLinear_Output", "_DequantizeLinear_Output", "_QuantizeLinear_Input",
                  "_DequantizeLinear_Input")
+
+
+# --------------------------------------------------------------------------- logging
+_GUARD_LOCK = threading.Lock()
+_GUARD = {"depth": 0, "handlers": [], "level": logging.NOTSET}
+
+
+@contextlib.contextmanager
+def _root_logger_guard():
+    """Keep the root logger's handlers and level unchanged across the block.
+
+    ``onnxruntime.quantization`` calls ``logging.warning``/``logging.info`` (module
+    functions that run ``logging.basicConfig()`` when the root logger has no handler)
+    and ``matmul_nbits_quantizer`` calls ``logging.basicConfig(level=INFO)`` at import.
+    A stderr handler left on the root logger makes every propagated record (all of
+    Snakemake's console lines) print a second time. While the block runs, a root
+    logger without handlers gets a ``NullHandler`` (so ``basicConfig`` does nothing and
+    ORT's root-logger messages are dropped); when the outermost block ends, every
+    handler added meanwhile is removed, removed ones are put back and the level is
+    restored. Nested and concurrent blocks (Snakemake ``run:`` jobs are threads of one
+    process) share one snapshot, taken by the first block to enter.
+    """
+    root = logging.getLogger()
+    with _GUARD_LOCK:
+        if _GUARD["depth"] == 0:
+            _GUARD["handlers"], _GUARD["level"] = list(root.handlers), root.level
+            if not root.handlers:
+                root.addHandler(logging.NullHandler())
+        _GUARD["depth"] += 1
+    try:
+        yield
+    finally:
+        with _GUARD_LOCK:
+            _GUARD["depth"] -= 1
+            if _GUARD["depth"] == 0:
+                saved = _GUARD["handlers"]
+                for h in list(root.handlers):
+                    if h not in saved:
+                        root.removeHandler(h)
+                for h in saved:
+                    if h not in root.handlers:
+                        root.addHandler(h)
+                root.setLevel(_GUARD["level"])
+                _GUARD["handlers"] = []
+
+
+def _ort_quantization():
+    """The ``onnxruntime.quantization`` module, imported with :func:`_root_logger_guard`."""
+    with _root_logger_guard():
+        import onnxruntime.quantization as oq
+    return oq
 
 
 # --------------------------------------------------------------------------- folding
@@ -179,26 +242,39 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
     """Calibration samples for ``model``: one feed dict (input name -> array) per sample.
 
     Random (``data_path`` None; seed: notes/reference_tool.md s6, 20 samples, seed 0,
-    uniform [-1, 1)): ``n`` samples from ``numpy.random.default_rng(seed)``; float
-    inputs uniform in ``[low, high)`` of ``float_range`` (cast to the input's float
-    dtype), integer inputs uniform integers in :data:`INT_INPUT_RANGE` ``[0, 10)``,
+    uniform [-1, 1)): ``n`` samples, seeded and deterministic. Float inputs are drawn
+    from ``numpy.random.default_rng(seed)`` uniform in ``[low, high)`` of
+    ``float_range`` (cast to the input's float dtype). Non-float inputs are drawn as
+    the layers' test inputs (:func:`torq_gen_config.reference.make_inputs`, seed
+    derived from ``(seed, sample index)``): index inputs (Gather/GatherElements/
+    GatherND/ScatterElements/ScatterND indices that are graph inputs) in ``[0, dim)``
+    of the indexed axis, other integer inputs in :data:`INT_INPUT_RANGE` ``[0, 10)``,
     bool inputs random booleans. Unknown (symbolic) dims are taken as 1.
 
-    From a ``.npz`` file: one array per model input, keyed by input name; an array of
-    shape ``[N, *input_shape]`` holds N samples (first axis = sample axis), an array of
-    exactly ``input_shape`` one sample. All inputs must hold the same N. Float data of
-    any width is accepted for float inputs and integer data for integer inputs (cast
-    to the input dtype); ``n`` is ignored (all samples of the file are used).
+    From a ``.npz`` file (``numpy.savez``): one array per model input, keyed by input
+    name. For an input of shape ``S`` an array may be
+
+    * ``S``: one sample;
+    * ``[N, *S]``: N samples (first axis = sample axis);
+    * ``[N, *S[1:]]`` when ``S[0]`` (the batch dim) is 1: N samples of batch 1, e.g.
+      ``[N, 3, 224, 224]`` for an input ``[1, 3, 224, 224]``.
+
+    All inputs must hold the same N. Float data of any width is accepted for float
+    inputs and integer data for integer inputs (cast to the input dtype); float data
+    must be finite (no NaN/inf, also after the cast). ``n`` is ignored (all samples
+    of the file are used).
 
     Returns:
         ``list[dict[str, np.ndarray]]`` with arrays of the inputs' dtypes and shapes.
 
     Raises:
-        QuantizationError: ``n`` < 1; the file is missing or not an ``.npz``; a model
-            input has no array in the file, the file has a key that is not a model
-            input, an array's shape is neither ``input_shape`` nor ``[N, *input_shape]``,
-            its dtype does not fit the input, or the inputs hold different N. The
-            message names the input and its expected shape and dtype.
+        QuantizationError: ``n`` < 1; the file is missing or not an ``.npz`` archive
+            (a ``.npy`` or text file renamed ``.npz``: "<path>: not an .npz archive
+            (numpy.savez): ..."); a model input has no array in the file, the file has
+            a key that is not a model input, an array's shape fits none of the forms
+            above, its dtype does not fit the input, float data holds NaN or inf, or
+            the inputs hold different N. The message names the input and its expected
+            shapes and dtype.
     """
     import numpy as np
 
@@ -209,18 +285,12 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
         lo, hi = float(float_range[0]), float(float_range[1])
         if not hi >= lo:
             raise QuantizationError(f"calibration float range must be (low, high) with low <= high, got {float_range!r}")
-        rng = np.random.default_rng(seed)
-        return [{name: _random_array(rng, dtype, shape, lo, hi) for name, dtype, shape in specs} for _ in range(n)]
+        return _random_samples(model, specs, n, seed, lambda name: (lo, hi))
 
     p = Path(data_path)
     if not p.is_file():
         raise QuantizationError(f"calibration data file not found: {p}")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except Exception as e:
-        raise QuantizationError(f"{p}: cannot read calibration data (expected an .npz file keyed by model input name): "
-                                f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    arrays = _load_npz(p)
     names = [s[0] for s in specs]
     extra = sorted(set(arrays) - set(names))
     if extra:
@@ -230,13 +300,19 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
     per_input: dict[str, np.ndarray] = {}
     counts = {}
     for name, dtype, shape in specs:
-        want = f"{_fmt_shape(shape)} or [N, {', '.join(_fmt_dim(d) for d in shape)}]".replace("[N, ]", "[N]")
+        batch1 = bool(shape) and shape[0] == 1
+        want = (f"{_fmt_shape(shape)} (one sample) or {_fmt_shape(['N', *shape])} (N samples)"
+                + (f" or {_fmt_shape(['N', *shape[1:]])} (N samples of batch 1)" if batch1 else ""))
         if name not in arrays:
             raise QuantizationError(f"{p}: model input {name!r} (expected shape {want}, dtype {dtype}) has no array in the file")
         a = arrays[name]
         if _shape_fits(a.shape, shape):
             a = a[None, ...]
-        elif not (a.ndim == len(shape) + 1 and _shape_fits(a.shape[1:], shape)):
+        elif a.ndim == len(shape) + 1 and _shape_fits(a.shape[1:], shape):
+            pass
+        elif batch1 and a.ndim == len(shape) and _shape_fits(a.shape[1:], shape[1:]):
+            a = a[:, None, ...]  # N samples of batch 1
+        else:
             raise QuantizationError(f"{p}: array for input {name!r} has shape {list(a.shape)}, expected {want}")
         if dtype is not None and not _dtype_fits(a.dtype, np.dtype(dtype)):
             raise QuantizationError(f"{p}: array for input {name!r} has dtype {a.dtype}, expected {np.dtype(dtype)} "
@@ -245,7 +321,17 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
             info = np.iinfo(np.dtype(dtype))
             if a.min() < info.min or a.max() > info.max:
                 raise QuantizationError(f"{p}: array for input {name!r} has values outside the range of {np.dtype(dtype)}")
-        per_input[name] = a.astype(dtype, copy=False) if dtype is not None else a
+        if dtype is not None:
+            with np.errstate(over="ignore", invalid="ignore"):  # overflow -> inf, rejected below
+                a = a.astype(dtype, copy=False)
+        if _is_float_dtype(a.dtype) and a.size:
+            bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+            if bad:
+                raise QuantizationError(
+                    f"{p}: array for input {name!r} holds {bad} non-finite value(s) (NaN or inf"
+                    f"{', after conversion to ' + np.dtype(dtype).name if dtype is not None else ''}); "
+                    f"calibration data must be finite")
+        per_input[name] = a
         counts[name] = a.shape[0]
     if len(set(counts.values())) > 1:
         raise QuantizationError(f"{p}: inputs hold different numbers of samples: {counts}")
@@ -253,6 +339,84 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
     if total == 0:
         raise QuantizationError(f"{p}: the file holds no samples")
     return [{k: np.ascontiguousarray(v[i]) for k, v in per_input.items()} for i in range(total)]
+
+
+def _load_npz(p: Path) -> dict[str, "np.ndarray"]:  # noqa: F821
+    """The arrays of the ``.npz`` archive ``p`` (QuantizationError if it is none)."""
+    import zipfile
+
+    import numpy as np
+
+    def not_npz(why: str) -> QuantizationError:
+        return QuantizationError(f"{p}: not an .npz archive (numpy.savez): {why}; calibration data must be an "
+                                 f".npz file with one array per model input, keyed by input name")
+
+    try:
+        with open(p, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise QuantizationError(f"{p}: cannot read calibration data: {_one_line(e)}") from None
+    if head.startswith(b"\x93NUMPY"):
+        raise not_npz("it is a single .npy array (numpy.save)")
+    if not zipfile.is_zipfile(p):
+        raise not_npz("it is not a zip archive" + (" (the file is empty)" if not head else ""))
+    try:
+        z = np.load(p, allow_pickle=False)
+    except Exception as e:
+        raise not_npz(_one_line(e)) from None
+    if not isinstance(z, np.lib.npyio.NpzFile):  # pragma: no cover - a zip is always loaded as NpzFile
+        raise not_npz(f"numpy.load returned a {type(z).__name__}")
+    try:
+        with z:
+            return {k: z[k] for k in z.files}
+    except Exception as e:
+        raise QuantizationError(f"{p}: cannot read calibration data (expected an .npz file keyed by model input "
+                                f"name): {_one_line(e)}") from None
+
+
+def _is_float_dtype(dt) -> bool:
+    """Float numpy dtype, bfloat16 (ml_dtypes) included; None (unknown) counts as float."""
+    import numpy as np
+
+    if dt is None:
+        return True
+    dt = np.dtype(dt)
+    return dt.kind == "f" or dt.name == "bfloat16"
+
+
+def _random_samples(model, specs, n: int, seed: int, float_range_of) -> list[dict]:
+    """``n`` random feed dicts: float inputs from ``default_rng(seed)`` uniform in
+    ``float_range_of(name)``; the other inputs from :func:`torq_gen_config.reference.make_inputs`
+    (bounded index inputs, other integers in :data:`INT_INPUT_RANGE`, booleans), seeded
+    per sample with ``(seed, sample index)``."""
+    import numpy as np
+
+    others = [name for name, dtype, _ in specs if not _is_float_dtype(dtype)]
+    for name, dtype, _ in specs:
+        if name in others and np.dtype(dtype).kind not in "iub":
+            raise QuantizationError(f"cannot generate calibration data for input {name!r} of dtype {np.dtype(dtype)}")
+    extra: list[dict] = [{} for _ in range(n)]
+    if others:
+        from ..reference import make_inputs
+
+        inferred = _infer(model)  # value_info: shapes of the indexed data tensors
+        settings = {"int_range": list(INT_INPUT_RANGE), "uint8_range": list(INT_INPUT_RANGE)}
+        for k in range(n):
+            sub_seed = int(np.random.SeedSequence([int(seed), k]).generate_state(1)[0])
+            feeds = make_inputs(inferred, {**settings, "seed": sub_seed})
+            extra[k] = {name: feeds[name] for name in others}
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        feed = {}
+        for name, dtype, shape in specs:
+            if name in extra[k]:
+                feed[name] = extra[k][name]
+            else:
+                lo, hi = float_range_of(name)
+                feed[name] = _random_array(rng, dtype, shape, float(lo), float(hi))
+        out.append(feed)
+    return out
 
 
 def _fmt_dim(d) -> str:
@@ -282,7 +446,7 @@ def _random_array(rng, dtype, shape, lo: float, hi: float):
 
     shp = [1 if d is None else d for d in shape]
     dt = np.dtype(dtype if dtype is not None else np.float32)
-    if dt.kind == "f":
+    if _is_float_dtype(dt):
         return rng.uniform(lo, hi, size=shp).astype(dt)
     if dt.kind in "iu":
         return rng.integers(INT_INPUT_RANGE[0], INT_INPUT_RANGE[1], size=shp).astype(dt)
@@ -337,8 +501,10 @@ def tensor_ranges(model, samples: list[dict]) -> dict[str, list[float]]:
 
     Runs ONNX Runtime (CPU, graph optimizations off, so no tensor is fused away) once
     per sample with every float tensor (graph inputs and float node outputs, types
-    from shape inference) as an output. Non-finite values are ignored; tensors that
-    are empty or never finite are left out. The model is folded first
+    from shape inference) as an output. Non-finite values (NaN, inf) are ignored: a
+    range spans the finite values only, and a tensor that is empty or holds no finite
+    value in any sample gets no range (it is left out of the result, so quantization
+    calibrates it itself or leaves it unquantized). The model is folded first
     (:func:`fold_to_initializers`), so constant subgraphs have no ranges.
 
     Args:
@@ -418,7 +584,7 @@ class _Reader:
 
 
 def _reader(samples):
-    from onnxruntime.quantization import CalibrationDataReader
+    CalibrationDataReader = _ort_quantization().CalibrationDataReader
 
     class Reader(_Reader, CalibrationDataReader):
         pass
@@ -427,19 +593,22 @@ def _reader(samples):
 
 
 def _layer_samples(model, ranges: dict, n: int, seed: int) -> list[dict]:
-    """Random samples per input uniform in its range from ``ranges`` (else [-1, 1))."""
+    """Random samples: float inputs uniform in their range from ``ranges`` (else
+    [-1, 1)), other inputs as in :func:`calibration_samples` (index inputs bounded by
+    the indexed axis, other integers in :data:`INT_INPUT_RANGE`)."""
+    return _random_samples(model, _input_specs(model), n, seed, lambda name: ranges.get(name, DEFAULT_FLOAT_RANGE))
+
+
+def _check_finite_samples(samples: list[dict]) -> None:
+    """QuantizationError if a float array of a calibration sample holds NaN or inf."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    specs = _input_specs(model)
-    out = []
-    for _ in range(n):
-        feed = {}
-        for name, dtype, shape in specs:
-            lo, hi = ranges.get(name, DEFAULT_FLOAT_RANGE)
-            feed[name] = _random_array(rng, dtype, shape, float(lo), float(hi))
-        out.append(feed)
-    return out
+    for k, s in enumerate(samples):
+        for name, a in s.items():
+            a = np.asarray(a)
+            if _is_float_dtype(a.dtype) and a.size and not np.all(np.isfinite(a)):
+                raise QuantizationError(f"calibration sample {k}: input {name!r} holds non-finite values (NaN or inf); "
+                                        f"calibration data must be finite")
 
 
 def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, quant_format: str = "qdq",
@@ -490,12 +659,34 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
         I/O name: {"scale", "zero_point", "dtype": "int8", "io_dtype": dtype of the
         graph I/O}}, "warnings": [str], "quantized": bool (any Q/DQ or quantized op)}``.
 
+    ``onnxruntime.quantization`` runs inside :func:`_root_logger_guard` (the root
+    logger's handlers and level are unchanged afterwards).
+
     Raises:
-        QuantizationError: unknown ``quant_format``; ``quantize_static`` (or the
-            calibration run) raised; the result fails the ONNX checker.
+        QuantizationError: unknown ``quant_format``; a calibration sample lacks an
+            input or holds NaN/inf; ``quantize_static`` (or the calibration run)
+            raised; the result fails the ONNX checker. Any other exception (ORT's
+            ``AssertionError: scale issue`` included) is raised as a QuantizationError
+            too, never as itself.
     """
+    try:
+        with _root_logger_guard():
+            return _quantize_model(model, ranges=ranges, samples=samples, quant_format=quant_format,
+                                   per_channel=per_channel, full_integer=full_integer,
+                                   wrap_unquantized_io=wrap_unquantized_io)
+    except QuantizationError:
+        raise
+    except Exception as e:
+        raise QuantizationError(f"quantization failed: {_one_line(e)}") from None
+
+
+def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_format: str, per_channel: bool,
+                    full_integer: bool, wrap_unquantized_io: bool):
+    """:func:`quantize_model` without its logging guard and error wrapping."""
     import numpy as np
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    oq = _ort_quantization()
+    QuantFormat, QuantType = oq.QuantFormat, oq.QuantType
 
     if quant_format not in QUANT_FORMATS:
         raise QuantizationError(f"unknown quant_format {quant_format!r} (expected one of {', '.join(QUANT_FORMATS)})")
@@ -527,6 +718,7 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
             calib.append({t: s[t] for t in input_names})
         if not calib:
             raise QuantizationError("quantization needs at least one calibration sample")
+        _check_finite_samples(calib)
 
     with tempfile.TemporaryDirectory(prefix="tgc-quant-") as tmp:
         src = os.path.join(tmp, "float.onnx")
@@ -534,7 +726,7 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
         big = folded.ByteSize() > 1_800_000_000
         try:
             _save(folded, src, big)
-            quantize_static(
+            oq.quantize_static(
                 src, dst, _reader(calib),
                 quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator,
                 per_channel=per_channel,
@@ -709,7 +901,9 @@ def _scale_zp(lo: float, hi: float) -> tuple["np.ndarray", "np.ndarray"]:  # noq
     (``quant_utils.compute_scale_zp``, asymmetric, 0 included in the range)."""
     import numpy as np
     from onnx import TensorProto
-    from onnxruntime.quantization.quant_utils import compute_scale_zp, get_qmin_qmax_for_qType
+
+    with _root_logger_guard():
+        from onnxruntime.quantization.quant_utils import compute_scale_zp, get_qmin_qmax_for_qType
 
     qmin, qmax = get_qmin_qmax_for_qType(TensorProto.INT8)
     zp, scale = compute_scale_zp(np.array(lo, dtype=np.float32), np.array(hi, dtype=np.float32), qmin, qmax)
