@@ -58,6 +58,8 @@ __all__ = [
     "float_tolerance_keys",
     "dequantized_outputs",
     "to_quantized_levels",
+    "arrays_as_levels",
+    "dequantized_outputs_of_file",
 ]
 
 DEFAULT_TOLERANCE: dict[str, float] = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01,
@@ -796,6 +798,23 @@ def dequantized_outputs(model) -> dict[str, dict]:
             continue
         out[o.name] = {"scale": float(scale.reshape(())), "zero_point": int(zp.reshape(())), "dtype": zp.dtype.name}
     return out
+
+
+def dequantized_outputs_of_file(model_path: str) -> dict[str, dict]:
+    """:func:`dequantized_outputs` of the ONNX model file ``model_path`` ({} when
+    it cannot be read: such a model fails elsewhere, with its own stage)."""
+    import onnx
+
+    try:
+        return dequantized_outputs(onnx.load(model_path, load_external_data=False))
+    except Exception:
+        return {}
+
+
+def arrays_as_levels(arrays: Mapping[str, np.ndarray], levels: Mapping[str, dict]) -> dict[str, np.ndarray]:
+    """``arrays`` (name -> array) with the outputs named in ``levels`` (see
+    :func:`dequantized_outputs`) mapped to their integer levels; others as they are."""
+    return {n: (to_quantized_levels(a, **levels[n]) if n in levels else a) for n, a in arrays.items()}
 
 
 def to_quantized_levels(values: np.ndarray, scale: float, zero_point: int, dtype: str) -> np.ndarray:

@@ -1045,6 +1045,7 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
     """
     from .backends import make_backend
     from .backends.base import StageError
+    from .compare import dequantized_outputs_of_file
     from .reference import load_reference
     from .tools import bounded_message, first_error_line
 
@@ -1127,7 +1128,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         if check_partitions:
             row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance)
         if keep & set(p["outputs"]):
-            levels.update({n: q for n, q in _partition_levels(str(pdir / PARTITION_MODEL)).items() if n in keep})
+            part_levels = dequantized_outputs_of_file(str(pdir / PARTITION_MODEL))
+            levels.update({n: q for n, q in part_levels.items() if n in keep})
         store.update(outs)
         for name in [n for n in store if last_use.get(n, -1) <= k and n not in keep]:
             del store[name]  # no later partition reads it: free the memory
@@ -1135,23 +1137,6 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
     actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
     return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels)
 
-
-def _partition_levels(model_path: str) -> dict[str, dict]:
-    """:func:`~torq_gen_config.compare.dequantized_outputs` of a partition model ({} if unreadable)."""
-    import onnx
-
-    from .compare import dequantized_outputs
-
-    try:
-        return dequantized_outputs(onnx.load(model_path, load_external_data=False))
-    except Exception:
-        return {}
-
-
-def _as_levels(arrays: Mapping, levels: Mapping[str, dict]) -> dict:
-    from .compare import to_quantized_levels
-
-    return {n: (to_quantized_levels(a, **levels[n]) if n in levels else a) for n, a in arrays.items()}
 
 
 def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
@@ -1175,7 +1160,7 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     """Compare the model's outputs with the reference and finish the result;
     ``levels``: outputs a DequantizeLinear writes, compared as their integer levels
     (``--quantize``; docs/comparison.md)."""
-    from .compare import compare_outputs, count_over_tolerance, derive_status
+    from .compare import arrays_as_levels, compare_outputs, count_over_tolerance, derive_status
     from .tools import bounded_message, first_error_line
 
     if meta.get("status") != "ok":
@@ -1183,7 +1168,7 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
                                     f"{first_error_line(meta.get('message') or '')}")
     try:
         if levels:
-            actual, ref_outputs = _as_levels(actual, levels), _as_levels(ref_outputs, levels)
+            actual, ref_outputs = arrays_as_levels(actual, levels), arrays_as_levels(ref_outputs, levels)
         metrics = compare_outputs(actual, ref_outputs, meta["output_names"])
         if levels:
             metrics["quantized_levels"] = dict(levels)
@@ -1312,7 +1297,7 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
     try:
         import onnx
 
-        from .compare import compare_outputs, derive_status
+        from .compare import arrays_as_levels, compare_outputs, dequantized_outputs_of_file, derive_status
         from .reference import reference_outputs
 
         outs_ref = reference_outputs(onnx.load(model_path), {n: feed[n] for n in p["inputs"]}, list(p["outputs"]),
@@ -1322,9 +1307,9 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
                 "max_rel_diff": None, "max_abs_diff": None}
     try:
-        levels = _partition_levels(model_path)
+        levels = dequantized_outputs_of_file(model_path)
         if levels:
-            outs, ref = _as_levels(outs, levels), _as_levels(ref, levels)
+            outs, ref = arrays_as_levels(outs, levels), arrays_as_levels(ref, levels)
         m = compare_outputs(outs, ref, list(p["outputs"]))
         status, summary = derive_status(m, tolerance)
     except Exception as e:

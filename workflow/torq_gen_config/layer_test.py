@@ -65,7 +65,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     """
     from .backends import make_backend
     from .backends.base import StageError
-    from .compare import compare_outputs, derive_status
+    from .compare import arrays_as_levels, compare_outputs, dequantized_outputs_of_file, derive_status
     from .reference import load_reference
     from .tools import bounded_message, first_error_line
 
@@ -128,9 +128,11 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         measure()
         return _finish(result, result_path, log_path)
     try:
-        levels = _compare_as_levels(layer_onnx)
+        # outputs a DequantizeLinear writes (a quantized layer) are compared as their
+        # int8 levels: one quantization step is their resolution (docs/comparison.md)
+        levels = dequantized_outputs_of_file(layer_onnx)
         if levels:
-            outputs, ref_outputs = _as_levels(outputs, levels), _as_levels(ref_outputs, levels)
+            outputs, ref_outputs = arrays_as_levels(outputs, levels), arrays_as_levels(ref_outputs, levels)
         metrics = compare_outputs(outputs, ref_outputs, meta["output_names"])
         if levels:
             metrics["quantized_levels"] = levels
@@ -144,28 +146,6 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                                     "summary": summary[:SUMMARY_LIMIT], "message": summary}
     measure()
     return _finish(result, result_path, log_path)
-
-
-def _compare_as_levels(layer_onnx: str) -> dict:
-    """Outputs of the layer that a DequantizeLinear writes (a quantized layer,
-    ``--quantize``), compared as their integer levels: the resolution of such an
-    output is one quantization step, so a one-level difference (rounding, another
-    accumulation order) is within the default int8 ``int_atol`` of 1 while a float
-    relative error would call it a difference (docs/comparison.md)."""
-    import onnx
-
-    from .compare import dequantized_outputs
-
-    try:
-        return dequantized_outputs(onnx.load(layer_onnx, load_external_data=False))
-    except Exception:  # an unreadable model fails elsewhere with a clear stage
-        return {}
-
-
-def _as_levels(arrays: dict, levels: dict) -> dict:
-    from .compare import to_quantized_levels
-
-    return {name: (to_quantized_levels(a, **levels[name]) if name in levels else a) for name, a in arrays.items()}
 
 
 def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, *, work_dir: str, timing: dict,
