@@ -472,3 +472,79 @@ def test_save_bf16_model_must_not_be_the_input(tmp_path):
     assert model.read_bytes() == SQUEEZENET.read_bytes()
     r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--calibration-samples", "3")
     assert r.returncode == 2 and "--calibration-samples needs --quantize" in r.stderr
+
+
+# ------------------------------------------- layer map by names (node order not preserved)
+def test_match_by_names_handles_reordered_branches_and_fused_activations():
+    from torq_gen_config.precision.layer_mapping import match_by_names
+
+    def io(names):
+        return [{"name": n} for n in names]
+
+    layers = [
+        {"op_type": "Conv", "inputs": io(["x"]), "outputs": io(["c1"])},     # branch a, Relu fused
+        {"op_type": "Relu", "inputs": io(["c1"]), "outputs": io(["r1"])},
+        {"op_type": "Conv", "inputs": io(["x"]), "outputs": io(["c2"])},     # branch b
+        {"op_type": "Add", "inputs": io(["r1", "c2"]), "outputs": io(["y"])},
+    ]
+    # the quantized model lists branch b first; conv a writes the Relu's output name;
+    # QOperator appends _quantized
+    computes = [{"op_type": "Conv", "outputs": ["c2_quantized"]}, {"op_type": "Conv", "outputs": ["r1"]},
+                {"op_type": "Add", "outputs": ["y_quantized"]}]
+    assert match_by_names(layers, computes) == [1, None, 0, 2]
+
+
+def test_quantized_resnet_block_maps_each_layer_to_its_own_op():
+    """light_resnet50's first blocks: onnxruntime.quantization interleaves the
+    parallel branches in another order; every mapped layer must point at its own op."""
+    from conftest import LIGHT
+
+    from torq_gen_config.model.prepare import prepare_model
+    from torq_gen_config.model.split import split_layers
+    from torq_gen_config.precision.quantization import base_tensor_name
+
+    prepared, info = prepare_model(LIGHT / "light_resnet50.onnx", target_opset=17, subgraph=("Conv_r0", "Relu_r25"))
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        manifest = split_layers(prepared, info, d)
+    samples = calibration_samples(prepared, n=2, seed=0)
+    q, _ = quantize_model(prepared, ranges=tensor_ranges(prepared, samples), samples=samples)
+    mapped = map_layers_to_quantized(manifest, q)
+    by_out = {o["name"]: l for l in manifest["layers"] for o in l["outputs"]}
+    checked = 0
+    for layer in mapped["layers"]:
+        j = layer["primary_prepared_index"]
+        if j is None:
+            assert layer["op_type"] == "Relu", layer["layer_id"]  # only activations fuse away
+            continue
+        outs = {base_tensor_name(t) for t in q.graph.node[j].output}
+        own = {o["name"] for o in layer["outputs"]}
+        fused_into = {o for o in outs if o in by_out and own & {i["name"] for i in by_out[o]["inputs"]}}
+        assert outs & own or fused_into, (layer["layer_id"], q.graph.node[j].op_type, outs)
+        checked += 1
+    assert checked >= 15
+
+
+def test_layer_wrapping_follows_the_whole_model(conv_relu_conv):
+    """A lone Relu: only the tensors the whole quantized model holds quantized get Q/DQ."""
+    from torq_gen_config.precision.layer_mapping import quantized_tensor_names
+
+    names = quantized_tensor_names(conv_relu_conv["q"])
+    assert "r1" in names and "x" in names and "c1" not in names  # conv1 writes r1 (Relu fused)
+    relu = conv_relu_conv["manifest"]["layers"][1]
+    model = onnx.load(conv_relu_conv["layers_dir"] / relu["slug"] / "model.onnx")
+    q_all, info_all = quantize_model(model, ranges=conv_relu_conv["ranges"], wrap_unquantized_io=True)
+    assert {w["tensor"] for w in info_all["wrapped_io"]} == {"c1", "r1"}
+    q_some, info_some = quantize_model(model, ranges=conv_relu_conv["ranges"], wrap_unquantized_io=True,
+                                       wrap_only=set(names))
+    assert {w["tensor"] for w in info_some["wrapped_io"]} == {"r1"}
+
+
+def test_float16_and_double_io_are_not_wrapped(tmp_path):
+    x = tvi("x", TensorProto.DOUBLE, [1, 4])
+    y = tvi("y", TensorProto.DOUBLE, [1, 4])
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [x], [y])
+    q, info = quantize_model(m, ranges={"x": [-1.0, 1.0], "y": [0.0, 1.0]}, wrap_unquantized_io=True)
+    assert info["wrapped_io"] == [] and [n.op_type for n in q.graph.node] == ["Relu"]
+    sess = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": np.array([[-1, 0, 1, 2]], np.float64)})[0].tolist() == [[0, 0, 1, 2]]

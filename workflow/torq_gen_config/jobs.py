@@ -530,6 +530,9 @@ def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info:
     data_samples = calibration_samples(model, n=samples, seed=seed, float_range=tuple(float_range), data_path=data)
     qmodel, qinfo = quantize_model(model, ranges=rng, samples=data_samples, **_quantize_settings(settings))
     write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
+    from .precision.layer_mapping import quantized_tensor_names
+
+    qinfo["quantized_tensors"] = quantized_tensor_names(qmodel)
     qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
     write_json(info, qinfo)
     _log(log, f"quantized the full model: {qinfo}")
@@ -545,9 +548,10 @@ def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: st
     """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
     whole model's calibration ranges on its inputs and outputs, in the format the
     whole model got (``full_model_info``'s ``format_used``: with ``hybrid`` the
-    choice is made once, for the model, so a layer is tested in the form the
-    compiler sees); I/O that ONNX Runtime leaves float (a lone Relu, MaxPool, ...)
-    get QuantizeLinear / DequantizeLinear pairs, as in the whole model.
+    choice is made once, for the model); float32 I/O that ONNX Runtime leaves float
+    when the op is alone (a lone Relu, MaxPool, ...) get QuantizeLinear /
+    DequantizeLinear pairs where the whole model holds that tensor quantized
+    (``quantized_tensors`` of ``full_model_info``), and stay float where it does not.
 
     A layer that cannot be quantized does not stop the others: ``info`` gets
     ``status: error`` and the reason, ``quantized`` holds the FP32 layer, and the
@@ -563,11 +567,15 @@ def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: st
     model = onnx.load(layer_onnx)
     rng = read_json(ranges, "calibration ranges")["ranges"]
     qsettings = _quantize_settings(settings)
+    wrap_only = None
     if full_model_info:
-        qsettings["quant_format"] = read_json(full_model_info, "quantization info").get("format_used") or \
-            qsettings["quant_format"]
+        full = read_json(full_model_info, "quantization info")
+        qsettings["quant_format"] = full.get("format_used") or qsettings["quant_format"]
+        if full.get("quantized_tensors") is not None:
+            wrap_only = set(full["quantized_tensors"])
     try:
-        qmodel, qinfo = quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True, **qsettings)
+        qmodel, qinfo = quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True,
+                                       wrap_only=wrap_only, **qsettings)
     except QuantizationError as e:
         write_bytes_if_changed(quantized, model.SerializeToString(deterministic=True))
         write_json(info, {"status": "error", "message": str(e), "quant_format": qsettings["quant_format"]})

@@ -8,9 +8,16 @@ the preceding Conv). Following seed 001 ("Quantized Models") and seed 002 sectio
 
 1. the compute nodes of the quantized model (Q/DQ dropped, op types renamed back
    to their base type: :func:`torq_gen_config.precision.quantization.compute_nodes`)
-   are aligned with the FP32 layers' op types by a longest common subsequence
-   (:func:`torq_gen_config.precision.quantization.align_layers`); a layer without
-   a partner was fused away and gets no MLIR location;
+   are matched to the FP32 layers by tensor names first (:func:`match_by_names`):
+   onnxruntime.quantization keeps a compute op's output name (QOperator appends
+   ``_quantized``), and an op with a fused activation writes the activation's
+   output; the ops left over are aligned with the layers left over by a longest
+   common subsequence of op types
+   (:func:`torq_gen_config.precision.quantization.align_layers`). Names come first
+   because the quantized model's node order is not the original's (parallel
+   branches are interleaved differently), so an alignment by order alone swaps ops
+   of the same type. A layer without a partner was fused away and gets no MLIR
+   location;
 2. every other node of the quantized model (the Q/DQ wrappers, nodes the
    alignment left over) is given to a layer by the graph: a DequantizeLinear to
    the layer that consumes its output, a QuantizeLinear to the layer that
@@ -60,8 +67,16 @@ def map_layers_to_quantized(manifest: dict, quantized_model: "onnx.ModelProto") 
         raise ValueError("the quantized model has no nodes")
     layers = manifest["layers"]
     computes = compute_nodes(quantized_model)
-    query = [{"op_type": l["op_type"], "outputs": [o["name"] for o in l.get("outputs") or []]} for l in layers]
-    aligned = align_layers(query, computes) if layers and computes else [None] * len(layers)
+    aligned: list[int | None] = match_by_names(layers, computes)
+    rest_l = [k for k, a in enumerate(aligned) if a is None]
+    taken = {a for a in aligned if a is not None}
+    rest_c = [p for p in range(len(computes)) if p not in taken]
+    if rest_l and rest_c:
+        query = [{"op_type": layers[k]["op_type"], "outputs": [o["name"] for o in layers[k].get("outputs") or []]}
+                 for k in rest_l]
+        for k, a in zip(rest_l, align_layers(query, [computes[p] for p in rest_c])):
+            if a is not None:
+                aligned[k] = rest_c[a]
 
     owner: dict[int, int] = {}  # quantized node index -> layer position
     for k, pos in enumerate(aligned):
@@ -143,6 +158,81 @@ def map_layers_to_quantized(manifest: dict, quantized_model: "onnx.ModelProto") 
     out["quantized_mapping"] = {"compute_nodes": len(computes), "aligned": n_aligned, "fused_layers": fused,
                                 "unaligned_compute_nodes": len(computes) - n_aligned, "quantized_nodes": len(nodes)}
     return out
+
+
+#: Activations onnxruntime.quantization folds into the op before them (its output
+#: then carries the activation's output name).
+FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "Tanh"})
+
+
+def match_by_names(layers: list[dict], computes: list[dict]) -> list[int | None]:
+    """Per layer, the position in ``computes`` of the compute node that produces the
+    layer's output under the same name (after
+    :func:`~torq_gen_config.precision.quantization.base_tensor_name`) with the same
+    base op type; or, for a compute node whose output is the output of a fused
+    activation layer (Relu, Clip, ...; :data:`FUSABLE_ACTIVATIONS`), the layer before
+    that activation, if its op type is the node's. None where no name matches.
+
+    Args:
+        layers: manifest layers (``op_type``, ``inputs``/``outputs`` as [{name, ...}]).
+        computes: :func:`~torq_gen_config.precision.quantization.compute_nodes`.
+    """
+    from .quantization import base_tensor_name
+
+    by_output: dict[str, int] = {}
+    for k, l in enumerate(layers):
+        for o in l.get("outputs") or []:
+            by_output.setdefault(o["name"], k)
+    result: list[int | None] = [None] * len(layers)
+
+    def producer_layer(k: int) -> int | None:
+        ins = [i["name"] for i in layers[k].get("inputs") or [] if i["name"] in by_output]
+        return by_output[ins[0]] if len(ins) == 1 else None
+
+    for pos, c in enumerate(computes):
+        for t in c.get("outputs") or []:
+            k = by_output.get(base_tensor_name(t)) if t else None
+            if k is None:
+                continue
+            cand = k
+            if layers[k]["op_type"] != c["op_type"]:
+                cand = None
+                j, steps = k, 0  # walk back through fused activations
+                while layers[j]["op_type"] in FUSABLE_ACTIVATIONS and steps < 3:
+                    j = producer_layer(j)
+                    steps += 1
+                    if j is None:
+                        break
+                    if layers[j]["op_type"] == c["op_type"]:
+                        cand = j
+                        break
+            if cand is not None and result[cand] is None:
+                result[cand] = pos
+            break
+    return result
+
+
+def quantized_tensor_names(quantized_model: "onnx.ModelProto") -> list[str]:  # noqa: F821
+    """Names (as in the FP32 model) of the activations the quantized model holds
+    quantized: the inputs of its QuantizeLinear nodes, and the int8/uint8 outputs of
+    its compute nodes (QOperator), without onnxruntime's suffixes. A layer's float
+    I/O get Q/DQ pairs in its own test only where they are in this list, i.e. where
+    the whole model has them too (``quantize_layer``)."""
+    import onnx
+
+    from .quantization import base_tensor_name
+
+    types = {v.name: v.type.tensor_type.elem_type for v in list(quantized_model.graph.value_info)
+             + list(quantized_model.graph.output) + list(quantized_model.graph.input)}
+    ints = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
+    names = set()
+    for n in quantized_model.graph.node:
+        if n.op_type == "QuantizeLinear" and n.input:
+            names.add(base_tensor_name(n.input[0]))
+            names.add(base_tensor_name(n.output[0]))
+        elif n.op_type != "DequantizeLinear":
+            names.update(base_tensor_name(t) for t in n.output if t and types.get(t) in ints)
+    return sorted(names)
 
 
 def mapping_summary(mapped: dict) -> str:

@@ -613,7 +613,8 @@ def _check_finite_samples(samples: list[dict]) -> None:
 
 def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, quant_format: str = "qdq",
                    per_channel: bool = False, full_integer: bool = False,
-                   wrap_unquantized_io: bool = False) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
+                   wrap_unquantized_io: bool = False,
+                   wrap_only: "Collection[str] | None" = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Quantize a float model (the whole model or one layer) to int8 with ``quantize_static``.
 
     Steps (seed: notes/reference_tool.md s6; onnxruntime.quantization docs):
@@ -629,9 +630,10 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
        Calibration data: ``samples``, or (``None``, for a layer model) 20 samples
        (seed 0) per input uniform in its range from ``ranges`` ([-1, 1) if absent).
        Runs in a temporary directory (ORT writes files).
-    4. ``wrap_unquantized_io`` (single layers): a float graph input with a consumer
-       that is not a QuantizeLinear, and a float graph output not produced by a
-       DequantizeLinear, get a QuantizeLinear -> DequantizeLinear pair (int8, scale and
+    4. ``wrap_unquantized_io`` (single layers): a float32 graph input with a consumer
+       that is not a QuantizeLinear, and a float32 graph output not produced by a
+       DequantizeLinear (with ``wrap_only``: only those of these names, the tensors
+       the whole quantized model holds quantized), get a QuantizeLinear -> DequantizeLinear pair (int8, scale and
        zero point from its range as ORT computes them, 0 included; range from
        ``ranges`` or, if absent, measured on the calibration samples), so that layers
        ORT leaves in float (lone Relu, MaxPool, Dropout) are tested with quantized I/O
@@ -673,7 +675,7 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
         with _root_logger_guard():
             return _quantize_model(model, ranges=ranges, samples=samples, quant_format=quant_format,
                                    per_channel=per_channel, full_integer=full_integer,
-                                   wrap_unquantized_io=wrap_unquantized_io)
+                                   wrap_unquantized_io=wrap_unquantized_io, wrap_only=wrap_only)
     except QuantizationError:
         raise
     except Exception as e:
@@ -681,7 +683,7 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
 
 
 def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_format: str, per_channel: bool,
-                    full_integer: bool, wrap_unquantized_io: bool):
+                    full_integer: bool, wrap_unquantized_io: bool, wrap_only=None):
     """:func:`quantize_model` without its logging guard and error wrapping."""
     import numpy as np
 
@@ -746,14 +748,15 @@ def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_fo
     wrapped: list[dict] = []
     if wrap_unquantized_io:
         q = _infer(q)
-        need = [t for t in _io_to_wrap(q) if t not in ranges]
+        to_wrap = [t for t in _io_to_wrap(q) if wrap_only is None or t in wrap_only]
+        need = [t for t in to_wrap if t not in ranges]
         extra_ranges = {}
         if need:
             try:
                 extra_ranges = tensor_ranges(folded, calib)
             except QuantizationError as e:
                 warnings.append(f"cannot measure ranges for wrapping {need}: {e}")
-        q, wrapped = _wrap_io(q, {**extra_ranges, **ranges}, warnings)
+        q, wrapped = _wrap_io(q, {**extra_ranges, **ranges}, warnings, only=wrap_only)
     io_quant = _io_quantization(q)
     if full_integer:
         q = _strip_io_qdq(q, warnings)
@@ -878,20 +881,24 @@ def _is_float_type(elem_type) -> bool:
 
 
 def _io_to_wrap(q) -> list[str]:
-    """Float graph inputs with a non-Q consumer and float outputs not produced by DQ."""
+    """Float32 graph inputs with a non-Q consumer and float32 outputs not produced by
+    DQ (QuantizeLinear takes float32 at the opsets used here; float16/double/bf16
+    tensors stay as they are, as in the whole quantized model)."""
+    from onnx import TensorProto
+
     types = _elem_types(q)
     inits = {t.name for t in q.graph.initializer}
     producers = {t: n for n in q.graph.node for t in n.output}
     names = []
     for vi in q.graph.input:
-        if vi.name in inits or not _is_float_type(types.get(vi.name)):
+        if vi.name in inits or types.get(vi.name) != TensorProto.FLOAT:
             continue
         consumers = [n for n in q.graph.node if vi.name in n.input]
         if any(n.op_type != "QuantizeLinear" for n in consumers):
             names.append(vi.name)
     for vi in q.graph.output:
         p = producers.get(vi.name)
-        if _is_float_type(types.get(vi.name)) and (p is None or p.op_type != "DequantizeLinear"):
+        if types.get(vi.name) == TensorProto.FLOAT and (p is None or p.op_type != "DequantizeLinear"):
             names.append(vi.name)
     return names
 
@@ -910,12 +917,12 @@ def _scale_zp(lo: float, hi: float) -> tuple["np.ndarray", "np.ndarray"]:  # noq
     return np.asarray(scale, dtype=np.float32).reshape(()), np.asarray(zp, dtype=np.int8).reshape(())
 
 
-def _wrap_io(q, ranges: dict, warnings: list[str]):
+def _wrap_io(q, ranges: dict, warnings: list[str], only=None):
     """Insert Q->DQ pairs on unquantized float graph I/O (see :func:`quantize_model` step 4)."""
     import onnx
     from onnx import helper, numpy_helper
 
-    names = _io_to_wrap(q)
+    names = [t for t in _io_to_wrap(q) if only is None or t in only]
     if not names:
         return q, []
     out = onnx.ModelProto()
@@ -1178,7 +1185,8 @@ def compute_nodes(model) -> list[dict]:
     return out
 
 
-def _base_name(name: str) -> str:
+def base_tensor_name(name: str) -> str:
+    """``name`` without the suffix onnxruntime.quantization appends (``_quantized``, ...)."""
     for s in _ORT_SUFFIXES:
         if name.endswith(s):
             return name[: -len(s)]
@@ -1217,7 +1225,7 @@ def align_layers(layers: list[dict], computes: list[dict]) -> list[int | None]:
     for j, c in enumerate(computes):
         for t in c.get("outputs") or []:
             if t:
-                for key in {t, _base_name(t)}:
+                for key in {t, base_tensor_name(t)}:
                     cnames.setdefault(key, []).append(j)
     dp = np.zeros((m + 1, n + 1), dtype=np.int64)
     for i in range(1, m + 1):

@@ -450,6 +450,10 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
                 for ln in lines:
                     _line(console, f"      {ln}")
         _line(console, f"    tolerance used:    {_fmt_tol(entry.get('tolerance_used'))}")
+        levels = (entry.get("metrics") or {}).get("quantized_levels")
+        if levels:
+            _line(console, f"    compared as:       int8 levels of {', '.join(sorted(levels))} (one quantization step "
+                           "is within int_atol 1; docs/comparison.md)")
 
 
 # --------------------------------------------------------------------------- compiler JSON
