@@ -14,14 +14,17 @@ same; seed: notes/reference_tool.md s6 "Quantization" and "Quantized flow"):
 
 Per-layer quantization uses the activation ranges measured on the *whole* model
 (:func:`tensor_ranges`) as ``TensorQuantOverrides``, so a layer quantized alone gets the
-same scales and zero points as inside the whole model. Unlike the original tool, a
+same scales and zero points as inside the whole model (except where ORT fuses an
+activation into the op in the whole model: there the op's output takes the
+activation's range). Unlike the original tool, a
 failed quantization is never replaced by the float model: :class:`QuantizationError`.
 
 The quantized flow maps layers to compute ops of the quantized full model:
 :func:`compute_nodes` lists the compute nodes (Q/DQ and Constant dropped, QLinear*
 renamed back to the base op) and :func:`align_layers` aligns them with the layers by a
-longest common subsequence over op types (seed 001 "Quantized Models"); activations
-that ORT fuses away (Relu after Conv) are left unaligned.
+longest common subsequence over op types (seed 001 "Quantized Models") where
+:func:`torq_gen_config.precision.layer_mapping.match_by_names` found no match by tensor
+name; activations that ORT fuses away (Relu after Conv) are left unaligned.
 
 Logging: ``onnxruntime.quantization`` logs through the root logger
 (``logging.warning(...)``), which configures the root logger with a stderr handler
@@ -47,7 +50,7 @@ __all__ = [
     "QuantizationError", "HYBRID_QOPERATOR_OPS", "NON_COMPUTE_OPS", "QUANTIZED_OP_BASE", "QUANT_FORMATS",
     "DEFAULT_CALIBRATION_SAMPLES", "DEFAULT_CALIBRATION_SEED", "DEFAULT_FLOAT_RANGE", "INT_INPUT_RANGE",
     "fold_to_initializers", "calibration_samples", "tensor_ranges", "quantize_model", "compute_nodes",
-    "align_layers",
+    "align_layers", "base_tensor_name",
 ]
 
 
