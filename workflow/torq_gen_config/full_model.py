@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError, ReportError
+from .model.graph import copy_proto, value_info, value_types
 
 ASSIGNMENT_SCHEMA = "torq-gen-config/full-model-assignment/1"
 PLAN_SCHEMA = "torq-gen-config/full-model-plan/1"
@@ -415,9 +416,8 @@ def build_partition_model(model, members: list[int], values: Mapping[str, Any], 
     import onnx
     from onnx import helper, numpy_helper
 
-    from .model.split import _value_types
 
-    types = types if types is not None else _value_types(model)
+    types = types if types is not None else value_types(model)
     consumers = consumers if consumers is not None else tensor_consumers(model)
     graph_outputs = list(graph_outputs if graph_outputs is not None else (o.name for o in model.graph.output))
     member_set = set(members)
@@ -434,15 +434,15 @@ def build_partition_model(model, members: list[int], values: Mapping[str, Any], 
             if t in values:
                 inits.append(numpy_helper.from_array(_np(values[t]), name=t))
             else:
-                inputs.append(_value_info(t, types))
+                inputs.append(value_info(t, types))
     gout = set(graph_outputs)
     outs = [t for t in produced if t in gout or any(c not in member_set for c in consumers.get(t, ()))]
     if not outs:
         read_inside = {t for n in nodes for t in node_inputs(n)}
         outs = [t for t in produced if t not in read_inside] or produced[-1:]
-    outputs = [_value_info(t, types) for t in outs]
-    internal = [_value_info(t, types) for t in produced if t not in set(outs) and t in types]
-    graph = helper.make_graph([_copy(n) for n in nodes], "main", inputs, outputs, initializer=inits,
+    outputs = [value_info(t, types) for t in outs]
+    internal = [value_info(t, types) for t in produced if t not in set(outs) and t in types]
+    graph = helper.make_graph([copy_proto(n) for n in nodes], "main", inputs, outputs, initializer=inits,
                               value_info=internal)
     part = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="torq-gen-config")
     part.ir_version = model.ir_version
@@ -468,24 +468,6 @@ def _np(value):
     import numpy as np
 
     return np.asarray(value)
-
-
-def _copy(node):
-    import onnx
-
-    n = onnx.NodeProto()
-    n.CopyFrom(node)
-    return n
-
-
-def _value_info(name: str, types: Mapping):
-    import onnx
-
-    vi = onnx.ValueInfoProto()
-    vi.name = name
-    if name in types:
-        vi.type.CopyFrom(types[name])
-    return vi
 
 
 def effective_executor(executor: Mapping, compiler_options: Iterable[str] = (),
@@ -557,7 +539,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     """
     from .backends import NEEDS_MLIR
     from .fileio import write_bytes_if_changed
-    from .model.split import _value_types, fold_constants
+    from .model.split import fold_constants
 
     if check_selection(assignment, executors) == "torq":
         return make_torq_plan(model, manifest, locations, assignment, executors, partitions_dir,
@@ -581,7 +563,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             raise ValueError(f"prepared node {j} ({node.op_type} {node.name!r}) is not folded and belongs to no layer "
                              "of the manifest; rerun discovery on this model")
         seq.append((j, by_layer[node_layer[j]]))
-    types = _value_types(model)
+    types = value_types(model)
     consumers = tensor_consumers(model)
     graph_outputs = [o.name for o in model.graph.output]
     debug_ir = (assignment.get("options") or {}).get("debug_ir")
@@ -1136,7 +1118,6 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
 
     actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
     return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels)
-
 
 
 def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import write_bytes_if_changed
+from .graph import copy_proto, node_attr, value_info, value_types
 
 #: Ops whose output is not a function of their inputs: never folded.
 NONDETERMINISTIC_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
@@ -78,8 +79,8 @@ def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = fro
             if node.op_type == "Size":
                 values[node.output[0]] = np.array(int(np.prod(shp)), dtype=np.int64)
             else:
-                start = _attr(node, "start", 0)
-                end = _attr(node, "end", None)
+                start = node_attr(node, "start", 0)
+                end = node_attr(node, "end", None)
                 values[node.output[0]] = np.array(shp[start:end], dtype=np.int64)
             folded.add(j)
             continue
@@ -124,7 +125,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
     groups: dict[int, list[int]] = {}
     for j, p in enumerate(info["prepared_nodes"]):
         groups.setdefault(p["graph_index"], []).append(j)
-    types = _value_types(model)
+    types = value_types(model)
     graph_outputs = [o.name for o in model.graph.output]
 
     layers = []
@@ -239,9 +240,9 @@ def build_layer_model(model, members: list[int], values: dict, types: dict, grap
             if t in values:
                 inits.append(numpy_helper.from_array(values[t], name=t))
             else:
-                inputs.append(_value_info(t, types))
-    outputs = [_value_info(t, types) for t in produced if t not in consumed_inside or t in graph_outputs]
-    graph = helper.make_graph([_copy_node(n) for n in nodes], "main", inputs, outputs, initializer=inits)
+                inputs.append(value_info(t, types))
+    outputs = [value_info(t, types) for t in produced if t not in consumed_inside or t in graph_outputs]
+    graph = helper.make_graph([copy_proto(n) for n in nodes], "main", inputs, outputs, initializer=inits)
     layer = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="torq-gen-config")
     layer.ir_version = model.ir_version
     helper.set_model_props(layer, {"torq_gen_config.layer_id": layer_id, "torq_gen_config.node_index": str(node_index)})
@@ -249,7 +250,7 @@ def build_layer_model(model, members: list[int], values: dict, types: dict, grap
         layer = onnx.shape_inference.infer_shapes(layer, data_prop=True)
     except Exception:
         pass
-    out_types = _value_types(layer)
+    out_types = value_types(layer)
     io = {
         "inputs": [_describe(vi.name, types) for vi in inputs],
         "outputs": [_describe(vi.name, out_types) for vi in outputs],
@@ -283,33 +284,6 @@ def _outer_scope_inputs(node) -> list[str]:
     return names
 
 
-def _copy_node(node):
-    import onnx
-
-    n = onnx.NodeProto()
-    n.CopyFrom(node)
-    return n
-
-
-def _value_types(model) -> dict:
-    """Map tensor name -> TypeProto from graph inputs, outputs and value_info."""
-    types = {}
-    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type
-    return types
-
-
-def _value_info(name: str, types: dict):
-    import onnx
-
-    vi = onnx.ValueInfoProto()
-    vi.name = name
-    if name in types:
-        vi.type.CopyFrom(types[name])
-    return vi
-
-
 def _describe(name: str, types: dict) -> dict:
     t = types.get(name)
     if t is None or not t.HasField("tensor_type"):
@@ -340,15 +314,6 @@ def _static_shapes(model) -> dict[str, list[int]]:
     for t in model.graph.initializer:
         shapes[t.name] = list(t.dims)
     return shapes
-
-
-def _attr(node, name: str, default):
-    from onnx import helper
-
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 def _evaluate_node(node, values: dict, opsets: dict) -> list:

@@ -31,6 +31,7 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, ModelError
+from .graph import copy_proto, node_attr, value_info, value_types
 
 #: Config keys (and, as ``--subgraph-from``/``--subgraph-to``, command-line options).
 CONFIG_KEYS = ("subgraph_from", "subgraph_to")
@@ -259,7 +260,7 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
             if n.op_type == "Size":
                 shape_values[t] = np.array(int(np.prod(shp)), dtype=np.int64)
             else:
-                shape_values[t] = np.array(shp[_attr(n, "start", 0):_attr(n, "end", None)], dtype=np.int64)
+                shape_values[t] = np.array(shp[node_attr(n, "start", 0):node_attr(n, "end", None)], dtype=np.int64)
             return []
         keep.add(p)  # a constant-producing node outside the range, and what it needs
         return node_inputs(nodes[p])
@@ -284,16 +285,16 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
                          "or is a model output")
 
     order = sorted(keep)
-    types = _types(model)
-    sub_nodes = [_copy_node(nodes[j]) for j in order]
-    initializers = [_copy_tensor(inits[t]) for t in need_inits]
+    types = value_types(model)
+    sub_nodes = [copy_proto(nodes[j]) for j in order]
+    initializers = [copy_proto(inits[t]) for t in need_inits]
     initializers += [numpy_helper.from_array(v, name=t) for t, v in shape_values.items()]
     boundary = set(inputs) | set(outputs)
     used = {t for n in sub_nodes for t in list(n.input) + list(n.output) if t}
-    value_info = [_copy_vi(v) for v in model.graph.value_info if v.name in used and v.name not in boundary]
-    graph = helper.make_graph(sub_nodes, model.graph.name, [_value_info(t, types) for t in inputs],
-                              [_value_info(t, types) for t in outputs], initializer=initializers,
-                              value_info=value_info)
+    inner_info = [copy_proto(v) for v in model.graph.value_info if v.name in used and v.name not in boundary]
+    graph = helper.make_graph(sub_nodes, model.graph.name, [value_info(t, types) for t in inputs],
+                              [value_info(t, types) for t in outputs], initializer=initializers,
+                              value_info=inner_info)
     sub = helper.make_model(graph, opset_imports=list(model.opset_import))
     sub.ir_version = model.ir_version
     for attr in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
@@ -303,54 +304,3 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
     outside = sorted({origin[j] for j in order if j not in range_set})
     info = {"inputs": inputs, "outputs": outputs, "outside_constant_nodes": outside, "num_nodes": len(order)}
     return sub, sub_origin, info
-
-
-def _types(model) -> dict:
-    types = {}
-    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type
-    return types
-
-
-def _value_info(name: str, types: dict):
-    import onnx
-
-    vi = onnx.ValueInfoProto()
-    vi.name = name
-    if name in types:
-        vi.type.CopyFrom(types[name])
-    return vi
-
-
-def _copy_node(node):
-    import onnx
-
-    n = onnx.NodeProto()
-    n.CopyFrom(node)
-    return n
-
-
-def _copy_tensor(t):
-    import onnx
-
-    c = onnx.TensorProto()
-    c.CopyFrom(t)
-    return c
-
-
-def _copy_vi(v):
-    import onnx
-
-    c = onnx.ValueInfoProto()
-    c.CopyFrom(v)
-    return c
-
-
-def _attr(node, name: str, default):
-    from onnx import helper
-
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default

@@ -1,0 +1,45 @@
+"""Small ONNX graph helpers shared by the layer split, the subgraph cut and the
+full-model partitioning (``model/split.py``, ``model/subgraph.py``, ``full_model.py``)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+
+def value_types(model) -> dict:
+    """Tensor name -> ``onnx.TypeProto`` of the graph inputs, value_info and outputs
+    of ``model`` (tensor types with a known element type only)."""
+    types = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type
+    return types
+
+
+def value_info(name: str, types: Mapping):
+    """An ``onnx.ValueInfoProto`` named ``name`` with its type from ``types``
+    (:func:`value_types`), untyped when unknown."""
+    import onnx
+
+    vi = onnx.ValueInfoProto()
+    vi.name = name
+    if name in types:
+        vi.type.CopyFrom(types[name])
+    return vi
+
+
+def copy_proto(message):
+    """A deep copy of a protobuf message (NodeProto, TensorProto, ValueInfoProto, ...)."""
+    c = type(message)()
+    c.CopyFrom(message)
+    return c
+
+
+def node_attr(node, name: str, default: Any) -> Any:
+    """The value of attribute ``name`` of ``node``, or ``default`` when absent."""
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
