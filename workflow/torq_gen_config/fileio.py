@@ -53,9 +53,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
+def json_bytes(data: Any) -> bytes:
+    """The bytes :func:`write_json` writes for ``data`` (indented JSON, keys in
+    insertion order, UTF-8), e.g. for :func:`write_bytes_if_changed`."""
+    return (json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n").encode("utf-8")
+
+
 def write_json(path: str | os.PathLike, data: Any) -> None:
     """Write ``data`` as indented JSON (keys in insertion order) atomically."""
-    atomic_write_text(path, json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n")
+    atomic_write_bytes(path, json_bytes(data))
 
 
 def write_bytes_if_changed(path: str | os.PathLike, data: bytes) -> bool:

@@ -13,15 +13,7 @@ import time
 from pathlib import Path
 
 from .fileio import read_json, write_bytes_if_changed, write_json
-from .jobs import records_failure
-
-
-def _log(log_path: str | None, text: str) -> None:
-    if not log_path:
-        return
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as f:
-        f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
+from .jobs import _log, records_failure
 
 
 def read_selection(report: str | None, compiler: str | None) -> dict | None:

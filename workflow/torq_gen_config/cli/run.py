@@ -23,7 +23,6 @@ or config).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -97,7 +96,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     """
     from ..compare import normalize_tolerance
     from ..config import check_precision_matches
-    from ..fileio import read_json, write_bytes_if_changed, write_json
+    from ..fileio import json_bytes, read_json, write_bytes_if_changed, write_json
     from ..full_model import (
         RUN_RULES,
         assignment_bytes,
@@ -125,7 +124,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         check_precision_matches(report, config, report_name=report_path.name)
         selection = selection_from_report(report, source_file=report_path.name)
         compiler = build_compiler_json(report)
-        write_bytes_if_changed(compiler_path, _json_bytes(compiler))
+        write_bytes_if_changed(compiler_path, json_bytes(compiler))
         tolerance = report.get("default_tolerance") or config["tolerance"]
     elif compiler_path.is_file():
         selection = selection_from_compiler_json(read_json(compiler_path, "compiler JSON"),
@@ -168,37 +167,3 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         if debug_ir:
             print(f"Debug IR:      {debug_ir}/<partition id>")
     return (0 if section["status"] == "success" else 1), section
-
-
-def _json_bytes(data) -> bytes:
-    """The bytes :func:`torq_gen_config.fileio.write_json` writes (so an unchanged
-    compiler JSON keeps its mtime)."""
-    return (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m torq_gen_config.cli.run run ...``), the same as
-    ``torq-gen-config run`` once the subcommand is registered in :mod:`.main`."""
-    from .. import __version__
-    from ..errors import TorqGenConfigError
-    from . import discover
-
-    parser = argparse.ArgumentParser(prog="torq-gen-config")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    discover.add_parser(sub)
-    add_parser(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except TorqGenConfigError as e:
-        print(f"torq-gen-config: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("torq-gen-config: interrupted; compiled partitions are kept, rerun the same command to resume",
-              file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
