@@ -160,6 +160,49 @@ def _parse_types(text: str) -> list[dict]:
     return out
 
 
+def compile_mlir_module(argv: list[str], *, tool: str, out: Path, mlir_path: str | os.PathLike,
+                        onnx_path: str | os.PathLike | None, timeout_s: float, log_path: str | None,
+                        info: dict[str, Any], cwd: str | None = None) -> CompiledArtifact:
+    """Run a compiler command line ``argv`` that turns ``mlir_path`` into the module
+    ``out`` (``iree-compile``, ``torq-compile``) and describe the result.
+
+    Returns:
+        A :class:`CompiledArtifact` (``compile_ms``: the tool's wall time) whose
+        ``info`` holds ``argv``, ``onnx_path``, ``mlir_path``, ``function``,
+        ``vmfb_bytes``, ``signature`` (:func:`parse_mlir_signature`), bounded
+        ``compiler_stderr`` when not empty, and the backend's own ``info`` keys.
+
+    Raises:
+        StageError: the tool timed out, crashed, failed or wrote no module
+            (:func:`~torq_gen_config.backends.base.raise_for_tool_failure`); a
+            partial module is removed.
+    """
+    try:
+        res = run_tool(argv, timeout_s=timeout_s, cwd=cwd, log_path=log_path)
+        raise_for_tool_failure(res, tool=tool, during="compile", timeout_s=timeout_s)
+        if not out.is_file():
+            raise StageError("compile", f"{tool} exited with status 0 but wrote no module ({out})")
+    except BaseException:
+        out.unlink(missing_ok=True)
+        raise
+    try:
+        signature = parse_mlir_signature(mlir_path)
+    except OSError:
+        signature = None
+    details: dict[str, Any] = {
+        "argv": argv,
+        "onnx_path": os.fspath(onnx_path) if onnx_path else None,
+        "mlir_path": os.fspath(mlir_path),
+        **info,
+        "function": FUNCTION,
+        "vmfb_bytes": out.stat().st_size,
+        "signature": signature,
+    }
+    if res.stderr.strip():
+        details["compiler_stderr"] = bounded_message(res.stderr, 2000)
+    return CompiledArtifact(path=str(out), compile_ms=res.wall_ms, info=details)
+
+
 def parse_mlir_signature(mlir_path: str | os.PathLike, function: str = FUNCTION) -> dict | None:
     """Read the argument and result tensor types of ``func.func @<function>`` in an imported layer.
 
@@ -310,31 +353,9 @@ class IreeBackend(Backend):
         out = work / MODULE_FILE
         out.unlink(missing_ok=True)
         argv = self.compile_argv(os.path.abspath(mlir_path), str(out.absolute()))
-        try:
-            res = run_tool(argv, timeout_s=timeout_s, log_path=log_path)
-            raise_for_tool_failure(res, tool="iree-compile", during="compile", timeout_s=timeout_s)
-            if not out.is_file():
-                raise StageError("compile", f"iree-compile exited with status 0 but wrote no module ({out})")
-        except BaseException:
-            out.unlink(missing_ok=True)
-            raise
-        try:
-            signature = parse_mlir_signature(mlir_path)
-        except OSError:
-            signature = None
-        info: dict[str, Any] = {
-            "argv": argv,
-            "onnx_path": os.fspath(onnx_path) if onnx_path else None,
-            "mlir_path": os.fspath(mlir_path),
-            "target": self.target,
-            "device": self.device,
-            "function": FUNCTION,
-            "vmfb_bytes": out.stat().st_size,
-            "signature": signature,
-        }
-        if res.stderr.strip():
-            info["compiler_stderr"] = bounded_message(res.stderr, 2000)
-        return CompiledArtifact(path=str(out), compile_ms=res.wall_ms, info=info)
+        return compile_mlir_module(argv, tool="iree-compile", out=out, mlir_path=mlir_path, onnx_path=onnx_path,
+                                   timeout_s=timeout_s, log_path=log_path,
+                                   info={"target": self.target, "device": self.device})
 
     # ------------------------------------------------------------------ run
     def run(

@@ -537,7 +537,7 @@ class TorqBackend(Backend):
             ValueError: ``mlir_path`` is None.
             FileNotFoundError: ``mlir_path`` does not exist.
         """
-        from .iree import parse_mlir_signature
+        from .iree import compile_mlir_module
 
         if mlir_path is None:
             raise ValueError(f"executor {self.name!r} (torq) needs the layer's MLIR file, got mlir_path=None")
@@ -552,32 +552,10 @@ class TorqBackend(Backend):
         except ToolNotFoundError as e:
             _log_line(log_path, f"torq backend: {e}")
             raise StageError("compile", str(e)) from None
-        try:
-            res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
-            raise_for_tool_failure(res, tool="torq-compile", during="compile", timeout_s=timeout_s)
-            if not out.is_file():
-                raise StageError("compile", f"torq-compile exited with status 0 but wrote no module ({out})")
-        except BaseException:
-            out.unlink(missing_ok=True)
-            raise
-        try:
-            signature = parse_mlir_signature(mlir_path)
-        except OSError:
-            signature = None
-        info: dict[str, Any] = {
-            "argv": argv,
-            "onnx_path": os.fspath(onnx_path) if onnx_path else None,
-            "mlir_path": os.fspath(mlir_path),
-            "executor": self.executor,
-            "torq_hw": self.torq_hw,
-            "torq_hw_type": self.torq_hw_type,
-            "function": FUNCTION,
-            "vmfb_bytes": out.stat().st_size,
-            "signature": signature,
-        }
-        if res.stderr.strip():
-            info["compiler_stderr"] = bounded_message(res.stderr, 2000)
-        return CompiledArtifact(path=str(out), compile_ms=res.wall_ms, info=info)
+        return compile_mlir_module(argv, tool="torq-compile", out=out, mlir_path=mlir_path, onnx_path=onnx_path,
+                                   timeout_s=timeout_s, log_path=log_path, cwd=str(work),
+                                   info={"executor": self.executor, "torq_hw": self.torq_hw,
+                                         "torq_hw_type": self.torq_hw_type})
 
     # ------------------------------------------------------------------ run
     def run(
