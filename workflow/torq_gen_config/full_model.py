@@ -1278,17 +1278,18 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
     try:
         import onnx
 
-        from .compare import arrays_as_levels, compare_outputs, dequantized_outputs_of_file, derive_status
+        from .compare import arrays_as_levels, compare_outputs, dequantized_outputs, derive_status
         from .reference import reference_outputs
 
-        outs_ref = reference_outputs(onnx.load(model_path), {n: feed[n] for n in p["inputs"]}, list(p["outputs"]),
+        part_model = onnx.load(model_path)
+        outs_ref = reference_outputs(part_model, {n: feed[n] for n in p["inputs"]}, list(p["outputs"]),
                                      model_path=model_path)
         ref = dict(zip(p["outputs"], outs_ref))
     except Exception as e:
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
                 "max_rel_diff": None, "max_abs_diff": None}
     try:
-        levels = dequantized_outputs_of_file(model_path)
+        levels = dequantized_outputs(part_model)
         if levels:
             outs, ref = arrays_as_levels(outs, levels), arrays_as_levels(ref, levels)
         m = compare_outputs(outs, ref, list(p["outputs"]))

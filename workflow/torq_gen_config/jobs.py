@@ -414,15 +414,15 @@ def precision_section(options: dict, prepare_info: dict, quantize_info: str | No
         section["int32_conversion"] = conv["int32"]
     if quantize_info:
         section["quantization"] = read_json(quantize_info, "quantization info")
-        wrapped = []
+        wrapped, failed = [], {}
         for p in sorted(layers_dir.glob("*/quantize.json")):
             q = read_json(str(p), "layer quantization info")
             if q.get("wrapped_io"):
                 wrapped.append(p.parent.name)
+            if q.get("status") == "error":
+                failed[p.parent.name] = q.get("message")
         section["layers_with_wrapped_io"] = wrapped
-        section["layers_not_quantized"] = {
-            p.parent.name: q.get("message") for p in sorted(layers_dir.glob("*/quantize.json"))
-            for q in [read_json(str(p), "layer quantization info")] if q.get("status") == "error"}
+        section["layers_not_quantized"] = failed
     return section
 
 
