@@ -10,7 +10,9 @@ from torq_gen_config import jobs
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import PRECISION_KEYS, check_save_bf16_path, model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
-from torq_gen_config.model.prepare import model_fingerprint
+from torq_gen_config.fileio import file_fingerprint
+from torq_gen_config.model.prepare import model_fingerprint, parse_input_shapes
+from torq_gen_config.model_inputs import MODEL_INPUTS_FILE
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
 
 try:
@@ -120,15 +122,26 @@ def get_layer_model(wildcards):
 
 
 def input_data_file():
-    """The user's model-input .npz (layer_inputs: propagate), as a list (empty if none)."""
-    if config["layer_inputs"] == "propagate" and config["input_data"]:
+    """The user's model-input .npz (input_data), as a list (empty if none)."""
+    if config["input_data"]:
         return [str(resolve_model_path(config["input_data"]))]
     return []
 
 
+# The model's input values (work/model_inputs.npz, written by prepare_model): the
+# user's input_data, else generated ones; every whole-model step starts from them.
+MODEL_INPUTS = os.path.join(WORK, MODEL_INPUTS_FILE)
+try:
+    INPUT_SHAPES = parse_input_shapes(config["input_shapes"])
+except TorqGenConfigError as e:
+    raise WorkflowError(str(e))
+# which input data file this is (a param: rerun triggers do not include "input")
+INPUT_DATA_FINGERPRINT = file_fingerprint(input_data_file()[0]) if input_data_file() else None
+
+
 def get_reference_inputs(wildcards):
-    """Inputs of a layer's reference job: its model and, with layer_inputs: propagate,
-    its inputs taken from the whole-model run (written by that checkpoint)."""
+    """Inputs of a layer's reference job: its model and, with layer_inputs: propagate
+    (the default), its inputs taken from the whole-model run (written by that checkpoint)."""
     inputs = {"model": get_layer_model(wildcards)}
     if QUANTIZE:
         inputs["calibration"] = os.path.join(QUANT, "calibration.json")
@@ -169,12 +182,13 @@ def get_executor(wildcards):
 
 
 def tested_layers():
-    """Slugs of the layers that get test jobs: not skipped by skip_ops and, with
-    dedup_layers, only the first layer of each signature."""
+    """Slugs of the layers that get test jobs: not skipped by skip_ops, testable (a
+    layer with an unknown input/output type gets no jobs, the report says why) and,
+    with dedup_layers, only the first layer of each signature."""
     seen = set()
     slugs = []
     for slug, layer in manifest_layers().items():
-        if layer["op_type"].lower() in SKIP_OPS:
+        if layer["op_type"].lower() in SKIP_OPS or layer.get("not_testable"):
             continue
         if config["dedup_layers"]:
             if layer["signature"] in seen:
@@ -211,6 +225,8 @@ def run_options():
         "dedup_layers": config["dedup_layers"],
         "layer_inputs": config["layer_inputs"],
         "input_data": input_data_file()[0] if input_data_file() else None,
+        "input_shapes": config["input_shapes"],
+        "reference": config["reference"],
         "skip_mode": config["skip_mode"],
         "compiler_options": config["compiler_options"],
         "torq_hw": config["torq_hw"],

@@ -125,19 +125,24 @@ rule compile_partition:
                                               log_file=config["log_file"] or None, verbose=config["verbose"])
 
 
+# on the model's input values (MODEL_INPUTS: --input-data, else generated)
 rule full_reference:
     input:
         model=run_model(),
+        model_inputs=MODEL_INPUTS,
     output:
         reference=FULL_REFERENCE,
     params:
         inputs=config["inputs"],
+        engine=config["reference"],
         precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "full_reference.log"),
     run:
         full_model_jobs.full_reference_job(prepared=input.model, reference=output.reference,
-                                           input_settings=params.inputs, quantized=QUANTIZE, log=log[0])
+                                           input_settings=params.inputs, model_inputs=input.model_inputs,
+                                           quantized=QUANTIZE, engine=params.engine,
+                                           timeout_s=config["timeout_s"], log=log[0])
 
 
 rule run_full_model:

@@ -1,18 +1,25 @@
 # Model preparation and the full-model MLIR with its node -> line:col map.
 
 
+# Also the model's input values (MODEL_INPUTS): the user's input_data or generated
+# ones, in subgraph mode the values of the subgraph's inputs in a whole-model run.
 rule prepare_model:
     input:
         model=MODEL_PATH,
+        data=input_data_file(),
     output:
         model=os.path.join(WORK, "prepared.onnx"),
         info=os.path.join(WORK, "prepare.json"),
+        model_inputs=MODEL_INPUTS,
     params:
         target_opset=config["target_opset"],
         # which file (and external weights) this is: another model in the same output
         # directory, even an older file, reruns everything (mtime alone would miss it)
         model=model_fingerprint(MODEL_PATH),
         precision=CONVERSION,
+        inputs=config["inputs"],
+        input_shapes=INPUT_SHAPES,
+        input_data=INPUT_DATA_FINGERPRINT,
     log:
         os.path.join(LOGS, "prepare_model.log"),
     # subgraph mode: prepare_model cuts out the subgraph (subgraph_range()); the range
@@ -20,7 +27,9 @@ rule prepare_model:
     run:
         jobs.prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
                                target_opset=params.target_opset, subgraph=subgraph_range(),
-                               precision=params.precision, log=log[0])
+                               precision=params.precision, model_inputs=output.model_inputs,
+                               input_settings=params.inputs, input_data=input.data[0] if input.data else None,
+                               input_shapes=params.input_shapes, timeout_s=config["timeout_s"], log=log[0])
 
 
 # with quantize: the quantized full model (its nodes are what the compiler sees)

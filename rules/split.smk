@@ -18,19 +18,18 @@ checkpoint propagate_layer_inputs:
     input:
         model=rules.prepare_model.output.model,
         manifest=os.path.join(LAYERS, "manifest.json"),
-        data=input_data_file(),
+        model_inputs=MODEL_INPUTS,
     output:
         info=os.path.join(WORK, "propagated_inputs.json"),
-    params:
-        inputs=config["inputs"],
     log:
         os.path.join(LOGS, "propagate_layer_inputs.log"),
     run:
-        jobs.propagate_inputs_job(prepared=input.model, manifest=input.manifest, info=output.info,
-                                  input_settings=params.inputs, input_data=input.data[0] if input.data else None,
-                                  log=log[0])
+        jobs.propagate_inputs_job(prepared=input.model, manifest=input.manifest, model_inputs=input.model_inputs,
+                                  info=output.info, timeout_s=config["timeout_s"], log=log[0])
 
 
+# Both reference engines (onnxruntime and onnx's reference implementation); the
+# configured one (reference) is what the verdicts are computed against.
 rule layer_reference:
     input:
         unpack(get_reference_inputs),
@@ -39,12 +38,14 @@ rule layer_reference:
     params:
         inputs=config["inputs"],
         layer_inputs=config["layer_inputs"],
+        engine=config["reference"],
         precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "layer_reference", "{layer}.log"),
     run:
         jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
-                           inputs_path=input.get("inputs"), calibration=input.get("calibration"), log=log[0])
+                           inputs_path=input.get("inputs"), calibration=input.get("calibration"),
+                           engine=params.engine, timeout_s=config["timeout_s"], log=log[0])
 
 
 rule import_layer:

@@ -36,7 +36,7 @@ def test_defaults_filled_in():
     ({"executors": [{"name": "x", "backend": "tensorrt"}]}, "executors/0/backend"),
     ({"executors": [{"name": "bad/name", "backend": "iree"}]}, "executors/0/name"),
     ({"executors": []}, "executors"),
-    ({"target_opset": 9}, "target_opset"),
+    ({"target_opset": 0}, "target_opset"),
 ])
 def test_invalid_values_give_one_line_errors(patch, message):
     cfg = {**base(), **patch}

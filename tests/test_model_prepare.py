@@ -67,7 +67,7 @@ def test_symbolic_batch_fixed(tmp_path):
     p = tmp_path / "dyn.onnx"
     onnx.save(m, p)
     model, info = prepare_model(p)
-    assert info["fixed_dims"] == [{"input": "x", "axis": 0, "was": "N"}]
+    assert info["fixed_dims"] == [{"input": "x", "axis": 0, "was": "N", "to": 1, "source": "default 1"}]
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [1, 4]
     out_dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]

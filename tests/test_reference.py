@@ -80,10 +80,17 @@ def test_propagated_bf16_layer_inputs_stay_bf16(tmp_path):
     onnx.save(layer, tmp_path / "concat.onnx")
     manifest = {"layers": [{"slug": "relu", "inputs": [{"name": "x"}]},
                            {"slug": "concat", "inputs": [{"name": "r"}, {"name": "x"}]}]}
-    res = propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers")
-    assert res["rewritten"] == 2
+    from torq_gen_config.model_inputs import cast_to_model_inputs, save_model_inputs
+
+    def model_inputs(seed):
+        feeds = {"x": np.random.default_rng(seed).uniform(-1, 1, (1, 4)).astype(np.float32)}
+        save_model_inputs(tmp_path / "model_inputs.npz", cast_to_model_inputs(feeds, model), {"source": f"seed {seed}"})
+        return tmp_path / "model_inputs.npz"
+
+    res = propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers", model_inputs(1))
+    assert res["rewritten"] == 2 and not res["fallback"]
     path = tmp_path / "layers" / "concat" / "inputs.npz"
-    ins = load_layer_inputs(path, layer)
+    ins, _ = load_layer_inputs(path, layer)
     assert list(ins) == ["r", "x"] and all(a.dtype == ml_dtypes.bfloat16 for a in ins.values())
     np.testing.assert_array_equal(ins["r"].astype(np.float32), np.maximum(ins["x"].astype(np.float32), 0))
     meta = compute_reference(tmp_path / "concat.onnx", tmp_path / "ref.npz", inputs_path=path)
@@ -94,11 +101,12 @@ def test_propagated_bf16_layer_inputs_stay_bf16(tmp_path):
                                   np.concatenate([ins["r"], ins["x"]], axis=1).view(np.uint16))
     # Unchanged arrays: no file is rewritten.
     stamp = path.stat().st_mtime_ns
-    assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers")["rewritten"] == 0
+    assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers",
+                                  model_inputs(1))["rewritten"] == 0
     assert path.stat().st_mtime_ns == stamp
     # Other values: rewritten.
     assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers",
-                                  {"seed": 5})["rewritten"] == 2
+                                  model_inputs(5))["rewritten"] == 2
 
 
 def test_bf16_layer_inputs_from_an_older_savez_file(tmp_path):
@@ -109,8 +117,8 @@ def test_bf16_layer_inputs_from_an_older_savez_file(tmp_path):
                   [tvi("y", TensorProto.FLOAT, [1, 4])])
     a = np.array([[1.5, -2.0]], np.float32).astype(ml_dtypes.bfloat16)
     np.savez(tmp_path / "inputs.npz", r=a, x=a)  # numpy stores bf16 as raw |V2
-    ins = load_layer_inputs(tmp_path / "inputs.npz", layer)
-    assert ins["r"].dtype == ml_dtypes.bfloat16
+    ins, meta = load_layer_inputs(tmp_path / "inputs.npz", layer)
+    assert ins["r"].dtype == ml_dtypes.bfloat16 and meta == {}
     np.testing.assert_array_equal(ins["x"].astype(np.float32), [[1.5, -2.0]])
 
 

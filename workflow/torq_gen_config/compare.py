@@ -826,3 +826,24 @@ def to_quantized_levels(values: np.ndarray, scale: float, zero_point: int, dtype
     q = np.rint(x / float(scale)) + int(zero_point)
     q = np.where(np.isfinite(q), q, 0)
     return np.clip(q, info.min, info.max).astype(np.dtype(dtype))
+
+
+def compare_on_model(model, actual: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
+                     output_names: list[str]) -> dict:
+    """:func:`compare_outputs` for the outputs of the ONNX model ``model`` (a layer):
+    outputs a DequantizeLinear writes are compared as their integer levels
+    (:func:`dequantized_outputs`; ``metrics["quantized_levels"]`` records them).
+
+    Returns:
+        The metrics dict (see :func:`compare_outputs`).
+
+    Raises:
+        ValueError, TypeError: as :func:`compare_outputs`.
+    """
+    levels = dequantized_outputs(model)
+    if levels:
+        actual, reference = arrays_as_levels(actual, levels), arrays_as_levels(reference, levels)
+    metrics = compare_outputs(actual, reference, output_names)
+    if levels:
+        metrics["quantized_levels"] = levels
+    return metrics

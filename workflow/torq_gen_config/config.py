@@ -106,6 +106,12 @@ def check_values(config: dict) -> None:
         raise ConfigError(f"invalid configuration at target_opset: {config['target_opset']} is newer than the "
                           f"installed onnx supports ({max_opset})")
     check_precision_flags(config)
+    try:
+        from .model.prepare import parse_input_shapes
+
+        parse_input_shapes(config.get("input_shapes") or [])
+    except ConfigError as e:
+        raise ConfigError(f"invalid configuration at input_shapes: {e}") from None
     from .backends import make_backend
 
     for ex in config["executors"]:
@@ -129,8 +135,9 @@ def check_precision_flags(config: dict) -> None:
     """Flag rules of the precision modes (seed 001 section 5, notes/reference_tool.md s6):
     bf16 and int32 conversion each exclude ``quantize``; ``per_channel``,
     ``full_integer`` and ``calibration_data`` need ``quantize``;
-    ``save_bf16_model`` needs ``auto_convert_bf16``; ``full_integer`` excludes
-    ``layer_inputs: propagate`` (float layer inputs for int8 layers).
+    ``save_bf16_model`` needs ``auto_convert_bf16``. (With ``full_integer`` the int8
+    layer inputs do not match the propagated float values: those layers get
+    generated inputs, and their references say so.)
 
     Raises:
         ConfigError: naming both flags (CLI spelling and config key).
@@ -147,9 +154,6 @@ def check_precision_flags(config: dict) -> None:
             raise ConfigError(f"{_CLI_FLAG[dep]} ({dep}) needs --quantize (quantize: true)")
     if config.get("quant_format", "qdq") != "qdq" and not on("quantize"):
         raise ConfigError(f"--quant-format {config['quant_format']} (quant_format) needs --quantize (quantize: true)")
-    if on("full_integer") and config.get("layer_inputs") == "propagate":
-        raise ConfigError("--layer-inputs propagate (layer_inputs) cannot be combined with --full-integer "
-                          "(full_integer): propagated layer inputs are float values, full-integer layers take int8")
     if on("save_bf16_model") and not on("auto_convert_bf16"):
         raise ConfigError("--save-bf16-model (save_bf16_model) needs --auto-convert-bf16 (auto_convert_bf16: true)")
 

@@ -83,6 +83,19 @@ def write_bytes_if_changed(path: str | os.PathLike, data: bytes) -> bool:
     return True
 
 
+def file_fingerprint(path: str | os.PathLike) -> dict:
+    """Identity of a file: ``{"path" (absolute), "size" (bytes), "mtime_ns"}`` (None
+    values when it does not exist). Used as a rule param: the workflow's rerun
+    triggers do not include input-file sets, so pointing a setting at another file
+    (even an older one) must change a param."""
+    p = Path(path).resolve()
+    try:
+        st = p.stat()
+    except OSError:
+        return {"path": str(p), "size": None, "mtime_ns": None}
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """Read a JSON file with a one-line error for the user.
 

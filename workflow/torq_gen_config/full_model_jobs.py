@@ -123,17 +123,34 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
 
 
 @records_failure
-def full_reference_job(*, prepared: str, reference: str, input_settings: dict, quantized: bool = False,
+def full_reference_job(*, prepared: str, reference: str, input_settings: dict, model_inputs: str | None = None,
+                       quantized: bool = False, engine: str = "onnxruntime", timeout_s: float | None = None,
                        log: str | None = None) -> None:
-    """Rule ``full_reference``: deterministic inputs of the prepared model (with
-    ``--quantize`` the quantized one: int8 inputs of ``--full-integer`` over all int8
-    values) and the ONNX Runtime outputs (optimizations off; bf16 models as in
-    :func:`~torq_gen_config.reference.compute_reference`)."""
+    """Rule ``full_reference``: the model's input values (``model_inputs``: the user's
+    ``--input-data``, else the generated ones every whole-model step uses; in subgraph
+    mode the subgraph's inputs from a whole-model run) and the reference outputs of the
+    whole prepared model (:func:`~torq_gen_config.reference.compute_reference`: ``engine``
+    first, the other engine as second opinion). With ``--quantize`` the model is the
+    quantized one; its int8 inputs (``--full-integer``) do not match the float values
+    and are generated over all int8 values."""
+    import onnx
+
     from .jobs import quantized_input_ranges
+    from .model_inputs import load_model_inputs
     from .reference import compute_reference
 
-    meta = compute_reference(prepared, reference, input_settings, input_ranges=quantized_input_ranges(prepared, {}) if quantized else None)
-    _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
+    feeds, source = None, None
+    if model_inputs:
+        try:
+            feeds, meta = load_model_inputs(model_inputs, onnx.load(prepared, load_external_data=False))
+            source = f"model inputs: {meta.get('source')}"
+        except Exception:  # e.g. the quantized model's int8 inputs: generated below
+            feeds = None
+    meta = compute_reference(prepared, reference, input_settings, inputs=feeds, inputs_source=source,
+                             input_ranges=quantized_input_ranges(prepared, {}) if quantized else None,
+                             engine=engine, timeout_s=timeout_s, second_opinion=False)
+    _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
+              f"inputs: {meta.get('layer_inputs')}")
 
 
 @records_failure

@@ -55,29 +55,82 @@ def _log(log_path: str | None, text: str) -> None:
 @records_failure
 def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
                       subgraph: tuple[str, str] | None = None, precision: dict | None = None,
-                      log: str | None = None) -> None:
+                      model_inputs: str | None = None, input_settings: dict | None = None,
+                      input_data: str | None = None, input_shapes: dict | None = None,
+                      timeout_s: float | None = None, log: str | None = None) -> None:
     """Rule ``prepare_model``: load, check and prepare the user's model (in subgraph
-    mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph).
+    mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph), with
+    every tensor's shape and dtype completed (static inference, folding fed back, then
+    a whole-model reference run for what is still unknown), and the model's input
+    values written to ``model_inputs`` (:mod:`torq_gen_config.model_inputs`).
+
     ``precision``: ``auto_convert_bf16``, ``auto_convert_int32``, ``save_bf16_model``
-    (a path, or empty) of the config (docs/precision.md).
+    (a path, or empty) of the config (docs/precision.md). ``input_settings``: seed and
+    ranges of generated values; ``input_data``: the user's model inputs (.npz);
+    ``input_shapes``: name -> shape for symbolic dims (``--input-shapes``); the
+    ``input_data`` arrays' shapes fill in the others. ``timeout_s``: budget of the
+    whole-model run (seconds).
 
     Raises:
-        ModelError: the model is missing, corrupt or unsupported (the job fails
-            with that one-line message and writes nothing).
-        ConfigError: an unknown subgraph name or a reversed range.
+        ModelError: the model is missing, corrupt or unsupported, or the opset upgrade
+            changed its signature (the job fails with that one-line message and
+            writes nothing).
+        ConfigError: an unknown subgraph name or a reversed range; bad input shapes.
     """
     import onnx
 
     from .fileio import write_bytes_if_changed
-    from .model.prepare import prepare_model
+    from .model.prepare import load_model, prepare_model
+    from .model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
 
     precision = precision or {}
     t0 = time.perf_counter()
+    shapes = dict(input_shapes or {})
+    if input_data:
+        for name, shp in input_data_shapes(input_data, load_model(model)).items():
+            if name in shapes and list(shapes[name]) != shp:
+                from .errors import ConfigError
+
+                raise ConfigError(f"--input-shapes {name}:{'x'.join(map(str, shapes[name]))} and the --input-data "
+                                  f"array of shape {'x'.join(map(str, shp))} disagree")
+            shapes.setdefault(name, shp)
+    run_state: dict = {}
+
+    def observe(whole, *, want, unknown):
+        feeds, source = model_input_values(whole, input_settings, input_data)
+        run_state.update(feeds=feeds, source=source)
+        if not want and not unknown:
+            return {"types": {}, "info": {"ran": False, "inputs": source,
+                                          "reason": "every tensor's shape is known statically"}}
+        from .model_run import run_model_by_node, run_summary
+
+        res = run_model_by_node(whole, feeds, timeout_s=timeout_s, keep=want)
+        run_state["values"] = res.pop("values")
+        types = res.pop("types")
+        return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
+                                         "why": ("shapes unknown to static inference: " + ", ".join(unknown[:10])
+                                                 + (" ..." if len(unknown) > 10 else "")) if unknown
+                                         else "the subgraph's input values"}}
+
     m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph,
                             convert_bf16=bool(precision.get("auto_convert_bf16")),
-                            convert_int32=bool(precision.get("auto_convert_int32")))
+                            convert_int32=bool(precision.get("auto_convert_int32")),
+                            input_shapes=shapes, observe=observe)
     data = m.SerializeToString(deterministic=True)
     write_bytes_if_changed(prepared, data)
+    if model_inputs:
+        feeds, source = run_state["feeds"], run_state["source"]
+        if info.get("subgraph"):
+            values = run_state.get("values") or {}
+            missing = [t for t in info["subgraph"]["inputs"] if t not in values]
+            feeds = {t: values[t] for t in info["subgraph"]["inputs"] if t in values}
+            source = f"the whole model run on {source}"
+            if missing:
+                gen, _ = model_input_values(_only_inputs(m, missing), input_settings, None)
+                feeds.update(gen)
+                source += f"; generated for {', '.join(missing)} (the run gave no value)"
+        save_model_inputs(model_inputs, cast_to_model_inputs(feeds, m), {"source": source})
+        info["model_inputs"] = {"source": source}
     if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
         from .fileio import atomic_write_bytes
 
@@ -90,20 +143,69 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     info["onnx_version"] = onnx.__version__
     write_json(info_path, info)
     _log(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
-              f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; warnings: {info['warnings']}")
+              f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; shapes: "
+              f"{ {k: len(v) for k, v in info['shapes'].items()} }; model run: {info.get('model_run')}; "
+              f"warnings: {info['warnings']}")
     if info.get("subgraph"):
         sg = info["subgraph"]
         print(f"subgraph {sg['from']['layer_id']} (node {sg['from']['node_index']}) .. {sg['to']['layer_id']} "
               f"(node {sg['to']['node_index']}): {sg['num_nodes']} nodes, inputs {sg['inputs']}, "
               f"outputs {sg['outputs']}", file=sys.stderr)
+    for line in shape_summary(info):
+        print(line, file=sys.stderr)
     for w in info["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    for d in info["fixed_dims"]:
-        if d["axis"] == 0:
-            print(f"note: input {d['input']} dim 0 ({d['was']}, the batch) fixed to 1", file=sys.stderr)
+    for line in fixed_dims_lines(info["fixed_dims"]):
+        print(line, file=sys.stderr)
+
+
+def _only_inputs(model, names: list[str]):
+    """A copy of ``model`` whose graph inputs are only ``names`` (to generate their values)."""
+    from .model.graph import copy_proto
+
+    m = copy_proto(model)
+    keep = [copy_proto(vi) for vi in m.graph.input if vi.name in names]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    return m
+
+
+def shape_summary(info: dict) -> list[str]:
+    """Console lines about where the shapes came from (empty when static inference knew all)."""
+    sh = info.get("shapes") or {}
+    lines = []
+    if sh.get("inferred_after_folding"):
+        lines.append(f"shapes: {len(sh['inferred_after_folding'])} tensor shape(s) inferred after feeding folded "
+                     "constants back into shape inference")
+    if sh.get("observed"):
+        lines.append(f"shapes: {len(sh['observed'])} tensor shape(s) taken from the whole-model reference run "
+                     f"(static inference could not infer them): {', '.join(sh['observed'][:5])}"
+                     f"{' ...' if len(sh['observed']) > 5 else ''}")
+    run = info.get("model_run") or {}
+    for f in run.get("failed_nodes") or []:
+        lines.append(f"warning: the whole-model run could not evaluate {f['op_type']} node {f['name'] or f['graph_index']}"
+                     f" ({'; '.join(f'{e}: {m}' for e, m in f['errors'].items())[:300]}); what depends on it has no value")
+    if sh.get("unknown"):
+        lines.append(f"warning: {len(sh['unknown'])} tensor(s) still have no known shape or dtype "
+                     f"({', '.join(sh['unknown'][:5])}{' ...' if len(sh['unknown']) > 5 else ''}); the layers that "
+                     "read or write them are not testable")
+    return lines
+
+
+def fixed_dims_lines(fixed: list[dict]) -> list[str]:
+    """Console/report lines for the symbolic dims that were given values."""
+    lines = []
+    for d in fixed:
+        to = d.get("to", 1)
+        if d.get("source") == "input_shapes":
+            lines.append(f"note: input {d['input']} dim {d['axis']} ({d['was']}) set to {to} (--input-shapes / --input-data)")
+        elif d["axis"] == 0:
+            lines.append(f"note: input {d['input']} dim 0 ({d['was']}, the batch) fixed to {to}")
         else:
-            print(f"warning: input {d['input']} dim {d['axis']} ({d['was']}) is symbolic and was fixed to 1; "
-                  "layers may see degenerate shapes: export the model with static shapes", file=sys.stderr)
+            lines.append(f"warning: input {d['input']} dim {d['axis']} ({d['was']}) is symbolic and was fixed to {to}; "
+                         "layers may see degenerate shapes: give --input-shapes NAME:DIMS or export the model with "
+                         "static shapes")
+    return lines
 
 
 def precision_summary(kind: str, report: dict) -> str:
@@ -152,36 +254,53 @@ def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str |
 
 @records_failure
 def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inputs_path: str | None = None,
-                  calibration: str | None = None, log: str | None = None) -> None:
-    """Rule ``layer_reference``: layer inputs and ONNX Runtime reference outputs
-    (inputs from ``inputs_path`` with ``layer_inputs: propagate``; with ``--quantize``
-    drawn in the calibrated ranges of ``calibration``, see :func:`quantized_input_ranges`)."""
+                  calibration: str | None = None, engine: str = "onnxruntime", timeout_s: float | None = None,
+                  log: str | None = None) -> None:
+    """Rule ``layer_reference``: layer inputs (from ``inputs_path`` with ``layer_inputs:
+    propagate``, else generated; with ``--quantize`` drawn in the calibrated ranges of
+    ``calibration``, see :func:`quantized_input_ranges`) and the outputs of both
+    reference engines, ``engine`` first (:func:`~torq_gen_config.reference.compute_reference`),
+    each bounded by ``timeout_s`` seconds."""
     from .reference import compute_reference
 
     input_ranges = None
-    if calibration and inputs_path is None:
+    if calibration:
         input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
     meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
-                             input_ranges=input_ranges)
-    _log(log, f"reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}")
+                             input_ranges=input_ranges, engine=engine, timeout_s=timeout_s)
+    second = meta.get("second") or {}
+    _log(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
+              f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
+              f"{second.get('message') or ''}; inputs: {meta.get('layer_inputs')}")
 
 
 @records_failure
-def propagate_inputs_job(*, prepared: str, manifest: str, info: str, input_settings: dict,
-                         input_data: str | None = None, log: str | None = None) -> None:
-    """Checkpoint ``propagate_layer_inputs``: each layer's inputs from one ONNX Runtime
-    run of the whole model (``layer_inputs: propagate``).
+def propagate_inputs_job(*, prepared: str, manifest: str, model_inputs: str, info: str,
+                         timeout_s: float | None = None, log: str | None = None) -> None:
+    """Checkpoint ``propagate_layer_inputs``: the whole-model reference run on the
+    model's input values (``model_inputs``) and each layer's inputs from it
+    (``layer_inputs: propagate``, the default; :func:`~torq_gen_config.reference.propagate_layer_inputs`).
 
     Raises:
-        ModelError: ONNX Runtime cannot run the model, or the input data is unusable.
+        ModelError: the model input values do not fit the model.
     """
     from .reference import propagate_layer_inputs
 
     man = read_json(manifest, "layer manifest")
-    res = propagate_layer_inputs(prepared, man, Path(manifest).parent, input_settings, input_data)
+    res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s)
     write_json(info, res)
-    _log(log, f"propagated inputs from a whole-model run ({res['source']}): {res['rewritten']} of "
-              f"{res['layers']} layer input files changed, {res['run_ms']} ms")
+    run = res["run"]
+    _log(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in {run['seconds']} s "
+              f"(engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); {res['rewritten']} of "
+              f"{res['layers']} layer input files changed; {len(res['fallback'])} layer(s) fall back to generated "
+              f"inputs: {res['fallback']}")
+    print(f"layer inputs: whole-model run on {res['model_inputs']} ({run['nodes_run']} nodes, {run['seconds']:.1f} s)"
+          + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run could not produce theirs)"
+             if res["fallback"] else ""), file=sys.stderr)
+    for f in run["fallback_nodes"]:
+        print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
+              f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",
+              file=sys.stderr)
 
 
 @records_failure
@@ -354,8 +473,9 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
             "mlir_location": layer_location(qlayers.get(layer["layer_id"], layer) if quantized_manifest else layer, locs),
             "mac_count": layer.get("mac_count"),
             "skipped_reason": f"op type {layer['op_type']} skipped (skip_ops)" if skipped else None,
+            "not_testable": None if skipped else layer.get("not_testable"),
         })
-        if skipped:
+        if skipped or layer.get("not_testable"):
             results[layer["layer_id"]] = {}
             continue
         if dedup_layers and layer["signature"] in first_of:
@@ -446,13 +566,18 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
     return {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": versions,
-        "reference": {"engine": "onnxruntime", "execution_provider": "CPUExecutionProvider",
-                      "graph_optimization_level": "disabled", "ort_versions": ref_versions},
+        "reference": {"engine": options.get("reference") or "onnxruntime",
+                      "second_opinion": "onnx" if (options.get("reference") or "onnxruntime") == "onnxruntime"
+                      else "onnxruntime",
+                      "execution_provider": "CPUExecutionProvider",
+                      "graph_optimization_level": "disabled", "ort_versions": ref_versions,
+                      "onnx_version": versions.get("onnx")},
         "executors": executors,
         "executor_tools": tools,
         "options": options,
         "model": {"source": info.get("source"), "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
-                  "warnings": info.get("warnings")},
+                  "warnings": info.get("warnings"), "shapes": info.get("shapes"),
+                  "model_inputs": info.get("model_inputs"), "model_run": info.get("model_run")},
         "mlir": {"status": locations.get("status"), "message": locations.get("message"),
                  "unverified_nodes": locations.get("n_unverified")},
     }

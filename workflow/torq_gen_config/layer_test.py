@@ -54,6 +54,15 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             ``result["timing"]["runtime"]``. A failing measurement never changes
             the verdict: its message goes to ``result["timing"]["runtime_error"]``.
 
+    The verdict is computed against the primary reference of ``reference_npz``
+    (config ``reference``). When that reference failed on the layer's inputs, an
+    executor that ran is ``unverified``, and so is one that failed at run time on
+    those inputs (a reference failure is never an executor's fault): the reference's
+    message comes first. When the second reference engine produced outputs,
+    ``result["reference_check"]`` holds ``{"engine", "metrics"}`` of the executor's
+    outputs against them, from which the report derives whether the executor agrees
+    with each reference (:func:`torq_gen_config.report.recommend.reference_agreement`).
+
     ``result["timing"]`` always has ``compile_ms`` (compiler / session creation
     wall time) and ``run_ms`` (wall time of the single verification run; for
     IREE that is a whole ``iree-run-module`` process, start-up and module
@@ -65,7 +74,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     """
     from .backends import make_backend
     from .backends.base import StageError
-    from .compare import arrays_as_levels, compare_outputs, dequantized_outputs_of_file, derive_status
+    from .compare import compare_on_model, derive_status
     from .reference import load_reference
     from .tools import bounded_message, first_error_line
 
@@ -78,6 +87,22 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
     }
 
+    def reference_failed(executor_summary: str, executor_message: str) -> dict:
+        """Unverified: the reference failed on these inputs, and the executor failed at
+        run time on them too; the reference's message comes first."""
+        ref = meta.get("message") or "the reference failed"
+        second_ok = (meta.get("second") or {}).get("status") == "ok"
+        note = (f" ({(meta.get('second') or {}).get('engine')} ran on the same inputs, so they are valid for the spec)"
+                if second_ok else "")
+        result["status"] = "unverified"
+        result["failure_report"] = {
+            "type": "reference_error", "stage": "reference", "during": "run",
+            "summary": f"the reference failed on these inputs: {first_error_line(ref)}; {executor_summary}{note}"[
+                :SUMMARY_LIMIT],
+            "message": bounded_message(f"{ref}\n\n{executor_summary}{note}\n{executor_message}", MESSAGE_LIMIT),
+        }
+        return _finish(result, result_path, log_path)
+
     def fail(stage: str, message: str, during: str | None = None) -> dict:
         result["status"] = "error"
         result["failure_report"] = {
@@ -88,8 +113,12 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         return _finish(result, result_path, log_path)
 
     inputs, ref_outputs, meta = load_reference(reference_npz)
+    second = meta.get("second") or {}
     result["reference"] = {"status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
-                           "ort_version": meta.get("ort_version")}
+                           "engine_version": meta.get("engine_version"), "ort_version": meta.get("ort_version"),
+                           "layer_inputs": meta.get("layer_inputs"),
+                           "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message")},
+                           "engines_agreement": meta.get("engines_agreement")}
     try:
         backend = make_backend(executor)
     except Exception as e:
@@ -109,7 +138,13 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                                       timeout_s=timeout_s, log_path=log_path)
         result["timing"]["run_ms"] = _round(run_ms)
     except StageError as e:
-        return fail(e.stage, e.message, getattr(e, "during", None))
+        during = getattr(e, "during", None)
+        at_run = e.stage == "run" or (e.stage in ("timeout", "crash") and during == "run")
+        if at_run and meta["status"] != "ok":
+            # the reference failed on the same inputs: not the executor's fault
+            return reference_failed(f"the executor failed too at run time ({e.stage}): {first_error_line(e.message)}",
+                                    e.message)
+        return fail(e.stage, e.message, during)
     except Exception as e:  # a backend bug must not stop the other layers
         return fail("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
 
@@ -118,24 +153,33 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             _measure_runtime(result, backend, artifact, inputs, meta, work_dir=work_dir, timing=timing,
                              timeout_s=timeout_s, log_path=log_path)
 
+    layer_model = _load_model(layer_onnx)
+    second_outputs = meta.get("second_outputs") or {}
+    if second_outputs and layer_model is not None:
+        # the second opinion: the same outputs against the other reference engine
+        try:
+            check = compare_on_model(layer_model, outputs, second_outputs, meta["output_names"])
+        except Exception as e:  # a non-numeric output
+            check = None
+            result["reference_check_error"] = f"{type(e).__name__}: {e}"[:SUMMARY_LIMIT]
+        if check is not None:
+            result["reference_check"] = {"engine": second.get("engine"), "metrics": check}
     if meta["status"] != "ok":
         result["status"] = "unverified"
+        reason = meta.get("message") or ""
         result["failure_report"] = {
             "type": "reference_error", "stage": "reference", "during": None,
-            "summary": f"ran, but the reference failed: {first_error_line(meta.get('message') or '')}"[:SUMMARY_LIMIT],
-            "message": bounded_message(meta.get("message") or "", MESSAGE_LIMIT),
+            "summary": f"ran, but the reference failed: {first_error_line(reason)}"[:SUMMARY_LIMIT],
+            "message": bounded_message(reason, MESSAGE_LIMIT),
         }
         measure()
         return _finish(result, result_path, log_path)
     try:
         # outputs a DequantizeLinear writes (a quantized layer) are compared as their
         # int8 levels: one quantization step is their resolution (docs/comparison.md)
-        levels = dequantized_outputs_of_file(layer_onnx)
-        if levels:
-            outputs, ref_outputs = arrays_as_levels(outputs, levels), arrays_as_levels(ref_outputs, levels)
-        metrics = compare_outputs(outputs, ref_outputs, meta["output_names"])
-        if levels:
-            metrics["quantized_levels"] = levels
+        if layer_model is None:
+            raise ValueError(f"cannot read the layer model {layer_onnx}")
+        metrics = compare_on_model(layer_model, outputs, ref_outputs, meta["output_names"])
         status, summary = derive_status(metrics, tolerance)
     except Exception as e:
         return fail("compare", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
@@ -237,6 +281,16 @@ def one_line_summary(result: dict) -> str:
         bench = f", {rt['median_ms']:.3f} ms median of {rt['runs']}" if rt.get("median_ms") is not None else ""
         extra = f" ({t['compile_ms']:.0f} ms compile, {t.get('run_ms') or 0:.1f} ms run{bench})"
     return f"[{result['executor']}] {result['layer_id']}: {result['status']}{extra}"
+
+
+def _load_model(path: str):
+    """The layer's ONNX model (without external data), or None when unreadable."""
+    import onnx
+
+    try:
+        return onnx.load(path, load_external_data=False)
+    except Exception:
+        return None
 
 
 def _round(x: float | None) -> float | None:

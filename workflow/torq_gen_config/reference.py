@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
+
 #: Default value ranges per dtype class, [low, high) (config ``inputs``).
 DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range": [-40, 40], "uint8_range": [0, 80]}
 #: (op type, input position) of index tensors and the data input/axis they index.
@@ -79,119 +81,157 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  #
 
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
-                      input_ranges: dict[str, list[float]] | None = None) -> dict:
-    """Make inputs for a layer, run ONNX Runtime (optimizations off) and store both.
+                      input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
+                      timeout_s: float | None = None, inputs: dict | None = None, inputs_source: str | None = None,
+                      second_opinion: bool = True) -> dict:
+    """A layer's inputs and its outputs on both reference engines, stored in one file.
 
-    With ``inputs_path`` (``--layer-inputs propagate``), the layer's inputs are read
-    from that ``.npz`` (written by :func:`propagate_layer_inputs`) instead of drawn
-    at random; ``input_ranges`` see :func:`make_inputs`.
+    Inputs: with ``inputs_path`` (``--layer-inputs propagate``, the default) the
+    values the layer receives in the whole-model run (:func:`propagate_layer_inputs`),
+    checked against the layer's declared inputs (names, dtypes, shapes); where that
+    run could not produce them, or they do not match, generated values
+    (:func:`make_inputs`; ``input_ranges`` as there), and ``meta["layer_inputs"]``
+    says so and why. ``inputs`` (name -> array, described by ``inputs_source``) are
+    used as given. Otherwise: generated values.
 
-    A layer with bfloat16 tensors (``--auto-convert-bf16``) gets its reference from
-    the same layer widened to float32 (:func:`~torq_gen_config.precision.dtype_conversion.widen_bf16_to_fp32`:
-    bf16 constants and inputs upcast exactly), run on the bf16 inputs, with the
-    bf16 outputs rounded to bf16 (round to nearest even): ONNX Runtime CPU has no
-    bf16 kernels for most ops (notes/toolchain.md section 5), and this is the
-    result of an exact computation on the values the executor sees
-    (docs/precision.md). ``meta["reference_precision"]`` says which was used.
+    Outputs: ``engine`` (``onnxruntime`` or ``onnx``, :mod:`torq_gen_config.reference_run`)
+    gives the reference the verdicts are computed against (``output_<i>``); the other
+    engine gives the second opinion (``second_output_<i>``, ``meta["second"]``;
+    ``second_opinion=False`` skips it, e.g. for a whole model). When
+    both ran, ``meta["engines_agreement"]`` holds the metrics of ONNX Runtime's
+    outputs against the ONNX reference implementation's (:func:`~torq_gen_config.compare.compare_outputs`),
+    from which the report derives a reference dispute for any tolerance.
 
-    A failing reference (ONNX Runtime refuses the model or fails to run it) is
-    recorded, not raised: the file then holds the inputs and ``status: error`` with
-    ONNX Runtime's message, so executors can still run (their results are
-    "unverified").
+    A layer with bfloat16 tensors (``--auto-convert-bf16``) gets its references from
+    the same layer widened to float32, run on the bf16 inputs, with the bf16 outputs
+    rounded to bf16 (round to nearest even): ONNX Runtime CPU has no bf16 kernels for
+    most ops (notes/toolchain.md section 5; docs/precision.md).
+    ``meta["reference_precision"]`` says which was used.
+
+    A failing engine (it refuses the model, fails on the inputs, or exceeds
+    ``timeout_s`` seconds) is recorded, not raised: the file then holds the inputs and
+    that engine's ``status: error`` (or ``timeout``) and message; the executors still
+    run (with a failed primary reference their results are "unverified").
 
     Returns:
-        The metadata dict stored as ``__meta__`` (``status``, ``message``,
-        ``input_names``, ``output_names``, ``ort_version``, ``run_ms``).
+        The metadata dict stored as ``__meta__`` (``status``, ``message``, ``engine``,
+        ``engine_version``, ``ort_version``, ``input_names``, ``output_names``,
+        ``run_ms``, ``layer_inputs``, ``second``, ``engines_agreement``).
     """
     import time
 
     import numpy as np
     import onnx
-    import onnxruntime as ort
 
+    from .compare import compare_on_model
+    from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
     layer = onnx.load(str(layer_path))
-    if inputs_path is not None:
-        inputs = load_layer_inputs(inputs_path, layer)
-    else:
+    how = "random"
+    if inputs is not None:
+        how = inputs_source or "given"
+    elif inputs_path is not None:
+        inputs, how = _propagated_inputs(inputs_path, layer)
+    if inputs is None:
         inputs = make_inputs(layer, settings, input_ranges)
     output_names = [o.name for o in layer.graph.output]
     bf16 = has_bfloat16(layer)
-    meta: dict[str, Any] = {
-        "status": "ok", "message": None, "engine": "onnxruntime", "ort_version": ort.__version__,
-        "graph_optimization_level": "disabled", "input_names": list(inputs), "output_names": output_names,
-        "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": None,
-        "layer_inputs": "propagate" if inputs_path is not None else "random",
-        "reference_precision": "fp32 on bf16 values, outputs rounded to bf16" if bf16 else "as the model",
-    }
-    outputs = []
-    try:
+
+    def run(eng: str) -> tuple[dict, list]:
+        info: dict[str, Any] = {"engine": eng, "engine_version": engine_version(eng), "status": "ok",
+                                "message": None, "run_ms": None}
         t0 = time.perf_counter()
-        outputs = reference_outputs(layer, inputs, output_names, intra_op_num_threads=intra_op_num_threads,
-                                    model_path=layer_path)
-        meta["run_ms"] = round((time.perf_counter() - t0) * 1000, 3)
-    except Exception as e:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
-        meta["status"] = "error"
-        meta["message"] = f"ONNX Runtime failed on the layer: {str(e).strip()[:2000]}"
-        outputs = []
+        try:
+            outs = run_reference(layer, inputs, output_names, engine=eng, timeout_s=timeout_s,
+                                 model_path=layer_path, intra_op_num_threads=intra_op_num_threads)
+            info["run_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+            return info, outs
+        except ReferenceTimeout as e:
+            info["status"], info["message"] = "timeout", f"{engine_label(eng)} failed on the layer: {e}"
+        except Exception as e:  # each engine raises its own exception types
+            info["status"] = "error"
+            info["message"] = f"{engine_label(eng)} failed on the layer: {str(e).strip()[:2000]}"
+        return info, []
+
+    primary, outputs = run(engine)
+    second_engine = next(e for e in ENGINES if e != engine)
+    if second_opinion:
+        second, second_outputs = run(second_engine)
+    else:
+        second, second_outputs = {"engine": second_engine, "status": "not run", "message": None, "run_ms": None}, []
+    meta: dict[str, Any] = {
+        "status": "ok" if primary["status"] == "ok" else "error", "message": primary["message"],
+        "engine": engine, "engine_version": primary["engine_version"], "ort_version": engine_version("onnxruntime"),
+        "graph_optimization_level": "disabled", "input_names": list(inputs), "output_names": output_names,
+        "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": primary["run_ms"],
+        "layer_inputs": how,
+        "reference_precision": "fp32 on bf16 values, outputs rounded to bf16" if bf16 else "as the model",
+        "second": second, "engines_agreement": None,
+    }
+    if primary["status"] == "timeout":
+        meta["timed_out"] = True
+    if outputs and second_outputs:
+        ort_outs, spec_outs = (outputs, second_outputs) if engine == "onnxruntime" else (second_outputs, outputs)
+        try:
+            meta["engines_agreement"] = compare_on_model(layer, dict(zip(output_names, ort_outs)),
+                                                         dict(zip(output_names, spec_outs)), output_names)
+        except Exception as e:  # a non-numeric output: no agreement check
+            meta["engines_agreement_error"] = f"{type(e).__name__}: {e}"[:500]
     arrays = {f"input_{i}": a for i, a in enumerate(inputs.values())}
     arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
+    arrays.update({f"second_output_{i}": np.asarray(a) for i, a in enumerate(second_outputs)})
     save_npz(out_path, arrays, meta)
     return meta
 
 
-def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[str], *,  # noqa: F821
-                      intra_op_num_threads: int | None = None, model_path: str | os.PathLike | None = None) -> list:
-    """Run ``model`` in ONNX Runtime CPU with graph optimizations off (the reference
-    engine) and return ``output_names``' arrays.
+def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str]:
+    """A layer's inputs from its ``inputs.npz`` if they fit its declared inputs, else
+    ``(None, "generated: <why>")``."""
+    from onnx import helper
 
-    A model with bfloat16 tensors (:func:`has_bfloat16`) runs widened to float32
-    (bf16 constants and inputs upcast exactly), and its bf16 outputs are rounded to
-    bf16 (round to nearest even): ONNX Runtime CPU has no bf16 kernels for most
-    ops (notes/toolchain.md section 5; docs/precision.md).
+    try:
+        arrays, meta = load_layer_inputs(path, layer)
+    except Exception as e:  # unreadable file: generate, and say so
+        return None, f"generated (the whole-model run's inputs.npz could not be read: {str(e)[:200]})"
+    if meta.get("fallback"):
+        return None, f"generated ({meta['fallback']})"
+    for vi in layer.graph.input:
+        tt = vi.type.tensor_type
+        a = arrays.get(vi.name)
+        if a is None:
+            return None, f"generated (the whole-model run gave no value for input {vi.name!r})"
+        want = [d.dim_value for d in tt.shape.dim]
+        try:
+            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        except Exception:
+            dtype = None
+        if list(a.shape) != want or (dtype is not None and a.dtype != dtype):
+            return None, (f"generated (input {vi.name!r} is {a.dtype}{list(a.shape)} in the whole-model run, the "
+                          f"layer declares {getattr(dtype, 'name', tt.elem_type)}{want})")
+    return arrays, f"propagate ({meta.get('source') or 'whole-model run'})"
+
+
+def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[str], *,  # noqa: F821
+                      intra_op_num_threads: int | None = None, model_path: str | os.PathLike | None = None,
+                      timeout_s: float | None = None) -> list:
+    """Run ``model`` in ONNX Runtime CPU with graph optimizations off (the reference
+    engine) and return ``output_names``' arrays; bfloat16 models widened as
+    :func:`torq_gen_config.reference_run.run_reference` describes.
 
     Args:
         feeds: input name -> array (bf16 arrays as ml_dtypes.bfloat16).
         model_path: the model's file, if any (ONNX Runtime loads it from there).
+        timeout_s: wall-clock limit in seconds (None: none).
 
     Raises:
         Exception: whatever ONNX Runtime raises (callers record it).
     """
-    import numpy as np
-    import onnx
-    import onnxruntime as ort
+    from .reference_run import run_reference
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if intra_op_num_threads is not None:
-        so.intra_op_num_threads = intra_op_num_threads
-    so.log_severity_level = 3
-    if not has_bfloat16(model):
-        src = str(model_path) if model_path is not None else model.SerializeToString()
-        sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-        return sess.run(output_names, dict(feeds))
-    from .precision.dtype_conversion import round_to_bf16, widen_bf16_to_fp32
-
-    types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
-             + list(model.graph.input)}
-    sess = ort.InferenceSession(widen_bf16_to_fp32(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
-    feed = {k: (np.asarray(v).astype(np.float32) if np.asarray(v).dtype.name == "bfloat16" else v)
-            for k, v in feeds.items()}
-    outs = sess.run(output_names, feed)
-    return [round_to_bf16(o) if types.get(n) == onnx.TensorProto.BFLOAT16 else o for o, n in zip(outs, output_names)]
-
-
-def has_bfloat16(model: "onnx.ModelProto") -> bool:  # noqa: F821
-    """True when any graph input, output, value_info or initializer of ``model``
-    (main graph) is BFLOAT16, or a node casts to it."""
-    import onnx
-
-    bf = onnx.TensorProto.BFLOAT16
-    g = model.graph
-    if any(v.type.tensor_type.elem_type == bf for v in list(g.input) + list(g.output) + list(g.value_info)):
-        return True
-    if any(t.data_type == bf for t in g.initializer):
-        return True
-    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == bf for a in n.attribute) for n in g.node)
+    return run_reference(model, feeds, output_names, engine="onnxruntime", timeout_s=timeout_s,
+                         model_path=model_path, intra_op_num_threads=intra_op_num_threads)
 
 
 def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[str, "np.ndarray"]:  # noqa: F821
@@ -205,6 +245,8 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
     (round to nearest even, as :func:`~torq_gen_config.precision.dtype_conversion.round_to_bf16`),
     and ``|V2`` arrays (what ``numpy.savez`` makes of an ml_dtypes.bfloat16 array),
     read as bfloat16 bit patterns.
+
+    Zero-size dims are dims: an input of shape (2, 0, 4) takes a (2, 0, 4) array.
 
     Raises:
         ModelError: unreadable file, a missing input name, a shape that matches
@@ -227,17 +269,24 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
                 raise ModelError(f"input data {path} has no array {vi.name!r}; the model's inputs are "
                                  f"{[v.name for v in model.graph.input]}, the file has {data.files}")
             a = data[vi.name]
-            shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
-                          for d in vi.type.tensor_type.shape.dim)
-            if a.shape != shape and a.shape[1:] == shape:
+            dims = vi.type.tensor_type.shape.dim
+            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+            if len(a.shape) == len(shape) + 1 and _fits(a.shape[1:], shape):
                 a = a[0]
-            if a.shape != shape:
-                raise ModelError(f"input data {path}: {vi.name!r} has shape {a.shape}, the model expects {shape}")
+            if not _fits(a.shape, shape):
+                want = "x".join("?" if d is None else str(d) for d in shape) or "a scalar"
+                raise ModelError(f"input data {path}: {vi.name!r} has shape {'x'.join(map(str, a.shape)) or 'scalar'}, "
+                                 f"the model expects {want} (or N samples of it)")
             if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
                 feeds[vi.name] = _input_data_to_bf16(a, vi.name, path)
             else:
                 feeds[vi.name] = a.astype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
     return feeds
+
+
+def _fits(shape: tuple, model_shape: tuple) -> bool:
+    """True when an array shape matches a model shape (None dims match anything)."""
+    return len(shape) == len(model_shape) and all(m is None or m == d for d, m in zip(shape, model_shape))
 
 
 def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # noqa: F821
@@ -259,147 +308,125 @@ def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # no
                      f"they are rounded to bfloat16")
 
 
-def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> dict[str, "np.ndarray"]:  # noqa: F821
-    """A layer's inputs from ``<layer>/inputs.npz`` (:func:`propagate_layer_inputs`), keyed
-    by the layer's graph inputs in order.
+def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> tuple[dict, dict]:  # noqa: F821
+    """A layer's inputs from ``<layer>/inputs.npz`` (:func:`propagate_layer_inputs`):
+    ``(arrays by name, meta)``; ``meta["fallback"]`` is set (and ``arrays`` empty) when
+    the whole-model run could not produce them.
 
     The file is written with :func:`save_npz` (bfloat16 arrays as uint16 bit patterns,
     listed in ``__meta__``); a file without ``__meta__`` (written by an older version,
     where ``numpy.savez`` stored bfloat16 as raw ``|V2``) is read too. Either way an
     input the layer declares BFLOAT16 comes back as ml_dtypes.bfloat16.
-
-    Raises:
-        KeyError: the file has no array for one of the layer's inputs.
     """
     import ml_dtypes
-    import onnx
-
-    arrays = _read_layer_inputs_file(path)
-    inputs = {}
-    for vi in layer.graph.input:
-        a = arrays[vi.name]
-        if (vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 and a.dtype.name != "bfloat16"
-                and a.dtype.itemsize == 2 and (a.dtype.kind == "V" or a.dtype == "uint16")):
-            a = a.view(ml_dtypes.bfloat16)
-        inputs[vi.name] = a
-    return inputs
-
-
-def _read_layer_inputs_file(path: str | os.PathLike) -> dict[str, "np.ndarray"]:  # noqa: F821
-    """All arrays of a layer inputs file (``__meta__`` dropped, bf16 keys restored)."""
     import numpy as np
+    import onnx
 
     with np.load(Path(path), allow_pickle=False) as z:
         has_meta = "__meta__" in z.files
     if has_meta:
-        return load_npz(path)[0]
-    with np.load(Path(path), allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-def _same_arrays(old: dict, new: dict) -> bool:
-    """True when both hold the same names with equal dtypes, shapes and values (bfloat16
-    compared bit for bit, NaN equal to NaN for other floats)."""
-    import numpy as np
-
-    if set(old) != set(new):
-        return False
-    for k, a in new.items():
-        b = old[k]
-        if b.dtype != a.dtype or b.shape != a.shape:
-            return False
-        if a.dtype.name == "bfloat16":
-            if not np.array_equal(b.view(np.uint16), a.view(np.uint16)):
-                return False
-        elif not np.array_equal(b, a, equal_nan=a.dtype.kind in "fc"):
-            return False
-    return True
+        arrays, meta = load_npz(path)
+    else:
+        with np.load(Path(path), allow_pickle=False) as z:
+            arrays, meta = {k: z[k] for k in z.files}, {}
+    for vi in layer.graph.input:
+        a = arrays.get(vi.name)
+        if a is None:
+            continue
+        if (vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 and a.dtype.name != "bfloat16"
+                and a.dtype.itemsize == 2 and (a.dtype.kind == "V" or a.dtype == "uint16")):
+            arrays[vi.name] = a.view(ml_dtypes.bfloat16)
+    return arrays, meta
 
 
 def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, layers_dir: str | os.PathLike,
-                           settings: dict | None = None, input_data: str | os.PathLike | None = None) -> dict:
-    """Run the whole prepared model once in ONNX Runtime and store each layer's inputs.
+                           model_inputs: str | os.PathLike, *, timeout_s: float | None = None) -> dict:
+    """The whole-model reference run, and each layer's inputs from it (``--layer-inputs
+    propagate``, the default): every layer sees the values it gets in the model.
 
-    ``--layer-inputs propagate``: every layer then sees the values it would see in the
-    model (post-ReLU non-negative, real ranges) instead of random ones. Model inputs
-    come from ``input_data`` (``--input-data``) or are drawn like layer inputs.
-    Writes ``<layers_dir>/<slug>/inputs.npz`` per layer with :func:`save_npz` (bfloat16
-    arrays as uint16 bit patterns; read back by :func:`load_layer_inputs`), leaving a
-    file whose arrays did not change untouched (so its layer is not retested).
+    The prepared model runs node by node (:func:`torq_gen_config.model_run.run_model_by_node`,
+    bounded memory) on the model input values of ``model_inputs``
+    (:mod:`torq_gen_config.model_inputs`). Each layer's ``<layers_dir>/<slug>/inputs.npz``
+    is written with :func:`save_npz` as soon as its inputs exist (only when its arrays
+    changed, so unchanged layers are not retested). A layer whose inputs the run could
+    not produce (a node upstream that neither engine can evaluate) gets an
+    ``inputs.npz`` without arrays whose ``__meta__["fallback"]`` says why; its reference
+    job then generates its inputs (:func:`compute_reference`) and says so.
 
     Returns:
-        ``{"model_inputs": {name: [shape]}, "source": "random"|path, "run_ms",
-        "layers": N, "rewritten": M}``.
+        JSON-safe ``{"model_inputs": source, "layers": N, "rewritten": M,
+        "fallback": {slug: reason}, "run": run summary}``.
 
     Raises:
-        ModelError: ONNX Runtime cannot run the whole model, or bad ``input_data``.
+        ModelError: ``model_inputs`` lacks an input of the model.
     """
-    import time
-
-    import numpy as np
     import onnx
-    import onnxruntime as ort
 
-    from .errors import ModelError
+    from .model_inputs import load_model_inputs
+    from .model_run import run_model_by_node, run_summary
 
     model = onnx.load(str(prepared_path))
-    feeds = load_input_data(input_data, model) if input_data else make_inputs(model, settings)
-    bf16_names: set[str] = set()
-    if has_bfloat16(model):  # --auto-convert-bf16: run in fp32 on bf16 values, round bf16 tensors
-        from .precision.dtype_conversion import widen_bf16_to_fp32
-
-        g = model.graph
-        bf16_names = {v.name for v in list(g.input) + list(g.output) + list(g.value_info)
-                      if v.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16}
-        model = widen_bf16_to_fp32(model)
-    needed = sorted({i["name"] for layer in manifest["layers"] for i in layer["inputs"]} - set(feeds))
-    have = {o.name for o in model.graph.output}
-    types = {vi.name: vi for vi in model.graph.value_info}
-    for name in needed:
-        if name not in have:
-            vi = onnx.ValueInfoProto()
-            vi.CopyFrom(types[name]) if name in types else setattr(vi, "name", name)
-            model.graph.output.append(vi)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        run_feeds = {k: (v.astype(np.float32) if v.dtype.name == "bfloat16" else v) for k, v in feeds.items()}
-        t0 = time.perf_counter()
-        values = dict(zip(needed, sess.run(needed, run_feeds)))
-        run_ms = (time.perf_counter() - t0) * 1000
-        if bf16_names:
-            from .precision.dtype_conversion import round_to_bf16
-
-            values = {k: (round_to_bf16(v) if k in bf16_names else v) for k, v in values.items()}
-    except Exception as e:
-        raise ModelError(f"--layer-inputs propagate needs ONNX Runtime to run the whole model, and it failed: "
-                         f"{str(e).strip()[:500]}") from None
-    values.update(feeds)
+    feeds, meta = load_model_inputs(model_inputs, model)
+    source = f"whole-model run on {meta.get('source') or 'model inputs'}"
+    layers = [layer for layer in manifest["layers"] if not layer.get("not_testable")]
+    waiting: dict[str, list[str]] = {}
+    need: dict[str, set[str]] = {}
+    got: dict[str, dict] = {}
+    order: dict[str, list[str]] = {}
+    for layer in layers:
+        names = [i["name"] for i in layer["inputs"]]
+        order[layer["slug"]] = names
+        need[layer["slug"]] = set(names)
+        got[layer["slug"]] = {}
+        for n in names:
+            waiting.setdefault(n, []).append(layer["slug"])
     rewritten = 0
-    for layer in manifest["layers"]:
-        arrays = {i["name"]: np.asarray(values[i["name"]]) for i in layer["inputs"]}
-        path = Path(layers_dir) / layer["slug"] / "inputs.npz"
-        if path.exists():
-            try:
-                unchanged = _same_arrays(_read_layer_inputs_file(path), arrays)
-            except Exception:  # unreadable or foreign file: write it again
-                unchanged = False
-            if unchanged:
-                continue
-        save_npz(path, arrays, {"kind": "layer_inputs", "layer": layer["slug"]})
-        rewritten += 1
-    return {"model_inputs": {k: list(v.shape) for k, v in feeds.items()},
-            "source": str(input_data) if input_data else "random", "run_ms": round(run_ms, 3),
-            "layers": len(manifest["layers"]), "rewritten": rewritten}
+
+    def write(slug: str, arrays: dict, extra: dict) -> None:
+        nonlocal rewritten
+        path = Path(layers_dir) / slug / "inputs.npz"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if save_npz(path, arrays, {"kind": "layer_inputs", "layer": slug, **extra}, only_if_changed=True):
+            rewritten += 1
+
+    def on_value(name: str, value) -> None:
+        for slug in waiting.get(name, ()):
+            got[slug][name] = value
+            if len(got[slug]) == len(need[slug]):
+                arrays = got.pop(slug)
+                if any(isinstance(a, list) for a in arrays.values()):
+                    continue  # a sequence value: such layers are not testable (the split says so)
+                write(slug, {n: arrays[n] for n in order[slug]}, {"source": source})
+
+    for slug, names in order.items():  # layers without run-time inputs
+        if not names:
+            write(slug, {}, {"source": source})
+            got.pop(slug)
+    res = run_model_by_node(model, feeds, on_value=on_value, timeout_s=timeout_s)
+    fallback = {}
+    for slug, have in got.items():
+        missing = [n for n in order[slug] if n not in have]
+        why = res["unavailable"].get(missing[0]) if missing else None
+        reason = (f"the whole-model run gave no value for input {missing[0]!r}: {why or 'not computed'}"
+                  if missing else "the whole-model run gave a sequence value")
+        fallback[slug] = reason
+        write(slug, {}, {"fallback": reason})
+    return {"model_inputs": meta.get("source"), "layers": len(layers), "rewritten": rewritten,
+            "fallback": fallback, "run": run_summary(res)}
 
 
-def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dict) -> None:  # noqa: F821
+def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dict,  # noqa: F821
+             *, only_if_changed: bool = False) -> bool:
     """Write arrays plus a JSON ``__meta__`` entry to an ``.npz`` atomically.
 
     bfloat16 arrays (ml_dtypes) are stored as uint16 bit patterns and listed in
-    ``meta["bf16_keys"]`` so that :func:`load_npz` restores them.
+    ``meta["bf16_keys"]`` so that :func:`load_npz` restores them. The bytes are a
+    function of the arrays and ``meta`` (``numpy.savez`` writes fixed zip dates), so
+    with ``only_if_changed`` an unchanged file keeps its mtime (nothing downstream
+    reruns).
+
+    Returns:
+        True when the file was written.
     """
     import io
 
@@ -419,7 +446,12 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
     store["__meta__"] = np.array(json.dumps(meta))
     buf = io.BytesIO()
     np.savez(buf, **store)
+    if only_if_changed:
+        from .fileio import write_bytes_if_changed
+
+        return write_bytes_if_changed(path, buf.getvalue())
     atomic_write_bytes(path, buf.getvalue())
+    return True
 
 
 def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  # noqa: F821
@@ -440,11 +472,15 @@ def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  
 def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
     """Read ``reference.npz``: ``(inputs by name, reference outputs by name, meta)``.
 
-    Outputs are empty when the reference failed (``meta["status"] == "error"``).
+    Outputs are empty when the reference failed (``meta["status"] != "ok"``); the
+    second engine's outputs are in ``meta["second_outputs"]`` (name -> array, empty
+    when it failed or the file predates it).
     """
     arrays, meta = load_npz(path)
     inputs = {n: arrays[f"input_{i}"] for i, n in enumerate(meta["input_names"])}
     outputs = {n: arrays[f"output_{i}"] for i, n in enumerate(meta["output_names"]) if f"output_{i}" in arrays}
+    meta["second_outputs"] = {n: arrays[f"second_output_{i}"] for i, n in enumerate(meta["output_names"])
+                              if f"second_output_{i}" in arrays}
     return inputs, outputs, meta
 
 

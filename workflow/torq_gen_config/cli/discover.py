@@ -39,11 +39,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--recompute-cache", action="store_true",
                    help="recompute everything for this model (prepared model, layers, references, every verdict), "
                         "also under --skip-mode; the Snakemake form is `snakemake --forceall`")
-    p.add_argument("--layer-inputs", choices=["random", "propagate"],
-                   help="layer inputs drawn at random (default) or taken from an ONNX Runtime run of the whole "
-                        "model, so every layer sees realistic values")
-    p.add_argument("--input-data", metavar="FILE.npz",
-                   help="model inputs for --layer-inputs propagate, keyed by input name (default: random)")
+    p.add_argument("--layer-inputs", choices=["propagate", "random"],
+                   help="propagate (default): each layer gets the values it receives in a whole-model reference run "
+                        "on the model inputs; random: op-aware generated values per layer (docs/inputs.md)")
     p.add_argument("--dedup-layers", action="store_true",
                    help="test one layer per signature (op type, attributes, shapes, dtypes); the others copy its "
                         "verdicts and are marked duplicate_of")
@@ -90,6 +88,20 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                         "output name (with --subgraph-to); files get _subgraph_<f>_<t> in their names")
     p.add_argument("--subgraph-to", metavar="OP",
                    help="subgraph mode: last node of the range (inclusive)")
+    p.add_argument("--input-data", metavar="FILE.npz",
+                   help="model inputs keyed by input name (arrays of the input's shape, or [N, *shape]: the first "
+                        "sample is used); they feed the whole-model reference run (layer inputs) and the full-model "
+                        "run, and set symbolic dims (default: seeded, op-aware generated inputs)")
+    p.add_argument("--input-shapes", nargs="+", metavar="NAME:DIMS",
+                   help="values of symbolic input dims, e.g. --input-shapes input:1x3x224x224 mask:1x77 (dims not "
+                        "given default to 1; the report lists what was fixed)")
+    p.add_argument("--reference", choices=["onnxruntime", "onnx"],
+                   help="the reference verdicts are computed against: onnxruntime (default; ONNX Runtime CPU, "
+                        "optimizations off) or onnx (onnx's reference implementation of the spec); the other one is "
+                        "recorded as a second opinion and disputes are listed")
+    p.add_argument("--target-opset", type=int, metavar="N",
+                   help="upgrade models below opset N to N (default 17: IREE's importer needs it for several ops); "
+                        "the run stops if the upgrade would change the model's inputs or outputs")
     add_precision_options(p)
 
 
@@ -154,10 +166,16 @@ def build_config(args: argparse.Namespace) -> dict:
     if getattr(args, "layer_inputs", None):
         config["layer_inputs"] = args.layer_inputs
     if getattr(args, "input_data", None):
-        config["input_data"] = str(Path(args.input_data).expanduser().resolve())
-        config.setdefault("layer_inputs", "propagate")
-        if config["layer_inputs"] != "propagate":
-            raise ConfigError("--input-data needs --layer-inputs propagate")
+        data = Path(args.input_data).expanduser().resolve()
+        if not data.is_file():
+            raise ConfigError(f"--input-data {data}: no such file")
+        config["input_data"] = str(data)
+    if getattr(args, "input_shapes", None):
+        config["input_shapes"] = list(args.input_shapes)
+    if getattr(args, "reference", None):
+        config["reference"] = args.reference
+    if getattr(args, "target_opset", None) is not None:
+        config["target_opset"] = args.target_opset
     if getattr(args, "dedup_layers", False):
         config["dedup_layers"] = True
     if getattr(args, "skip_mode", False):

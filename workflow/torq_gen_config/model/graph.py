@@ -43,3 +43,37 @@ def node_attr(node, name: str, default: Any) -> Any:
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
+
+
+def node_inputs(node) -> list[str]:
+    """The tensors a node reads, including outer-scope names read by its subgraphs
+    (If/Loop/Scan bodies), in order, without duplicates or empty names."""
+    out: list[str] = []
+    seen: set[str] = set()
+
+    def add(name: str) -> None:
+        if name and name not in seen:
+            seen.add(name)
+            out.append(name)
+
+    for t in node.input:
+        add(t)
+    for name in _subgraph_free_names(node):
+        add(name)
+    return out
+
+
+def _subgraph_free_names(node) -> list[str]:
+    from onnx import AttributeProto
+
+    free: list[str] = []
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+        for g in graphs:
+            defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+            for n in g.node:
+                for t in node_inputs(n):
+                    if t not in defined:
+                        free.append(t)
+                defined.update(o for o in n.output if o)
+    return free

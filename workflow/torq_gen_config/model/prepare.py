@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
-from ..errors import ModelError
+from ..errors import ConfigError, ModelError
+from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 
 #: Prefix of the temporary node names used to trace nodes through the opset upgrade.
 _TAG = "__tgc_node_"
@@ -141,19 +142,32 @@ def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
 
 def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
                   subgraph: tuple[str, str] | None = None, convert_bf16: bool = False,
-                  convert_int32: bool = False) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
+                  convert_int32: bool = False, input_shapes: Mapping[str, list[int]] | None = None,
+                  observe: Callable[..., dict] | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Prepare the user's model for layer split and import.
 
     Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
-    fix symbolic or missing input dimensions to 1; upgrade the default-domain opset
-    to ``target_opset`` when lower (IREE's importer legalizes several ops only from
-    opset 17, notes/toolchain.md section 4); restore the user's node and tensor
-    names; infer shapes (with data propagation); with ``subgraph``, cut out that
-    range of the user's nodes (:mod:`torq_gen_config.model.subgraph`).
+    set symbolic or missing input dimensions (``input_shapes``, else 1); upgrade the
+    default-domain opset to ``target_opset`` when lower (IREE's importer legalizes
+    several ops only from opset 17, notes/toolchain.md section 4) and check that the
+    upgrade kept the model's signature; restore the user's node and tensor names;
+    complete every tensor's shape and dtype (static inference, then folded constants
+    fed back into inference, :func:`torq_gen_config.model.shapes.complete_static_shapes`,
+    then the types ``observe`` reports from a whole-model run); with ``subgraph``,
+    cut out that range of the user's nodes (:mod:`torq_gen_config.model.subgraph`).
 
     Args:
         subgraph: ``(from, to)`` names (layer ID or output name) of the first and
             last user node of a subgraph (subgraph mode), or None for the whole model.
+        input_shapes: graph input name -> shape (``--input-shapes``, or the shapes of
+            the ``--input-data`` arrays): the values of its symbolic dims.
+        observe: ``observe(model, want=[names], unknown=[names])`` is called once with
+            the upgraded, statically completed (whole, uncut) model; it runs the model
+            (:mod:`torq_gen_config.model_run`) when ``unknown`` or ``want`` is not empty
+            and returns ``{"types": {name: observed type}, "info": {...}}``; ``want``
+            are the subgraph's inputs in subgraph mode (the caller keeps their values:
+            the subgraph's realistic inputs). The observed types fill in what static
+            inference left unknown; ``info`` goes to ``info["model_run"]``.
         convert_bf16, convert_int32: ``--auto-convert-bf16`` / ``--auto-convert-int32``
             (seed 001 section 5; notes/reference_tool.md s6): the opset is upgraded to
             at least 22 and the (cut) model converted, bf16 first, by
@@ -172,8 +186,10 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
 
     Raises:
         ModelError: see :func:`load_model`; an int64 constant out of int32 range
-            (``convert_int32``), or a converted model that fails the checker.
-        ConfigError: an unknown subgraph name or a reversed range.
+            (``convert_int32``), a converted model that fails the checker, or an
+            opset upgrade that changed the model's inputs or outputs.
+        ConfigError: an unknown subgraph name or a reversed range; an
+            ``input_shapes`` entry that names no input or contradicts a static dim.
     """
     import onnx
     from onnx import version_converter
@@ -196,13 +212,14 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     if model.ir_version < 4:
         model.ir_version = 4
 
-    info["fixed_dims"] = fix_symbolic_dims(model)
+    info["fixed_dims"] = fix_symbolic_dims(model, input_shapes)
 
     original_names = [n.name for n in model.graph.node]
     for i, n in enumerate(model.graph.node):
         n.name = f"{_TAG}{i}"
 
     if orig_opset and orig_opset < target_opset:
+        before = model_signature(model)
         try:
             model = version_converter.convert_version(model, target_opset)
             info["opset"]["prepared"] = target_opset
@@ -210,7 +227,13 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             info["warnings"].append(
                 f"opset upgrade {orig_opset} -> {target_opset} failed ({_one_line(e)}); "
                 f"the model is imported at opset {orig_opset} and some ops may fail to compile")
+        else:
+            check_signature_kept(before, model_signature(model), orig_opset, target_opset)
 
+    if info["opset"]["prepared"] and info["opset"]["prepared"] < 17:
+        info["warnings"].append(f"the model stays at opset {info['opset']['prepared']} (target_opset "
+                                f"{target_opset}): IREE's ONNX importer legalizes several ops only from opset 17, "
+                                "so some layers may fail to compile")
     origin = trace_node_origins(model, len(original_names), info["user_nodes"])
     _restore_tensor_names(model, info["user_nodes"], origin)
     _restore_node_names(model, original_names, origin, info["user_nodes"])
@@ -218,16 +241,25 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     min_ir = onnx.helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True)
     if model.ir_version < min_ir:
         model.ir_version = min_ir
-    try:
-        model = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as e:
-        info["warnings"].append(f"shape inference failed: {_one_line(e)}")
+    model, static = complete_static_shapes(model, info["warnings"])
     try:
         onnx.checker.check_model(model)
     except Exception as e:
         info["warnings"].append(f"prepared model does not pass the ONNX checker: {_one_line(e)}")
+    info["shapes"] = {"inferred_after_folding": static["learnt_from_folding"], "observed": [], "conflicts": [],
+                      "unknown": static["unknown"]}
+    if observe is not None:
+        want = _subgraph_inputs(model, origin, info, subgraph) if subgraph is not None else []
+        run = observe(model, want=want, unknown=list(static["unknown"]))
+        info["model_run"] = run.get("info")
+        applied = apply_observed_types(model, run.get("types") or {})
+        info["shapes"]["observed"] = applied["observed"]
+        info["shapes"]["conflicts"] = applied["conflicts"]
+        for line in applied["conflicts"]:
+            info["warnings"].append(f"shape inference and the whole-model run disagree on {line}")
     if subgraph is not None:
         model, origin = _cut_subgraph(model, origin, info, subgraph)
+    info["shapes"]["unknown"] = unknown_runtime_tensors(model)
     if convert_bf16 or convert_int32:
         from ..precision.dtype_conversion import convert_int64_to_int32, convert_to_bf16
 
@@ -245,6 +277,14 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     return model, info
 
 
+def _subgraph_inputs(model, origin: list[int], info: dict, subgraph: tuple[str, str]) -> list[str]:
+    """The run-time tensors the subgraph reads from the rest of the model (its inputs)."""
+    from .subgraph import CONFIG_KEYS, extract_subgraph, resolve_range
+
+    rng = resolve_range(info["user_nodes"], subgraph[0], subgraph[1], labels=CONFIG_KEYS)
+    return list(extract_subgraph(model, origin, rng["from"]["graph_index"], rng["to"]["graph_index"])[2]["inputs"])
+
+
 def _cut_subgraph(model, origin: list[int], info: dict, subgraph: tuple[str, str]):
     """Subgraph mode: replace the prepared model by the subgraph; keep the user's
     indices (``info["user_nodes"]`` keeps the entries of the nodes it holds)."""
@@ -260,13 +300,6 @@ def _cut_subgraph(model, origin: list[int], info: dict, subgraph: tuple[str, str
         for gi in sub_info["outside_constant_nodes"]]
     info["user_nodes"] = [u for u in info["user_nodes"] if u["graph_index"] in held]
     info["subgraph"] = {"from": rng["from"], "to": rng["to"], "suffix": rng["suffix"], **sub_info}
-    fixed = fix_symbolic_dims(sub)  # a boundary tensor whose shape inference left a dim open
-    if fixed:
-        info["fixed_dims"].extend(fixed)
-        try:
-            sub = onnx.shape_inference.infer_shapes(sub, check_type=False, strict_mode=False, data_prop=True)
-        except Exception as e:
-            info["warnings"].append(f"shape inference of the subgraph failed: {_one_line(e)}")
     try:
         onnx.checker.check_model(sub)
     except Exception as e:
@@ -274,27 +307,60 @@ def _cut_subgraph(model, origin: list[int], info: dict, subgraph: tuple[str, str
     return sub, sub_origin
 
 
-def fix_symbolic_dims(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
-    """Set every symbolic (``dim_param``) or unknown input dimension to 1, in place.
+def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[int]] | None = None  # noqa: F821
+                      ) -> list[dict]:
+    """Give every symbolic (``dim_param``) or unknown input dimension a value, in place:
+    the one ``input_shapes`` gives (``--input-shapes``, or the shape of an
+    ``--input-data`` array), else 1. Static dims, zero-size ones included, are kept.
 
     Graph outputs and value_info with symbolic dims are cleared so that shape
     inference recomputes them from the fixed inputs.
 
+    Args:
+        input_shapes: graph input name -> full shape (ints); each entry must name a
+            graph input, have its rank and agree with its static dims.
+
     Returns:
-        One record per changed dimension: ``{"input", "axis", "was"}`` (JSON-safe).
+        One record per changed dimension: ``{"input", "axis", "was", "to", "source"}``
+        (``source`` "input_shapes" or "default 1"), JSON-safe.
+
+    Raises:
+        ConfigError: an ``input_shapes`` entry names no input, has another rank, or
+            contradicts a static dim.
     """
+    shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    names = [i.name for i in model.graph.input]
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise ConfigError(f"--input-shapes names {', '.join(map(repr, unknown))}, which the model does not have as "
+                          f"input; its inputs are {', '.join(map(repr, names))}")
     changed = []
     for inp in model.graph.input:
         tt = inp.type.tensor_type
+        given = shapes.get(inp.name)
+        if given is not None:
+            if tt.HasField("shape") and len(tt.shape.dim) != len(given):
+                raise ConfigError(f"--input-shapes {inp.name}:{'x'.join(map(str, given))} has rank {len(given)}, "
+                                  f"the model's input has rank {len(tt.shape.dim)} ({_dims_text(tt.shape.dim)})")
+            if not tt.HasField("shape"):
+                for _ in given:
+                    tt.shape.dim.add()
+            for axis, (d, g) in enumerate(zip(tt.shape.dim, given)):
+                if d.HasField("dim_value") and d.dim_value != g:
+                    raise ConfigError(f"--input-shapes {inp.name}:{'x'.join(map(str, given))}: dim {axis} is "
+                                      f"{d.dim_value} in the model ({_dims_text(tt.shape.dim)}); only symbolic dims "
+                                      "can be set")
         if not tt.HasField("shape"):
             continue
         for axis, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
+            if d.HasField("dim_value"):
                 continue
             was = d.dim_param if d.HasField("dim_param") else "?"
+            to = given[axis] if given is not None else 1
             d.Clear()
-            d.dim_value = 1
-            changed.append({"input": inp.name, "axis": axis, "was": was})
+            d.dim_value = to
+            changed.append({"input": inp.name, "axis": axis, "was": was, "to": to,
+                            "source": "input_shapes" if given is not None else "default 1"})
     if changed:
         for vi in list(model.graph.value_info):
             if any(not dd.HasField("dim_value") for dd in vi.type.tensor_type.shape.dim):
@@ -304,6 +370,93 @@ def fix_symbolic_dims(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
             if tt.HasField("shape") and any(not dd.HasField("dim_value") for dd in tt.shape.dim):
                 tt.ClearField("shape")
     return changed
+
+
+def _dims_text(dims) -> str:
+    return "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims) or "scalar"
+
+
+def parse_input_shapes(specs: list[str] | str) -> dict[str, list[int]]:
+    """``NAME:1x32x16x16`` entries (Polygraphy's ``--input-shapes`` form; a scalar is
+    ``NAME:``; names may contain ``:``, the last one separates) -> ``{name: [dims]}``.
+
+    Raises:
+        ConfigError: an entry without ``:``, a dim that is not a non-negative integer,
+            or a name given twice.
+    """
+    if isinstance(specs, str):
+        specs = specs.split()
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        if ":" not in spec:
+            raise ConfigError(f"--input-shapes entry {spec!r}: expected NAME:DIMS such as input:1x3x224x224")
+        name, dims = spec.rsplit(":", 1)
+        if not name:
+            raise ConfigError(f"--input-shapes entry {spec!r}: the input name is empty")
+        try:
+            shape = [int(d) for d in dims.split("x")] if dims.strip() else []
+        except ValueError:
+            shape = None
+        if shape is None or any(d < 0 for d in shape):
+            raise ConfigError(f"--input-shapes entry {spec!r}: dims must be non-negative integers separated by 'x'")
+        if name in out:
+            raise ConfigError(f"--input-shapes gives {name!r} twice")
+        out[name] = shape
+    return out
+
+
+def model_signature(model: "onnx.ModelProto") -> dict:  # noqa: F821
+    """Names, dtypes and shapes of the graph inputs (initializers excluded) and outputs:
+    ``{"inputs": [[name, elem_type, dims]], "outputs": [...]}`` with dims as ints, the
+    dim_param string, or None."""
+    inits = {t.name for t in model.graph.initializer}
+
+    def entry(vi):
+        tt = vi.type.tensor_type
+        dims = None
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+        return [vi.name, tt.elem_type, dims]
+
+    return {"inputs": [entry(i) for i in model.graph.input if i.name not in inits],
+            "outputs": [entry(o) for o in model.graph.output]}
+
+
+def check_signature_kept(before: dict, after: dict, from_opset: int, to_opset: int) -> None:
+    """The opset upgrade must keep the model's signature (onnx's converter changes some,
+    e.g. Scan-8 -> 9 drops the batch axis of every input).
+
+    Raises:
+        ModelError: one line naming what changed, suggesting ``--target-opset``.
+    """
+    from onnx import helper
+
+    def text(e) -> str:
+        try:
+            dt = helper.tensor_dtype_to_np_dtype(e[1]).name
+        except Exception:
+            dt = str(e[1])
+        return f"{dt}[{'x'.join('?' if d is None else str(d) for d in e[2])}]" if e[2] is not None else f"{dt}[?]"
+
+    changes = []
+    for kind in ("inputs", "outputs"):
+        a, b = before[kind], after[kind]
+        if [e[0] for e in a] != [e[0] for e in b]:
+            changes.append(f"{kind} {[e[0] for e in a]} became {[e[0] for e in b]}")
+            continue
+        for x, y in zip(a, b):
+            same_shape = x[2] is None or y[2] is None if kind == "outputs" else x[2] == y[2]
+            if kind == "outputs" and x[2] is not None and y[2] is not None:
+                same_shape = len(x[2]) == len(y[2]) and all(
+                    p == q or not isinstance(p, int) or not isinstance(q, int) for p, q in zip(x[2], y[2]))
+            if x[1] != y[1] or not same_shape:
+                changes.append(f"{kind[:-1]} {x[0]!r} {text(x)} -> {text(y)}")
+    if changes:
+        raise ModelError(f"the opset upgrade {from_opset} -> {to_opset} changed the model's signature "
+                         f"({'; '.join(changes[:4])}{'; ...' if len(changes) > 4 else ''}), so its layers would be "
+                         f"tested on another model: keep the model's opset with --target-opset {from_opset} "
+                         f"(config target_opset; IREE may then fail to compile some ops), or re-export it at opset "
+                         f">= {to_opset}")
 
 
 def trace_node_origins(model: "onnx.ModelProto", n_user_nodes: int,  # noqa: F821

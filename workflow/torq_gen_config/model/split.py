@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import write_bytes_if_changed
-from .graph import copy_proto, node_attr, value_info, value_types
+from .folding import NONDETERMINISTIC_OPS, fold_constants, static_shapes as _static_shapes  # noqa: F401 (re-exported)
+from .graph import copy_proto, value_info, value_types
+from .shapes import type_is_complete, type_table, type_text
 
-#: Ops whose output is not a function of their inputs: never folded.
-NONDETERMINISTIC_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"}
 #: Name of the layer model file inside each layer directory.
 LAYER_MODEL = "model.onnx"
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
@@ -46,58 +46,6 @@ def layer_slug(layer_id: str, max_len: int = 80) -> str:
     return s
 
 
-def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = frozenset()  # noqa: F821
-                   ) -> tuple[dict[str, Any], set[int], list[str]]:
-    """Evaluate every node of ``model`` whose result does not depend on run-time data.
-
-    Args:
-        model: shape-inferred model (static shapes let ``Shape``/``Size`` fold).
-        keep_op_types: op types never folded (the full-model run keeps the
-            DequantizeLinear of int8 weights, so the compiler sees int8 weights).
-
-    Returns:
-        ``(values, folded, warnings)``: ``values`` maps tensor name -> numpy array
-        for initializers and folded node outputs; ``folded`` holds the indices of
-        folded nodes in ``model.graph.node``.
-    """
-    import numpy as np
-    from onnx import numpy_helper
-
-    values: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    shapes = _static_shapes(model)
-    folded: set[int] = set()
-    warnings: list[str] = []
-    opsets = {o.domain: o.version for o in model.opset_import}
-    for j, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type in NONDETERMINISTIC_OPS or node.op_type in keep_op_types:
-            continue
-        if any(a.type in (5, 10) for a in node.attribute):  # GRAPH / GRAPHS: subgraphs may read outer values
-            continue
-        ins = [t for t in node.input if t]
-        if node.op_type in ("Shape", "Size") and ins and ins[0] in shapes:
-            shp = shapes[ins[0]]
-            if node.op_type == "Size":
-                values[node.output[0]] = np.array(int(np.prod(shp)), dtype=np.int64)
-            else:
-                start = node_attr(node, "start", 0)
-                end = node_attr(node, "end", None)
-                values[node.output[0]] = np.array(shp[start:end], dtype=np.int64)
-            folded.add(j)
-            continue
-        if not all(t in values for t in ins):
-            continue
-        try:
-            outs = _evaluate_node(node, values, opsets)
-        except Exception as e:  # a node the reference evaluator cannot run stays a layer
-            warnings.append(f"could not fold {node.op_type} node {node.name or j}: {str(e).splitlines()[0][:200]}")
-            continue
-        for name, val in zip(node.output, outs):
-            if name:
-                values[name] = np.asarray(val)
-        folded.add(j)
-    return values, folded, warnings
-
-
 def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.PathLike) -> dict:  # noqa: F821
     """Write one ONNX model per layer and return the manifest.
 
@@ -113,7 +61,9 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         ``slug``, ``op_type``, ``node_index``, ``graph_index``, ``node_name``,
         ``prepared_node_indices``, ``primary_prepared_index`` (the node of the
         layer's own op type, used for its MLIR location), ``inputs``/``outputs``
-        (name, dtype, shape), ``initializers`` (name, dtype, shape), ``mac_count``;
+        (name, dtype, shape), ``initializers`` (name, dtype, shape), ``mac_count``,
+        and ``not_testable`` (the reason, :func:`not_testable_reason`) for a layer
+        whose input or output type is unknown: it gets no test jobs;
         and ``folded_nodes`` (user nodes that were constant-folded), ``warnings``.
     """
     from ..mac_count import mac_count
@@ -126,6 +76,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
     for j, p in enumerate(info["prepared_nodes"]):
         groups.setdefault(p["graph_index"], []).append(j)
     types = value_types(model)
+    all_types = type_table(model)
     graph_outputs = [o.name for o in model.graph.output]
 
     layers = []
@@ -148,6 +99,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         layer_model, io = build_layer_model(model, members, values, types, graph_outputs, layer_id, un["node_index"])
         data = layer_model.SerializeToString(deterministic=True)
         write_bytes_if_changed(layers_dir / slug / LAYER_MODEL, data)
+        untestable = not_testable_reason(io, all_types, info)
         layers.append({
             "layer_id": layer_id,
             "slug": slug,
@@ -160,6 +112,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
             **io,
             "mac_count": _safe_mac_count(mac_count, layer_model),
             "signature": layer_signature(layer_model),
+            **({"not_testable": untestable} if untestable else {}),
         })
 
     keep = {layer["slug"] for layer in layers}
@@ -168,6 +121,36 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
             shutil.rmtree(d)
     return {"layers": layers, "folded_nodes": folded_nodes, "warnings": warnings,
             "total_user_nodes": len(info["user_nodes"])}
+
+
+def not_testable_reason(io: dict, types: dict, info: dict | None = None) -> str | None:
+    """Why a layer cannot be tested, or None: an input or output whose type is not a
+    tensor with a known dtype and a fully static shape (zero-size dims are static).
+
+    A guessed stand-in (a rank-0 tensor, a dim of 1) would test another layer than the
+    model holds, so such a layer gets this reason instead of verdicts. The reason names
+    the tensor and says why its type is unknown: the whole-model reference run gave it
+    no value (``info["model_run"]["unavailable"]``, with that run's reason), it is a
+    sequence or optional value, or static inference could not infer it.
+    """
+    run = (info or {}).get("model_run") or {}
+    unavailable = run.get("unavailable") or {}
+    for kind in ("inputs", "outputs"):
+        for entry in io[kind]:
+            name = entry["name"]
+            tp = types.get(name)
+            if type_is_complete(tp):
+                continue
+            what = f"the type/shape of {kind[:-1]} {name!r} is unknown"
+            if tp is not None and tp.WhichOneof("value") not in (None, "tensor_type"):
+                return (f"not testable: {kind[:-1]} {name!r} is a {type_text(tp)} value; layer tests take tensors "
+                        "only")
+            if name in unavailable:
+                return f"not testable: {what} ({type_text(tp)}): {unavailable[name]}"
+            if run.get("ran"):
+                return f"not testable: {what} ({type_text(tp)}): static inference could not infer it and the "                        "whole-model reference run gave it no value"
+            return f"not testable: {what} ({type_text(tp)}): static shape inference could not infer it"
+    return None
 
 
 def layer_signature(layer_model) -> str:
@@ -302,31 +285,6 @@ def _dtype_name(elem_type: int) -> str:
         return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
     except Exception:
         return onnx.TensorProto.DataType.Name(elem_type).lower()
-
-
-def _static_shapes(model) -> dict[str, list[int]]:
-    """Tensor name -> fully static shape, for tensors whose shape inference is complete."""
-    shapes = {}
-    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        tt = vi.type.tensor_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
-    for t in model.graph.initializer:
-        shapes[t.name] = list(t.dims)
-    return shapes
-
-
-def _evaluate_node(node, values: dict, opsets: dict) -> list:
-    """Run one node on constant inputs with onnx's reference evaluator."""
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
-    ins = [t for t in node.input if t]
-    graph = helper.make_graph([node], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
-    feeds = {t: values[t] for t in ins}
-    graph.input.extend([helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(values[t].dtype), values[t].shape) for t in ins])
-    return ReferenceEvaluator(m).run(None, feeds)
 
 
 def _safe_mac_count(fn, layer_model) -> int | None:

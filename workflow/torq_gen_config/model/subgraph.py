@@ -176,7 +176,7 @@ def constant_nodes(model) -> tuple[set[int], set[str]]:
         names of the ``Shape``/``Size`` nodes among them whose input is run-time data
         (their value comes from the static shape, not from the input).
     """
-    from .split import _static_shapes
+    from .folding import static_shapes as _static_shapes
 
     shapes = _static_shapes(model)
     const_tensors = {t.name for t in model.graph.initializer}
@@ -221,8 +221,9 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from ..full_model import node_inputs, tensor_consumers
-    from .split import _static_shapes
+    from ..full_model import tensor_consumers
+    from .graph import node_inputs
+    from .folding import static_shapes as _static_shapes
 
     nodes = list(model.graph.node)
     in_range = [j for j, o in enumerate(origin) if first <= o <= last]

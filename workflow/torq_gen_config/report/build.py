@@ -21,10 +21,12 @@ from ..compare import normalize_tolerance
 from ..errors import ReportError
 from .recommend import (
     REASON_NO_TIMING,
+    REASON_NOT_TESTABLE,
     REASON_NOT_TESTED,
     REASON_USER,
     STATUSES,
     is_critical_failure,
+    is_inconclusive,
     is_timing_reason,
     recommend_with_reason,
     rederive_statuses,
@@ -99,8 +101,26 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
         report = result.get("failure_report")
         entry["failure_report"] = copy.deepcopy(report) if report else _default_failure_report(status, result)
     entry["timing"] = _timing_entry(result.get("timing") or {})
-    entry["reference_status"] = (result.get("reference") or {}).get("status")
+    reference = result.get("reference") or {}
+    entry["reference_status"] = reference.get("status")
+    entry["reference_engine"] = reference.get("engine")
+    if result.get("reference_check"):
+        entry["reference_check"] = copy.deepcopy(result["reference_check"])
     return entry
+
+
+def _layer_reference(layer_results: Mapping) -> dict | None:
+    """The op's ``reference``: what its references were computed from and how they
+    went (shared by its executors: one reference file per layer), from the first
+    result that records it."""
+    for result in layer_results.values():
+        ref = (result or {}).get("reference") if isinstance(result, Mapping) else None
+        if ref and ref.get("status") is not None:
+            out = {k: copy.deepcopy(ref.get(k)) for k in ("engine", "engine_version", "ort_version", "status",
+                                                          "message", "layer_inputs", "second", "engines_agreement")}
+            out["dispute"] = None
+            return out
+    return None
 
 
 def _timing_entry(timing: Mapping) -> dict:
@@ -217,12 +237,15 @@ def build_report(
         if layer_id in ops:
             raise ReportError(f"build_report: duplicate layer id {layer_id!r}")
         op: dict[str, Any] = {"executors": {}}
-        skipped = layer.get("skipped_reason")
+        skipped = layer.get("skipped_reason") or layer.get("not_testable")
         if not skipped:
             layer_results = results.get(layer_id) or {}
             for name in names:
                 if name in layer_results:
                     op["executors"][name] = _executor_entry(layer_id, name, layer_results[name], default_tol)
+            reference = _layer_reference(layer_results)
+            if reference is not None:
+                op["reference"] = reference
         prev_op = prev_ops.get(layer_id)
         override = _previous_override(layer_id, prev_op)
         if override is not None:
@@ -234,7 +257,7 @@ def build_report(
 
         recommended, reason = recommend_with_reason(op["executors"], names, by_timing=recommend_by_timing)
         if skipped:
-            reason = REASON_NOT_TESTED
+            reason = REASON_NOT_TESTABLE if layer.get("not_testable") else REASON_NOT_TESTED
         source = "discovery"
         if prev_op and prev_op.get("recommendation_source") == "user":
             user_choice = prev_op.get("recommended_executor")
@@ -252,8 +275,10 @@ def build_report(
         op["layer_slug"] = layer.get("slug")
         if layer.get("mac_count") is not None:
             op["mac_count"] = int(layer["mac_count"])
-        if skipped:
-            op["skipped_reason"] = skipped
+        if layer.get("skipped_reason"):
+            op["skipped_reason"] = layer["skipped_reason"]
+        if layer.get("not_testable"):
+            op["not_testable_reason"] = layer["not_testable"]
         ops[layer_id] = op
 
     summary, critical = summarize(ops, names, recommend_by_timing=recommend_by_timing)
@@ -264,7 +289,7 @@ def build_report(
         "executors": names,
         "mlir_file": mlir_file,
         "ops": ops,
-        "discovery_report": {"summary": summary, "critical_failures": critical},
+        "discovery_report": {"summary": summary, "critical_failures": critical, **trust_lists(ops)},
         "has_critical_failures": bool(critical),
         "final_report_text": "",
         "provenance": dict(provenance),
@@ -378,8 +403,14 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
             stats["runtime_samples_ms"] = _timing_stats(runtime_samples[name])
         if stats:
             timing_summary[name] = stats
+    trust = trust_lists(report_ops)
     summary = {
         "total_layers": len(report_ops),
+        "not_testable_layers": len(trust["not_testable"]),
+        "reference_failures": len(trust["reference_failures"]),
+        "reference_disputes": len(trust["reference_disputes"]),
+        "inconclusive_checks": len(trust["inconclusive_checks"]),
+        "generated_input_layers": len(trust["generated_inputs"]),
         "status_counts": status_counts,
         "executor_counts": executor_counts,
         "no_recommendation": no_rec,
@@ -399,6 +430,48 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
                      "by priority order instead (collect it with --collect-timing / collect_timing: true)")
     summary["notes"] = notes
     return summary, critical
+
+
+def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
+    """What the verdicts of a report cannot vouch for, per layer, in report order.
+
+    Returns:
+        ``{"not_testable": [{layer_id, node_index, reason}]`` (layers with an unknown
+        input/output type: no verdicts), ``"reference_failures": [{layer_id, engine,
+        engine_version, message}]`` (the primary reference failed: the layer's verdicts
+        are ``unverified``), ``"reference_disputes": [{layer_id, summary,
+        agree_with: {engine: [executors]}}]`` (ONNX Runtime and the ONNX reference
+        implementation disagree), ``"inconclusive_checks": [{layer_id, executor,
+        reason}]`` (a success whose comparison could not have failed,
+        docs/comparison.md), ``"generated_inputs": [{layer_id, reason}]`` (layers
+        whose inputs could not come from the whole-model run)}``.
+    """
+    out: dict[str, list] = {"not_testable": [], "reference_failures": [], "reference_disputes": [],
+                            "inconclusive_checks": [], "generated_inputs": []}
+    for layer_id, op in report_ops.items():
+        if op.get("not_testable_reason"):
+            out["not_testable"].append({"layer_id": layer_id, "node_index": op.get("_node_index"),
+                                        "reason": op["not_testable_reason"]})
+        ref = op.get("reference") or {}
+        if ref.get("status") not in (None, "ok"):
+            out["reference_failures"].append({"layer_id": layer_id, "engine": ref.get("engine"),
+                                              "engine_version": ref.get("engine_version"),
+                                              "message": ref.get("message")})
+        if ref.get("dispute"):
+            agree: dict[str, list] = {}
+            for name, entry in (op.get("executors") or {}).items():
+                for engine in (entry.get("reference_check") or {}).get("agrees_with") or []:
+                    agree.setdefault(engine, []).append(name)
+            out["reference_disputes"].append({"layer_id": layer_id, "summary": ref["dispute"]["summary"],
+                                              "agree_with": agree})
+        how = ref.get("layer_inputs") or ""
+        if how.startswith("generated"):
+            out["generated_inputs"].append({"layer_id": layer_id, "reason": how})
+        for name, entry in (op.get("executors") or {}).items():
+            if entry.get("status") == "success" and is_inconclusive(entry):
+                reasons = (entry.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
+                out["inconclusive_checks"].append({"layer_id": layer_id, "executor": name, "reason": reasons[0]})
+    return out
 
 
 def build_compiler_json(report: Mapping) -> dict:

@@ -43,7 +43,7 @@ from typing import Any, Mapping
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
 from ..fileio import read_json, write_json
-from .build import build_compiler_json, summarize
+from .build import build_compiler_json, summarize, trust_lists
 from .recommend import recommend_with_reason, rederive_statuses
 from .text import render_final_report_text
 
@@ -486,7 +486,7 @@ def refresh_report(report: dict) -> dict:
     ``final_report_text`` of ``report`` in place, and return its compiler JSON
     (:func:`~torq_gen_config.report.build.build_compiler_json`)."""
     summary, critical = summarize(report["ops"], _executor_names(report))
-    report["discovery_report"] = {"summary": summary, "critical_failures": critical}
+    report["discovery_report"] = {"summary": summary, "critical_failures": critical, **trust_lists(report["ops"])}
     report["has_critical_failures"] = bool(critical)
     report["final_report_text"] = render_final_report_text(report)
     if report.get("full_model"):  # keep the result of the last `run` in the text

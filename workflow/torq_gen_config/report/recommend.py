@@ -45,6 +45,7 @@ REASON_NO_TIMING = "priority (no timing data)"
 REASON_NO_TIMED_STATUS = "priority (no success or difference)"
 REASON_NONE = "no working executor"
 REASON_NOT_TESTED = "not tested"
+REASON_NOT_TESTABLE = "not testable"
 REASON_USER = "user"
 _FASTEST_PREFIX = "fastest "
 
@@ -137,8 +138,9 @@ def recommend_executor(results: Mapping[str, Mapping], priority: list[str], by_t
             median, see :func:`recommend_with_reason` (which also says why).
 
     Returns:
-        Without ``by_timing``: the first executor in ``priority`` order with status ``"success"``;
-        else the first with ``"difference"``; else the first ``"unverified"``;
+        Without ``by_timing``: the first executor in ``priority`` order with a conclusive
+        ``"success"``; else the first ``"success"`` whose comparison was inconclusive
+        (:func:`is_inconclusive`); else the first with ``"difference"``; else the first ``"unverified"``;
         else None (no executor ran: critical failure, or nothing tested).
         Executors in ``priority`` but missing from ``results`` are ignored, as
         are results of executors not in ``priority``. Source: seed 001 section 3,
@@ -151,10 +153,17 @@ def recommend_executor(results: Mapping[str, Mapping], priority: list[str], by_t
         return recommend_with_reason(results, priority, by_timing=True)[0]
     statuses = {name: _status_of(name, results[name]) for name in priority if name in results}
     for wanted in _RECOMMENDATION_ORDER:
-        for name in priority:
-            if statuses.get(name) == wanted:
-                return name
+        for conclusive in ((True, False) if wanted == "success" else (None,)):
+            for name in priority:
+                if statuses.get(name) == wanted and (conclusive is None or is_inconclusive(results[name]) != conclusive):
+                    return name
     return None
+
+
+def is_inconclusive(result: Mapping) -> bool:
+    """True when a result's comparison could not have failed for outputs of the
+    reference's magnitude (``metrics["inconclusive"]``, docs/comparison.md)."""
+    return bool((result.get("metrics") or {}).get("inconclusive")) if isinstance(result, Mapping) else False
 
 
 def is_critical_failure(results: Mapping[str, Mapping]) -> bool:
@@ -211,3 +220,66 @@ def rederive_statuses(op_entry: dict, default_tolerance: Mapping) -> None:
         entry["status"] = status
         entry["tolerance_used"] = dict(tolerance)
         entry["failure_report"] = None if status == "success" else accuracy_failure_report(entry["metrics"], tolerance)
+    # the second opinion and the dispute of the two references follow the same tolerance
+    for entry in (op_entry.get("executors") or {}).values():
+        if entry.get("reference_check"):
+            entry["reference_check"].update(reference_agreement(entry, tolerance))
+    if op_entry.get("reference"):
+        op_entry["reference"]["dispute"] = reference_dispute(op_entry["reference"], tolerance)
+
+
+def reference_agreement(entry: Mapping, tolerance: Mapping) -> dict:
+    """Whether one executor's outputs agree with each reference engine.
+
+    Args:
+        entry: a report executor entry (``status``, ``metrics`` against the primary
+            reference, ``reference_engine``, ``reference_check`` = ``{"engine",
+            "metrics"}`` against the second engine).
+        tolerance: the layer's effective tolerance.
+
+    Returns:
+        ``{"agrees_with": [engines within tolerance], "differs_from": [engines
+        outside it], "summary": one line}`` (an engine without a usable output is in
+        neither list). Source: issue "a second reference"; the rule is the same
+        comparison as the verdict (docs/comparison.md).
+    """
+    from ..reference_run import engine_label
+
+    agrees, differs = [], []
+    primary = entry.get("reference_engine") or "onnxruntime"
+    if entry.get("metrics") and entry.get("status") in ("success", "difference"):
+        (agrees if derive_status(entry["metrics"], tolerance)[0] == "success" else differs).append(primary)
+    check = entry.get("reference_check") or {}
+    second = check.get("engine")
+    if second and check.get("metrics"):
+        (agrees if derive_status(check["metrics"], tolerance)[0] == "success" else differs).append(second)
+    labels = {e: engine_label(e) for e in agrees + differs}
+    if agrees and not differs:
+        summary = "agrees with " + (" and ".join(labels[e] for e in agrees) if len(agrees) > 1 else labels[agrees[0]])
+    elif agrees and differs:
+        summary = f"agrees with {labels[agrees[0]]}, not with {labels[differs[0]]}"
+    elif differs:
+        summary = "agrees with neither reference" if len(differs) > 1 else f"differs from {labels[differs[0]]}"
+    else:
+        summary = "no reference to compare with"
+    return {"agrees_with": agrees, "differs_from": differs, "summary": summary}
+
+
+def reference_dispute(reference: Mapping, tolerance: Mapping) -> dict | None:
+    """The dispute of the two reference engines on one layer, or None when they agree
+    (or one of them did not run).
+
+    ``reference["engines_agreement"]`` holds the metrics of ONNX Runtime's outputs
+    against the ONNX reference implementation's (the spec's); they disagree when that
+    comparison is a ``difference`` under ``tolerance``.
+
+    Returns:
+        ``{"summary": one line}`` naming the disagreement, or None.
+    """
+    metrics = reference.get("engines_agreement")
+    if not metrics:
+        return None
+    status, summary = derive_status(metrics, tolerance)
+    if status == "success":
+        return None
+    return {"summary": f"ONNX Runtime and the ONNX reference implementation disagree: {summary}"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-__all__ = ["render_final_report_text", "LAYER_COLUMN_MAX"]
+__all__ = ["render_final_report_text", "trust_lines", "LAYER_COLUMN_MAX"]
 
 LAYER_COLUMN_MAX = 60
 """Layer ids longer than this are cut (ending in "...") in the table."""
@@ -100,6 +100,7 @@ def render_final_report_text(report: Mapping) -> str:
                          f"({st['samples']} layer(s))")
         lines.append("")
 
+    lines.extend(trust_lines(report))
     if critical:
         lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS")
         for item in critical:
@@ -118,10 +119,92 @@ def render_final_report_text(report: Mapping) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: Items listed per trust section before "... N more".
+TRUST_ITEMS = 10
+
+
+def trust_lines(report: Mapping) -> list[str]:
+    """What the verdicts rest on and where they cannot vouch for themselves, as plain
+    lines (the final report text and ``view`` show the same): the reference engines
+    and versions, where the layer inputs came from, the input dims that were given
+    values, layers not testable, reference failures, reference disputes and
+    inconclusive checks (:func:`torq_gen_config.report.build.trust_lists`). Ends with
+    an empty line; empty for reports without provenance or such lists."""
+    from .build import trust_lists
+
+    prov = report.get("provenance") or {}
+    lines: list[str] = []
+    ref = prov.get("reference") or {}
+    versions = prov.get("versions") or {}
+    if ref:
+        engine = ref.get("engine") or "onnxruntime"
+        ort_v = ", ".join(ref.get("ort_versions") or []) or versions.get("onnxruntime") or "?"
+        onnx_v = ref.get("onnx_version") or versions.get("onnx") or "?"
+        ort = f"ONNX Runtime {ort_v} (CPU, graph optimizations off)"
+        spec = f"the ONNX reference implementation (onnx {onnx_v})"
+        first, second = (ort, spec) if engine == "onnxruntime" else (spec, ort)
+        lines.append(f"Reference: {first}; second opinion: {second}")
+    options = prov.get("options") or {}
+    model = prov.get("model") or {}
+    source = (model.get("model_inputs") or {}).get("source")
+    if options.get("layer_inputs") == "propagate":
+        lines.append(f"Layer inputs: from the whole-model reference run on the model inputs ({source or 'generated'})")
+    elif options.get("layer_inputs") == "random":
+        lines.append("Layer inputs: generated per layer (op-aware, seeded; --layer-inputs random)")
+    fixed = model.get("fixed_dims") or []
+    if fixed:
+        parts = [f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)}"
+                 f"{' (given)' if d.get('source') == 'input_shapes' else ''}" for d in fixed[:TRUST_ITEMS]]
+        more = f", ... {len(fixed) - TRUST_ITEMS} more" if len(fixed) > TRUST_ITEMS else ""
+        lines.append(f"Symbolic input dims set: {', '.join(parts)}{more}")
+    trust = report.get("discovery_report") or {}
+    if "not_testable" not in trust:
+        trust = trust_lists(report.get("ops") or {})
+
+    def section(title: str, items: list, fmt) -> None:
+        if not items:
+            return
+        lines.append(title)
+        for item in items[:TRUST_ITEMS]:
+            lines.append(f"  - {fmt(item)}")
+        if len(items) > TRUST_ITEMS:
+            lines.append(f"  ... {len(items) - TRUST_ITEMS} more (see discovery_report in the report JSON)")
+
+    section(f"NOT TESTABLE: {len(trust.get('not_testable') or [])} layer(s) have no verdicts (a tensor's type or "
+            "shape is unknown):", trust.get("not_testable") or [],
+            lambda x: f"{x['layer_id']}: {_cut(str(x['reason']), 300)}")
+    section(f"REFERENCE FAILED on {len(trust.get('reference_failures') or [])} layer(s) (their verdicts are "
+            "unverified, not the executors' fault):", trust.get("reference_failures") or [],
+            lambda x: f"{x['layer_id']}: {_cut(str(x.get('message') or ''), 300)}")
+    section(f"REFERENCE DISPUTES: {len(trust.get('reference_disputes') or [])} layer(s) where ONNX Runtime and the "
+            "ONNX reference implementation disagree:", trust.get("reference_disputes") or [],
+            lambda x: f"{x['layer_id']}: {_cut(str(x['summary']), 200)}" + "".join(
+                f"; agree with {'ONNX Runtime' if e == 'onnxruntime' else 'the spec'}: {', '.join(v)}"
+                for e, v in (x.get("agree_with") or {}).items()))
+    section(f"INCONCLUSIVE: {len(trust.get('inconclusive_checks') or [])} success verdict(s) could not have failed "
+            "(marked success* below):", trust.get("inconclusive_checks") or [],
+            lambda x: f"{x['layer_id']} on {x['executor']}: {_cut(str(x['reason']), 200)}")
+    section(f"GENERATED INPUTS: {len(trust.get('generated_inputs') or [])} layer(s) could not get their inputs from "
+            "the whole-model run:", trust.get("generated_inputs") or [],
+            lambda x: f"{x['layer_id']}: {_cut(str(x['reason']), 200)}")
+    if lines:
+        lines.append("")
+    return lines
+
+
+def _status_cell(entry: Mapping) -> str:
+    status = entry.get("status")
+    if not status:
+        return "-"
+    if status == "success" and (entry.get("metrics") or {}).get("inconclusive"):
+        return "success*"
+    return str(status)
+
+
 def _recommended_cell(op: Mapping) -> str:
     rec = op.get("recommended_executor")
     if rec is None:
-        return "-"
+        return "(not testable)" if op.get("not_testable_reason") else "-"
     if op.get("recommendation_source") == "user":
         return f"{rec} (user)"
     if ((op.get("executors") or {}).get(rec) or {}).get("status") == "unverified":
@@ -136,8 +219,6 @@ def _layer_table(ops: Mapping[str, Mapping], executors: list[str]) -> list[str]:
     out = ["Per-Layer Status:", header, "-" * len(header)]
     for layer_id, op in ops.items():
         execs = op.get("executors") or {}
-        cells = "".join(
-            str((execs.get(n) or {}).get("status") or "-").ljust(col_w[n]) for n in executors
-        )
+        cells = "".join(_status_cell(execs.get(n) or {}).ljust(col_w[n]) for n in executors)
         out.append(_cut(str(layer_id), LAYER_COLUMN_MAX).ljust(layer_w) + "  " + cells + _recommended_cell(op))
     return out

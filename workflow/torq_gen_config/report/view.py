@@ -39,8 +39,8 @@ from .edit import (
     is_compiler_json,
     report_path_for_model,
 )
-from .recommend import STATUSES
-from .text import LAYER_COLUMN_MAX
+from .recommend import STATUSES, is_inconclusive
+from .text import LAYER_COLUMN_MAX, trust_lines
 
 __all__ = [
     "STATUS_STYLES",
@@ -140,9 +140,11 @@ def _cut(text: str, width: int = LAYER_COLUMN_MAX) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _status_text(status: Any) -> Text:
+def _status_text(status: Any, inconclusive: bool = False) -> Text:
     if not status:
         return Text("-")
+    if status == "success" and inconclusive:
+        return Text("success*", style="yellow")
     return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
 
 
@@ -161,6 +163,8 @@ def _executor_names(report: Mapping) -> list[str]:
 def _recommended_text(op: Mapping) -> Text:
     rec = op.get("recommended_executor")
     user = op.get("recommendation_source") == "user"
+    if rec is None and op.get("not_testable_reason") and not user:
+        return Text("(not testable)", style="magenta")
     if rec is None:
         return Text("- (user)" if user else "-", style="bold" if user else "red")
     if user:
@@ -288,6 +292,8 @@ def render_summary(report: Mapping, console: Console) -> None:
         _print_table(console, table)
         _line(console)
 
+    for ln in trust_lines(report):
+        _line(console, ln, style="bold" if ln and not ln.startswith(" ") and ln.split(":")[0].isupper() else None)
     if critical:
         _line(console, f"CRITICAL FAILURES (all executors error): {len(critical)}", style="bold red")
         for item in critical:
@@ -308,7 +314,8 @@ def render_summary(report: Mapping, console: Console) -> None:
     for lid, op in ops.items():
         execs = op.get("executors") or {}
         row = [Text(_cut(str(lid)))]
-        row += [_status_text((execs.get(n) or {}).get("status")) for n in names]
+        row += [_status_text((execs.get(n) or {}).get("status"), inconclusive=is_inconclusive(execs.get(n) or {}))
+                for n in names]
         row.append(_recommended_text(op))
         if with_override:
             override = op.get("tolerance_override")
@@ -410,6 +417,24 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         _line(console, f"Tolerance:      default {_fmt_tol(report.get('default_tolerance'))}")
     if op.get("skipped_reason"):
         _line(console, f"Skipped:        {op['skipped_reason']}")
+    if op.get("not_testable_reason"):
+        _line(console, f"Not testable:   {op['not_testable_reason']}")
+    ref = op.get("reference") or {}
+    if ref:
+        from ..reference_run import engine_label
+
+        label = f"{engine_label(ref.get('engine') or 'onnxruntime')} {ref.get('engine_version') or ''}".strip()
+        _line(console, f"Reference:      {label}: {ref.get('status')}"
+                       + (f" - {_cut(str(ref.get('message') or ''), _MESSAGE_LINE_CHARS)}" if ref.get("message") else ""))
+        second = ref.get("second") or {}
+        if second.get("engine"):
+            _line(console, f"Second opinion: {engine_label(second['engine'])} {second.get('engine_version') or ''}: "
+                           f"{second.get('status')}" + (f" - {_cut(str(second.get('message') or ''), 160)}"
+                                                         if second.get("message") else ""))
+        if ref.get("dispute"):
+            _line(console, f"DISPUTED:       {ref['dispute']['summary']}", style="bold yellow")
+        if ref.get("layer_inputs"):
+            _line(console, f"Inputs:         {ref['layer_inputs']}")
 
     execs = op.get("executors") or {}
     order = [n for n in names if n in execs] + [n for n in execs if n not in names]
@@ -439,6 +464,12 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
             md = entry["max_diff"]
             _line(console, f"    max abs diff:      {_fmt_num(md.get('max_abs_diff'))}")
             _line(console, f"    max rel diff:      {_fmt_num(md.get('max_rel_diff'))}")
+        if entry.get("status") == "success" and is_inconclusive(entry):
+            reasons = (entry.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
+            _line(console, f"    INCONCLUSIVE:      {_cut(str(reasons[0]), _MESSAGE_LINE_CHARS)}", style="yellow")
+        check = entry.get("reference_check") or {}
+        if check.get("summary"):
+            _line(console, f"    references:        {check['summary']}")
         fr = entry.get("failure_report")
         if fr:
             _line(console, f"    failure:           {fr.get('type') or '-'} at stage {fr.get('stage') or '-'}")

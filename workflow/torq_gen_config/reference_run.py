@@ -1,0 +1,180 @@
+"""Running a model on a reference engine: ONNX Runtime or onnx's reference implementation.
+
+Two engines give the expected outputs of a layer (docs/comparison.md, "References"):
+
+* ``onnxruntime``: ONNX Runtime's CPU execution provider with every graph optimization
+  off, one intra-op thread (deterministic). The default reference.
+* ``onnx``: ``onnx.reference.ReferenceEvaluator``, the Python implementation that
+  follows the operator specification text (onnx.ai/onnx/operators); slow on big
+  tensors, but the second opinion where ONNX Runtime deviates from the spec.
+
+Both run a model with bfloat16 tensors widened to float32 (bf16 constants and inputs
+upcast exactly) and round its bf16 outputs to bf16 (round to nearest even): ONNX
+Runtime CPU has no bf16 kernels for most ops (notes/toolchain.md section 5). Both are
+bounded in time: ONNX Runtime by ``RunOptions.terminate`` (checked between kernels),
+the reference evaluator by a deadline after which its thread is abandoned (it keeps
+running in the background until its current op returns; an isolated worker process
+would stop it, see the closing notes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+ENGINES = ("onnxruntime", "onnx")
+"""Reference engine names (config ``reference``, ``--reference``)."""
+
+
+class ReferenceTimeout(TimeoutError):
+    """A reference engine did not finish within its time limit."""
+
+
+def engine_version(engine: str) -> str | None:
+    """The installed version of a reference engine (``onnxruntime`` or ``onnx``)."""
+    try:
+        if engine == "onnxruntime":
+            import onnxruntime
+
+            return onnxruntime.__version__
+        import onnx
+
+        return onnx.__version__
+    except Exception:  # pragma: no cover - both are dependencies
+        return None
+
+
+def engine_label(engine: str) -> str:
+    """A human name of an engine, for messages: "ONNX Runtime" or "the ONNX reference implementation"."""
+    return "ONNX Runtime" if engine == "onnxruntime" else "the ONNX reference implementation"
+
+
+def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str], *,  # noqa: F821
+                  engine: str = "onnxruntime", timeout_s: float | None = None,
+                  model_path: str | os.PathLike | None = None, intra_op_num_threads: int | None = 1) -> list:
+    """Run ``model`` on a reference engine and return the arrays of ``output_names``.
+
+    Args:
+        model: the model (a layer, a node, or a whole model).
+        feeds: graph input name -> numpy array (bf16 as ``ml_dtypes.bfloat16``).
+        output_names: names to fetch, in order.
+        engine: ``"onnxruntime"`` or ``"onnx"`` (:data:`ENGINES`).
+        timeout_s: wall-clock limit in seconds (None: no limit).
+        model_path: the model's file, if any (ONNX Runtime loads it from there).
+        intra_op_num_threads: ONNX Runtime intra-op threads (1: deterministic).
+
+    Returns:
+        One numpy array per name (sequence outputs as lists of arrays).
+
+    Raises:
+        ReferenceTimeout: the limit was reached.
+        ValueError: an unknown engine.
+        Exception: whatever the engine raises (callers record the message).
+    """
+    import numpy as np
+    import onnx
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
+    bf16 = has_bfloat16(model)
+    if bf16:
+        from .precision.dtype_conversion import widen_bf16_to_fp32
+
+        types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
+                 + list(model.graph.input)}
+        model = widen_bf16_to_fp32(model)
+        model_path = None
+        feeds = {k: (np.asarray(v).astype(np.float32) if getattr(np.asarray(v).dtype, "name", "") == "bfloat16" else v)
+                 for k, v in feeds.items()}
+    if engine == "onnxruntime":
+        outs = _run_onnxruntime(model, feeds, output_names, timeout_s=timeout_s, model_path=model_path,
+                                intra_op_num_threads=intra_op_num_threads)
+    else:
+        outs = call_with_deadline(lambda: _run_onnx_reference(model, feeds, output_names), timeout_s,
+                                  what=f"the ONNX reference implementation")
+    if bf16:
+        from .precision.dtype_conversion import round_to_bf16
+
+        outs = [round_to_bf16(o) if types.get(n) == onnx.TensorProto.BFLOAT16 else o for o, n in zip(outs, output_names)]
+    return outs
+
+
+def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
+                     model_path, intra_op_num_threads: int | None) -> list:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if intra_op_num_threads is not None:
+        so.intra_op_num_threads = intra_op_num_threads
+    so.log_severity_level = 3
+    src = str(model_path) if model_path is not None else model.SerializeToString()
+    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    run_options = ort.RunOptions()
+    fired = threading.Event()
+    timer = None
+    if timeout_s is not None:
+        def _terminate() -> None:
+            fired.set()
+            run_options.terminate = True
+
+        timer = threading.Timer(timeout_s, _terminate)
+        timer.daemon = True
+        timer.start()
+    try:
+        return sess.run(list(output_names), dict(feeds), run_options)
+    except Exception:
+        if fired.is_set():
+            raise ReferenceTimeout(f"ONNX Runtime did not finish within {timeout_s:g} s (terminated)") from None
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _run_onnx_reference(model, feeds: dict, output_names: list[str]) -> list:
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    ev = ReferenceEvaluator(model)
+    outs = ev.run(list(output_names), dict(feeds))
+    return [o if isinstance(o, list) else np.asarray(o) for o in outs]
+
+
+def call_with_deadline(fn: Callable[[], Any], timeout_s: float | None, *, what: str = "the call") -> Any:
+    """Call ``fn()`` and return its result, or raise :class:`ReferenceTimeout` after
+    ``timeout_s`` seconds (None: wait). ``fn`` runs in a daemon thread that is
+    abandoned on timeout (Python threads cannot be stopped); its exception is re-raised."""
+    if timeout_s is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    t = threading.Thread(target=target, daemon=True, name="tgc-deadline")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():
+        raise ReferenceTimeout(f"{what} did not finish within {timeout_s:g} s (abandoned)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def has_bfloat16(model: "onnx.ModelProto") -> bool:  # noqa: F821
+    """True when any graph input, output, value_info or initializer of ``model``
+    (main graph) is BFLOAT16, or a node casts to it."""
+    import onnx
+
+    bf = onnx.TensorProto.BFLOAT16
+    g = model.graph
+    if any(v.type.tensor_type.elem_type == bf for v in list(g.input) + list(g.output) + list(g.value_info)):
+        return True
+    if any(t.data_type == bf for t in g.initializer):
+        return True
+    return any(n.op_type == "Cast" and any(a.name == "to" and a.i == bf for a in n.attribute) for n in g.node)
