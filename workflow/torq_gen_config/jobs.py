@@ -124,7 +124,7 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
             values = run_state.get("values") or {}
             missing = [t for t in info["subgraph"]["inputs"] if t not in values]
             feeds = {t: values[t] for t in info["subgraph"]["inputs"] if t in values}
-            source = f"the whole model run on {source}"
+            source = f"the subgraph inputs' values in a whole-model run on {source}"
             if missing:
                 gen, _ = model_input_values(_only_inputs(m, missing), input_settings, None)
                 feeds.update(gen)

@@ -313,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
     report = read_json(out / f"torq_gen_config_{name}.json", "report JSON")
     print(report["final_report_text"])
     summary = report["discovery_report"]["summary"]
-    if summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
+    if config["dedup_layers"] and summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
         print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
     print(f"\nReport:        {out / f'torq_gen_config_{name}.json'}")
     print(f"Compiler JSON: {out / f'torq_gen_config_{name}_compiler.json'}")

@@ -148,7 +148,7 @@ def trust_lines(report: Mapping) -> list[str]:
     model = prov.get("model") or {}
     source = (model.get("model_inputs") or {}).get("source")
     if options.get("layer_inputs") == "propagate":
-        lines.append(f"Layer inputs: from the whole-model reference run on the model inputs ({source or 'generated'})")
+        lines.append(f"Layer inputs: from the whole-model reference run; model inputs: {source or 'generated'}")
     elif options.get("layer_inputs") == "random":
         lines.append("Layer inputs: generated per layer (op-aware, seeded; --layer-inputs random)")
     fixed = model.get("fixed_dims") or []
