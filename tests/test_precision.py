@@ -392,6 +392,8 @@ def test_layer_test_compares_quantized_layer_outputs_as_levels(tmp_path, conv_re
     assert set(m["quantized_levels"]) == {layer["outputs"][0]["name"]}
     assert m["outputs"][0]["kind"] == "int" and m["outputs"][0]["ref_dtype"] == "int8"
     assert m["outputs"][0]["max_abs_diff"] <= 1
+    assert m["outputs"][0]["quantized"] is True  # levels are quantized data: one step allowed
+    assert m["outputs"][0]["declared_shape"] == m["outputs"][0]["ref_shape"]  # from the layer's graph output
 
 
 # --------------------------------------------------- a layer that cannot be quantized

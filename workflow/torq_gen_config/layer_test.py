@@ -65,7 +65,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     """
     from .backends import make_backend
     from .backends.base import StageError
-    from .compare import arrays_as_levels, compare_outputs, dequantized_outputs_of_file, derive_status
+    from .compare import arrays_as_levels, compare_outputs, dequantized_outputs, derive_status, quantized_data_outputs
     from .reference import load_reference
     from .tools import bounded_message, first_error_line
 
@@ -129,11 +129,16 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         return _finish(result, result_path, log_path)
     try:
         # outputs a DequantizeLinear writes (a quantized layer) are compared as their
-        # int8 levels: one quantization step is their resolution (docs/comparison.md)
-        levels = dequantized_outputs_of_file(layer_onnx)
+        # int8 levels: one quantization step is their resolution, as for outputs that
+        # carry quantized data; other integers are exact (docs/comparison.md)
+        layer_model = _load_model_or_none(layer_onnx)
+        levels = dequantized_outputs(layer_model) if layer_model is not None else {}
         if levels:
             outputs, ref_outputs = arrays_as_levels(outputs, levels), arrays_as_levels(ref_outputs, levels)
-        metrics = compare_outputs(outputs, ref_outputs, meta["output_names"])
+        quantized = set(levels) | (quantized_data_outputs(layer_model) if layer_model is not None else set())
+        declared = _declared_output_shapes(layer_model) if layer_model is not None else None
+        metrics = compare_outputs(outputs, ref_outputs, meta["output_names"], quantized_outputs=quantized,
+                                  declared_shapes=declared)
         if levels:
             metrics["quantized_levels"] = levels
         status, summary = derive_status(metrics, tolerance)
@@ -146,6 +151,28 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                                     "summary": summary[:SUMMARY_LIMIT], "message": summary}
     measure()
     return _finish(result, result_path, log_path)
+
+
+def _load_model_or_none(path: str):
+    """The layer's ONNX model without external data, or None when it cannot be read
+    (its outputs are then compared without quantized flags or declared shapes)."""
+    import onnx
+
+    try:
+        return onnx.load(path, load_external_data=False)
+    except Exception:
+        return None
+
+
+def _declared_output_shapes(model) -> dict:
+    """Graph output name -> the declared shape (ints, None for a symbolic or unknown
+    dim), or None when the rank is unknown."""
+    shapes = {}
+    for o in model.graph.output:
+        t = o.type.tensor_type
+        shapes[o.name] = ([d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+                          if t.HasField("shape") else None)
+    return shapes
 
 
 def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, *, work_dir: str, timing: dict,
