@@ -10,7 +10,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import onnx
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 

@@ -1,7 +1,8 @@
 """Numerical comparison of a backend's layer outputs with the reference outputs.
 
-This module is a pure numerics library (numpy and ml_dtypes only, no ONNX, no
-command line). It has three public entry points:
+This module is a numerics library (numpy and ml_dtypes; ONNX only, imported
+lazily, in the helpers that read a model: :func:`dequantized_outputs`,
+:func:`quantized_data_outputs`; no command line). Its main entry points:
 
 * :func:`compare_outputs` compares the outputs of one (layer, executor) run with
   the reference (ONNX Runtime) outputs and returns a JSON-safe *metrics* dict.
@@ -11,6 +12,8 @@ command line). It has three public entry points:
   ``"success"`` or ``"difference"`` plus a one-line summary.
 * :func:`count_over_tolerance` re-derives how many elements exceed a tolerance
   from the stored per-output histograms.
+* :func:`inconclusive_reason` says, from the metrics, why a comparison cannot
+  fail (a reference below the dtype's absolute floor, all zero, no elements).
 
 The metric is documented for users in ``docs/comparison.md``. In short (the
 rule replaces the original tool's strict symmetric relative check, see
@@ -1182,6 +1185,9 @@ def quantized_data_outputs(model) -> set[str]:
     Returns:
         The names (a subset of ``model.graph.output``'s names); empty for a model
         without quantization ops.
+
+    Raises:
+        AttributeError: ``model`` is not an ``onnx.ModelProto`` (no ``graph``).
     """
     q = _quantized_tensors(model)
     return {o.name for o in model.graph.output if o.name in q}
