@@ -10,15 +10,21 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from conftest import TensorProto, helper, make_model, tvi
+from onnx import numpy_helper
+
 from torq_gen_config.compare import (
     ABS_DIFF_THRESHOLDS,
     DEFAULT_TOLERANCE,
+    FULL_MODEL_MIN_COSINE,
     REL_DIFF_THRESHOLDS,
     compare_outputs,
     count_over_tolerance,
     default_int_atol,
     derive_status,
+    inconclusive_reason,
     normalize_tolerance,
+    quantized_data_outputs,
     status_details,
 )
 
@@ -29,6 +35,17 @@ def _one(actual, reference, name="y"):
 
 def _json_roundtrip(metrics):
     return json.loads(json.dumps(metrics, allow_nan=False))
+
+
+def _ort(model, feeds):
+    """ONNX Runtime outputs of ``model`` (optimizations off, as the reference)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
 
 
 # ---------------------------------------------------------------- float metric
@@ -206,9 +223,11 @@ def test_nan_at_different_positions_is_a_difference():
     m = _one(o, r)
     assert m["nan_mismatch"] is True
     assert m["outputs"][0]["num_nonfinite_mismatches"] == 1
-    assert m["max_rel_diff"] == 0.0  # the NaN element is not part of d
+    assert m["max_rel_diff"] is None  # not computable with a non-finite mismatch
     status, summary = derive_status(m, {"fp_max_tol": 100.0, "fp_avg_tol": 100.0})
-    assert status == "difference" and "NaN" in summary
+    assert status == "difference"
+    assert summary == ("1 of 3 elements non-finite where the reference is not, or the reverse "
+                       "(e.g. nan vs 1.0 at index 0)")
     # the NaN element counts as over every threshold
     assert count_over_tolerance(m, {"fp_max_tol": 100.0})[0] == 1
     json.dumps(m, allow_nan=False)
@@ -254,25 +273,31 @@ def test_cosine_similarity_edge_cases():
 
 
 @pytest.mark.parametrize(
-    "dtype, diff, expected",
+    "dtype, diff, quantized, expected",
     [
-        (np.int8, 1, "success"),
-        (np.int8, 2, "difference"),
-        (np.uint8, 1, "success"),
-        (np.int16, 1, "success"),
-        (np.int32, 1, "difference"),
-        (np.int64, 1, "difference"),
-        (np.int32, 0, "success"),
+        # integers are exact unless they carry quantized data (then one step)
+        (np.int8, 1, False, "difference"),
+        (np.uint8, 1, False, "difference"),
+        (np.int16, 1, False, "difference"),
+        (np.int32, 1, False, "difference"),
+        (np.int64, 1, False, "difference"),
+        (np.int32, 0, False, "success"),
+        (np.int8, 1, True, "success"),
+        (np.uint8, 1, True, "success"),
+        (np.int8, 2, True, "difference"),
+        (np.int32, 1, True, "success"),
     ],
 )
-def test_integer_default_atol(dtype, diff, expected):
+def test_integer_default_atol(dtype, diff, quantized, expected):
     r = np.array([10, 20, 30], dtype=dtype)
     o = r.copy()
     o[1] += diff
-    m = _one(o, r)
+    m = compare_outputs({"y": o}, {"y": r}, ["y"], quantized_outputs=["y"] if quantized else [])
     assert m["outputs"][0]["kind"] == "int"
+    assert m["outputs"][0]["quantized"] is quantized
     assert m["max_abs_diff"] == diff
     assert derive_status(m)[0] == expected
+    assert derive_status(_json_roundtrip(m))[0] == expected
 
 
 def test_int_atol_override_and_counts():
@@ -280,14 +305,19 @@ def test_int_atol_override_and_counts():
     o = r.copy()
     o[:5] += 3
     o[5:8] += 1
-    m = _one(o, r)
+    m = compare_outputs({"y": o}, {"y": r}, ["y"], quantized_outputs={"y"})
     assert derive_status(m)[0] == "difference"
     assert derive_status(m, {"int_atol": 3})[0] == "success"
-    assert count_over_tolerance(m, {}) == (5, 0.05)  # default int_atol 1
+    assert count_over_tolerance(m, {}) == (5, 0.05)  # quantized data: default int_atol 1
     assert count_over_tolerance(m, {"int_atol": 0}) == (8, 0.08)
     status, summary = derive_status(m)
     assert summary == "max abs diff 3 > int_atol 1 (5 of 100 elements over tolerance, 5.00%)"
-    assert default_int_atol("int8") == 1 and default_int_atol("int64") == 0
+    plain = _one(o, r)  # not quantized data: exact
+    assert count_over_tolerance(plain, {}) == (8, 0.08)
+    assert derive_status(plain)[1] == "max abs diff 3 > int_atol 0 (8 of 100 elements over tolerance, 8.00%)"
+    assert derive_status(plain, {"int_atol": 3})[0] == "success"  # int_atol still overrides
+    assert default_int_atol("int8") == 0 and default_int_atol("int64") == 0
+    assert default_int_atol("int8", quantized=True) == 1
 
 
 def test_integer_differences_do_not_wrap():
@@ -388,6 +418,258 @@ def test_metrics_are_json_safe_and_round_trip():
     assert derive_status(back) == derive_status(m)
     assert back["rel_diff_thresholds"] == list(REL_DIFF_THRESHOLDS)
     assert back["abs_diff_thresholds"] == list(ABS_DIFF_THRESHOLDS)
+
+
+# ---------------------------------------------------------------- inconclusive comparisons
+
+
+def _tiny_reference():
+    # outputs of the size a random-weight MobileNetV2 gives at its end (~1e-9)
+    rng = np.random.default_rng(5)
+    return (rng.standard_normal(1000) * 1e-9).astype(np.float32)
+
+
+def test_tiny_reference_never_gives_a_plain_success():
+    r = _tiny_reference()
+    for wrong in (np.zeros_like(r), -r):
+        m = _one(wrong, r)
+        out = m["outputs"][0]
+        status, summary = derive_status(m)
+        # the floor 1e-5 of float32 swallows any difference of that size: the
+        # verdict cannot fail, so it is flagged
+        assert status == "success"
+        assert m["inconclusive"] is True and out["inconclusive_reason"] is not None
+        mag = f"{np.abs(r).max():.1e}"
+        assert out["inconclusive_reason"] == f"reference magnitude {mag} below the absolute floor 1.0e-05 of float32"
+        assert inconclusive_reason(m) == out["inconclusive_reason"]
+        assert m["inconclusive_reasons"] == [out["inconclusive_reason"]]
+        assert summary.startswith("all 1000 elements within tolerance (max rel diff ")
+        assert summary.endswith(f"; inconclusive: reference magnitude {mag} below the absolute floor "
+                                "1.0e-05 of float32")
+        assert _json_roundtrip(m)["inconclusive"] is True
+    # with a cosine requirement both are a difference, also after a JSON round trip
+    m = _json_roundtrip(compare_outputs({"y": np.zeros_like(r)}, {"y": r}, ["y"], min_cosine=FULL_MODEL_MIN_COSINE))
+    status, summary = derive_status(m)
+    assert status == "difference"
+    assert summary == "output is all zero where the reference is not (cosine similarity undefined, min_cosine 0.99)"
+    m = _json_roundtrip(compare_outputs({"y": -r}, {"y": r}, ["y"], min_cosine=FULL_MODEL_MIN_COSINE))
+    assert derive_status(m) == ("difference", "cosine similarity -1 < min_cosine 0.99")
+    # the right output (float32 noise) passes the cosine requirement
+    ok = (r.astype(np.float64) * (1 + 1e-6)).astype(np.float32)
+    status, summary = derive_status(compare_outputs({"y": ok}, {"y": r}, ["y"], min_cosine=FULL_MODEL_MIN_COSINE))
+    assert status == "success" and "min cosine 1.000000" in summary and "inconclusive" in summary
+
+
+def test_all_zero_and_empty_references_are_inconclusive():
+    z = np.zeros(8, np.float32)
+    m = _one(z.copy(), z)
+    assert m["inconclusive"] is True
+    assert m["outputs"][0]["inconclusive_reason"] == "reference is all zero (below the absolute floor 1.0e-05 of float32)"
+    assert derive_status(m)[1].endswith("; inconclusive: reference is all zero (below the absolute floor "
+                                        "1.0e-05 of float32)")
+    # an all-zero reference is not judged by the cosine (undefined); d still catches a large output
+    m = compare_outputs({"y": np.ones(8, np.float32)}, {"y": z}, ["y"], min_cosine=0.99)
+    assert derive_status(m)[1].startswith("max rel diff 1.0e+05 > fp_max_tol")
+    m = compare_outputs({"y": z.copy()}, {"y": z}, ["y"], min_cosine=0.99)
+    assert derive_status(m)[0] == "success"
+    zi = np.zeros(4, np.int32)
+    assert _one(zi.copy(), zi)["outputs"][0]["inconclusive_reason"] == "reference is all zero"
+    zb = np.zeros(4, bool)
+    assert _one(zb.copy(), zb)["outputs"][0]["inconclusive_reason"] == "reference is all False"
+    e = np.zeros((0, 3), np.float32)
+    m = _one(e.copy(), e)
+    assert m["outputs"][0]["inconclusive_reason"] == "no elements to compare"
+    assert derive_status(m) == ("success", "all 0 elements within tolerance (max rel diff 0.0e+00); "
+                                           "inconclusive: no elements to compare")
+    # a normal reference is conclusive
+    r = np.linspace(-1, 1, 8, dtype=np.float32)
+    m = _one(r.copy(), r)
+    assert m["inconclusive"] is False and m["inconclusive_reasons"] == [] and inconclusive_reason(m) is None
+    assert "inconclusive" not in derive_status(m)[1]
+
+
+def test_inconclusive_reasons_name_the_output_and_a_difference_stays_conclusive():
+    r = {"big": np.array([1.0, -2.0], np.float32), "tiny": np.array([3e-9, 1e-9], np.float32)}
+    m = compare_outputs({"big": r["big"].copy(), "tiny": r["tiny"].copy()}, r, ["big", "tiny"])
+    assert m["inconclusive_reasons"] == ["output 'tiny': reference magnitude 3.0e-09 below the absolute floor "
+                                         "1.0e-05 of float32"]
+    assert derive_status(m)[1].endswith("; inconclusive: output 'tiny': reference magnitude 3.0e-09 below the "
+                                        "absolute floor 1.0e-05 of float32")
+    # a difference beyond the floor is a plain difference (the stored flag stays)
+    m = _one(np.array([1e-3, 0.0], np.float32), r["tiny"])
+    status, summary = derive_status(m)
+    assert status == "difference" and "inconclusive" not in summary and m["inconclusive"] is True
+
+
+def test_cosine_requirement_is_stored_and_rederived():
+    rng = np.random.default_rng(2)
+    r = rng.standard_normal(4000).astype(np.float32)
+    o = (r + rng.standard_normal(4000).astype(np.float32) * np.float32(0.2)).astype(np.float32)  # cosine ~0.98
+    m = compare_outputs({"y": o}, {"y": r}, ["y"], min_cosine=0.99)
+    assert m["min_cosine"] == 0.99
+    cos = m["outputs"][0]["cosine_similarity"]
+    assert 0.97 < cos < 0.99
+    loose = {"fp_max_tol": 1e3, "fp_avg_tol": 1e3}
+    stored = _json_roundtrip(m)
+    status, summary = derive_status(stored, loose)
+    assert status == "difference" and summary == f"cosine similarity {cos:.6g} < min_cosine 0.99"
+    assert status_details(stored, loose) == [summary]
+    # without the requirement (the per-layer tests) the same numbers pass the loose tolerance
+    assert compare_outputs({"y": o}, {"y": r}, ["y"])["min_cosine"] is None
+    assert derive_status(compare_outputs({"y": o}, {"y": r}, ["y"]), loose)[0] == "success"
+    assert derive_status(compare_outputs({"y": o}, {"y": r}, ["y"], min_cosine=0.95), loose)[0] == "success"
+    # the cosine does not underflow for a tiny output against a normal reference
+    assert _one(r * np.float32(1e-30), r)["cosine_similarity"] == pytest.approx(1.0)
+    for bad in (1.5, -2, "0.9", True, float("nan")):
+        with pytest.raises(ValueError, match="min_cosine"):
+            compare_outputs({"y": o}, {"y": r}, ["y"], min_cosine=bad)
+
+
+# ---------------------------------------------------------------- exact integers, quantized data
+
+
+def test_cast_to_int8_off_by_one_is_a_difference():
+    model = make_model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT8)],
+                       [tvi("x", TensorProto.FLOAT, [64])], [tvi("y", TensorProto.INT8, [64])])
+    x = np.linspace(-50.3, 60.7, 64, dtype=np.float32)
+    ref = _ort(model, {"x": x})
+    assert quantized_data_outputs(model) == set()
+    wrong = {"y": (ref["y"].astype(np.int16) + 1).clip(-128, 127).astype(np.int8)}  # off by one almost everywhere
+    m = compare_outputs(wrong, ref, ["y"], quantized_outputs=quantized_data_outputs(model))
+    assert m["outputs"][0]["quantized"] is False
+    status, summary = derive_status(m)
+    assert status == "difference"
+    assert summary == "max abs diff 1 > int_atol 0 (64 of 64 elements over tolerance, 100.00%)"
+
+
+def test_quantize_linear_output_off_by_one_is_a_success():
+    scale = numpy_helper.from_array(np.array(0.05, np.float32), "s")
+    zp = numpy_helper.from_array(np.array(3, np.int8), "z")
+    model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
+                       [tvi("x", TensorProto.FLOAT, [64])], [tvi("y", TensorProto.INT8, [64])], [scale, zp])
+    x = np.linspace(-3.0, 3.0, 64, dtype=np.float32)
+    ref = _ort(model, {"x": x})
+    quantized = quantized_data_outputs(model)
+    assert quantized == {"y"}
+    one_off = {"y": (ref["y"].astype(np.int16) + np.arange(64) % 2).clip(-128, 127).astype(np.int8)}
+    m = compare_outputs(one_off, ref, ["y"], quantized_outputs=quantized)
+    assert m["outputs"][0]["quantized"] is True
+    assert derive_status(_json_roundtrip(m)) == ("success", "all 64 elements within tolerance (max abs diff 1)")
+    two_off = {"y": (ref["y"].astype(np.int16) + 2).clip(-128, 127).astype(np.int8)}
+    assert derive_status(compare_outputs(two_off, ref, ["y"], quantized_outputs=quantized))[0] == "difference"
+    # int_atol from the tolerance still overrides the default
+    assert derive_status(m, {"int_atol": 0})[0] == "difference"
+
+
+def test_quantized_data_outputs_traces_moving_ops():
+    s = numpy_helper.from_array(np.array(0.1, np.float32), "s")
+    z = numpy_helper.from_array(np.array(0, np.int8), "z")
+    shape = numpy_helper.from_array(np.array([1, -1], np.int64), "shape")
+    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.int8), "w")
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+        helper.make_node("MaxPool", ["q"], ["mp", "mp_idx"], kernel_shape=[1, 1]),
+        helper.make_node("Reshape", ["mp", "shape"], ["flat"]),                    # quantized, traced
+        helper.make_node("MaxPool", ["xi"], ["plain_pool"], kernel_shape=[1, 1]),  # graph input: not quantized
+        helper.make_node("Cast", ["x"], ["cast"], to=TensorProto.INT8),            # not quantized
+        helper.make_node("DynamicQuantizeLinear", ["x"], ["dq", "dq_s", "dq_z"]),  # first output only
+        helper.make_node("QLinearConv", ["q", "s", "z", "w", "s", "z", "s", "z"], ["qc"]),
+        helper.make_node("QLinearAdd", ["q", "s", "z", "q", "s", "z", "s", "z"], ["qa"], domain="com.microsoft"),
+        helper.make_node("Concat", ["xi", "qa"], ["cat"], axis=1),                  # one quantized input
+        helper.make_node("Identity", ["cat"], ["cat_id"]),
+    ]
+    outs = ["q", "mp_idx", "flat", "plain_pool", "cast", "dq", "dq_s", "dq_z", "qc", "qa", "cat_id"]
+    graph = helper.make_graph(
+        nodes, "g", [tvi("x", TensorProto.FLOAT, [1, 2, 2, 2]), tvi("xi", TensorProto.INT8, [1, 2, 2, 2])],
+        [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in outs], [s, z, shape, w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    assert quantized_data_outputs(model) == {"q", "flat", "dq", "qc", "qa", "cat_id"}
+
+
+def test_declared_shape_is_named_in_a_shape_mismatch():
+    r = np.zeros((2, 4), np.float32)
+    o = np.zeros((2, 3), np.float32)
+    m = compare_outputs({"y": o}, {"y": r}, ["y"], declared_shapes={"y": [2, 4]})
+    assert m["outputs"][0]["declared_shape"] == [2, 4]
+    assert derive_status(_json_roundtrip(m))[1] == "shape 2x3 differs from reference 2x4 (the model declares 2x4)"
+    m = compare_outputs({"y": o}, {"y": r}, ["y"], declared_shapes={"y": [None, 4]})
+    assert derive_status(m)[1] == "shape 2x3 differs from reference 2x4 (the model declares ?x4)"
+    m = compare_outputs({"y": o}, {"y": r}, ["y"], declared_shapes={"y": None})  # unknown rank: not named
+    assert derive_status(m)[1] == "shape 2x3 differs from reference 2x4"
+    with pytest.raises(ValueError, match="declared shape"):
+        compare_outputs({"y": o}, {"y": r}, ["y"], declared_shapes={"y": ["batch", 4]})
+
+
+# ---------------------------------------------------------------- non-finite mismatches
+
+
+def test_inf_against_a_finite_reference_is_reported_with_count_and_example():
+    r = np.array([0.5, 1.0, 2.0, 1.569, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], np.float32)
+    o = r.copy()
+    o[3] = np.inf
+    o[7] = np.nan
+    m = _one(o, r)
+    out = m["outputs"][0]
+    assert out["num_nonfinite_mismatches"] == 2 and m["num_nonfinite_mismatches"] == 2
+    assert out["nonfinite_examples"] == [{"index": 3, "output": "inf", "reference": "1.569"},
+                                         {"index": 7, "output": "nan", "reference": "6.0"}]
+    for key in ("max_abs_diff", "mean_abs_diff", "max_rel_diff", "mean_rel_diff", "cosine_similarity"):
+        assert out[key] is None and m[key] is None, key  # not computable (not 0.0 / 1.0)
+    assert m["metric_overflow"] is False
+    assert out["rel_diff_counts_over"] == [2] * len(REL_DIFF_THRESHOLDS)  # over every threshold
+    stored = json.loads(json.dumps(m, allow_nan=False))
+    status, summary = derive_status(stored, {"fp_max_tol": 100.0, "fp_avg_tol": 100.0})
+    assert status == "difference"
+    assert summary == ("2 of 10 elements non-finite where the reference is not, or the reverse "
+                       "(e.g. inf vs 1.569 at index 3)")
+    assert count_over_tolerance(stored, None) == (2, 0.2)
+    # finite elements over tolerance besides: counted from the histogram
+    o[0] = 0.6
+    assert "1 finite elements with rel diff > fp_max_tol 1.0e-02" in derive_status(_one(o, r))[1]
+    # the reverse, and only the first 3 examples are stored
+    r2 = np.full(6, np.inf, np.float32)
+    m = _one(np.zeros(6, np.float32), r2)
+    assert [e["output"] for e in m["outputs"][0]["nonfinite_examples"]] == ["0.0"] * 3
+    assert derive_status(m)[1].startswith("6 of 6 elements non-finite where the reference is not, or the reverse "
+                                          "(e.g. 0.0 vs inf at index 0)")
+    assert m["outputs"][0]["inconclusive_reason"] == "reference has no finite elements"
+
+
+def test_metrics_stored_before_the_new_keys_still_derive():
+    """Metrics of an older version (no quantized, inconclusive, min_cosine,
+    nonfinite_examples, ref_max_abs, declared_shape keys) re-derive; their
+    integers are exact."""
+    new_keys = ("quantized", "inconclusive_reason", "nonfinite_examples", "ref_max_abs", "declared_shape")
+    top_keys = ("inconclusive", "inconclusive_reasons", "min_cosine", "num_nonfinite_mismatches")
+
+    def old(m):
+        m = _json_roundtrip(m)
+        for k in top_keys:
+            m.pop(k)
+        for out in m["outputs"]:
+            for k in new_keys:
+                out.pop(k, None)
+        return m
+
+    r = np.linspace(-1, 1, 10, dtype=np.float32)
+    assert derive_status(old(_one(r.copy(), r))) == ("success", "all 10 elements within tolerance "
+                                                                "(max rel diff 0.0e+00)")
+    assert derive_status(old(_one(r * np.float32(1.05), r)))[0] == "difference"
+    ri = np.arange(10, dtype=np.int8)
+    m = old(compare_outputs({"y": ri + np.int8(1)}, {"y": ri}, ["y"], quantized_outputs=["y"]))
+    assert derive_status(m)[0] == "difference"  # no "quantized" key: exact
+    # an old NaN mismatch (metrics computed over the finite part, no count, no examples)
+    m = old(_one(np.array([np.nan, 1.0], np.float32), np.array([1.0, 1.0], np.float32)))
+    for out in m["outputs"]:
+        out.pop("num_nonfinite_mismatches")
+        out["max_rel_diff"] = out["mean_rel_diff"] = 0.0
+    assert derive_status(m) == ("difference", "NaN at positions where the reference has none (or the reverse)")
+    assert inconclusive_reason(old(_one(np.zeros(2), np.zeros(2)))) is None
+    z = np.zeros(3, np.float32)
+    assert derive_status(old(_one(z.copy(), z)))[1] == "all 3 elements within tolerance (max rel diff 0.0e+00)"
+    m = old(compare_outputs({"y": np.zeros((2, 3))}, {"y": np.zeros((2, 4))}, ["y"]))
+    assert derive_status(m)[1] == "shape 2x3 differs from reference 2x4"
 
 
 # ---------------------------------------------------------------- errors

@@ -362,10 +362,12 @@ def test_dequantized_outputs_and_levels(conv_relu_conv):
     o[k] = x[k - 1]
     assert derive_status(compare_outputs({"y": o}, {"y": x}, ["y"]))[0] == "difference"
     lo, lx = to_quantized_levels(o, s, zp, "int8"), to_quantized_levels(x, s, zp, "int8")
-    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"]))[0] == "success"
+    # levels are quantized data (one step allowed) only when flagged so; other integers are exact
+    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"], quantized_outputs=levels))[0] == "success"
+    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"]))[0] == "difference"
     o[k] = x[k - 2]  # two levels: a difference
     lo = to_quantized_levels(o, s, zp, "int8")
-    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"]))[0] == "difference"
+    assert derive_status(compare_outputs({"y": lo}, {"y": lx}, ["y"], quantized_outputs=levels))[0] == "difference"
 
 
 def test_layer_test_compares_quantized_layer_outputs_as_levels(tmp_path, conv_relu_conv):
@@ -390,6 +392,8 @@ def test_layer_test_compares_quantized_layer_outputs_as_levels(tmp_path, conv_re
     assert set(m["quantized_levels"]) == {layer["outputs"][0]["name"]}
     assert m["outputs"][0]["kind"] == "int" and m["outputs"][0]["ref_dtype"] == "int8"
     assert m["outputs"][0]["max_abs_diff"] <= 1
+    assert m["outputs"][0]["quantized"] is True  # levels are quantized data: one step allowed
+    assert m["outputs"][0]["declared_shape"] == m["outputs"][0]["ref_shape"]  # from the layer's graph output
 
 
 # --------------------------------------------------- a layer that cannot be quantized

@@ -1083,7 +1083,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
             del store[name]  # no later partition reads it: free the memory
 
     actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
-    return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels)
+    return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels,
+                               model_path=plan.get("prepared_model"))
 
 
 def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
@@ -1103,11 +1104,15 @@ def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
 
 
 def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapping, meta: Mapping,
-                        tolerance: Mapping, levels: Mapping[str, dict] | None = None) -> dict:
+                        tolerance: Mapping, levels: Mapping[str, dict] | None = None,
+                        model_path: str | None = None) -> dict:
     """Compare the model's outputs with the reference and finish the result;
     ``levels``: outputs a DequantizeLinear writes, compared as their integer levels
-    (``--quantize``; docs/comparison.md)."""
-    from .compare import arrays_as_levels, compare_outputs, count_over_tolerance, derive_status
+    (``--quantize``; docs/comparison.md); ``model_path``: the model run (its outputs
+    that carry quantized data may differ by one step, other integers are exact).
+    Float outputs must also reach FULL_MODEL_MIN_COSINE."""
+    from .compare import (FULL_MODEL_MIN_COSINE, arrays_as_levels, compare_outputs, count_over_tolerance,
+                          derive_status, quantized_data_outputs_of_file)
     from .tools import bounded_message, first_error_line
 
     if meta.get("status") != "ok":
@@ -1116,7 +1121,9 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     try:
         if levels:
             actual, ref_outputs = arrays_as_levels(actual, levels), arrays_as_levels(ref_outputs, levels)
-        metrics = compare_outputs(actual, ref_outputs, meta["output_names"])
+        quantized = set(levels or ()) | quantized_data_outputs_of_file(model_path)
+        metrics = compare_outputs(actual, ref_outputs, meta["output_names"], min_cosine=FULL_MODEL_MIN_COSINE,
+                                  quantized_outputs=quantized)
         if levels:
             metrics["quantized_levels"] = dict(levels)
         status, summary = derive_status(metrics, tolerance)
@@ -1213,7 +1220,8 @@ def run_whole_model_torq(plan: Mapping, *, reference_npz: str, compiled: Mapping
         return finish("error", f["summary"], f)
     row["run_ms"] = _round(run_ms)
     row["status"] = "ran"
-    return _compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance)
+    return _compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance,
+                               model_path=plan.get("prepared_model"))
 
 
 def _last_uses(plan: Mapping) -> dict[str, int]:
@@ -1244,7 +1252,7 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
     try:
         import onnx
 
-        from .compare import arrays_as_levels, compare_outputs, dequantized_outputs, derive_status
+        from .compare import FULL_MODEL_MIN_COSINE, compare_on_model, derive_status
         from .reference import reference_outputs
 
         part_model = onnx.load(model_path)
@@ -1255,16 +1263,14 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
                 "max_rel_diff": None, "max_abs_diff": None}
     try:
-        levels = dequantized_outputs(part_model)
-        if levels:
-            outs, ref = arrays_as_levels(outs, levels), arrays_as_levels(ref, levels)
-        m = compare_outputs(outs, ref, list(p["outputs"]))
+        m = compare_on_model(part_model, outs, ref, list(p["outputs"]), min_cosine=FULL_MODEL_MIN_COSINE)
         status, summary = derive_status(m, tolerance)
     except Exception as e:
         return {"status": "error", "summary": f"compare failed: {type(e).__name__}: {e}"[:SUMMARY_LIMIT],
                 "max_rel_diff": None, "max_abs_diff": None}
     return {"status": status, "summary": summary[:SUMMARY_LIMIT], "max_rel_diff": m.get("max_rel_diff"),
-            "max_abs_diff": m.get("max_abs_diff"), "mean_rel_diff": m.get("mean_rel_diff")}
+            "max_abs_diff": m.get("max_abs_diff"), "mean_rel_diff": m.get("mean_rel_diff"),
+            "cosine_similarity": m.get("cosine_similarity"), "inconclusive": m.get("inconclusive")}
 
 
 def _constant_outputs(plan: Mapping) -> dict:
