@@ -108,7 +108,7 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if intra_op_num_threads is not None:
         so.intra_op_num_threads = intra_op_num_threads
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # failures come back as exceptions; no stderr noise
     src = str(model_path) if model_path is not None else model.SerializeToString()
     sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     run_options = ort.RunOptions()

@@ -1,0 +1,138 @@
+"""Verdicts a careful engineer would sign: two references and their disputes, reference
+failures that are never an executor's fault, comparisons that cannot fail, and layer
+inputs that fall back with a reason. Real ONNX Runtime and onnx reference runs; the
+executor is the clearly fake ``FakeOutputBackend`` (tests/fixtures/fake_backends.py)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from conftest import TensorProto, helper, make_model, tvi
+from fixtures.fake_backends import FAKE_KIND
+
+from torq_gen_config.backends import BACKEND_KINDS
+from torq_gen_config.compare import DEFAULT_TOLERANCE
+from torq_gen_config.layer_test import run_layer_test
+from torq_gen_config.reference import compute_reference, load_reference, save_npz
+from torq_gen_config.report.build import build_report
+from torq_gen_config.report.recommend import reference_agreement, reference_dispute
+
+LAYER = {"layer_id": "L_y", "slug": "L_y", "op_type": "L", "node_index": 0}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setitem(BACKEND_KINDS, "fake", FAKE_KIND)
+
+    def executor(mode: str) -> dict:
+        return {"name": f"fake-{mode}", "backend": "fake", "options": {"output": mode}}
+
+    return executor
+
+
+def _test(tmp_path, layer_path, ref_path, executor):
+    work = tmp_path / executor["name"]
+    return run_layer_test(layer=LAYER, executor=executor, layer_onnx=str(layer_path), reference_npz=str(ref_path),
+                          layer_mlir=None, import_status=None, work_dir=str(work),
+                          result_path=str(work / "result.json"), log_path=None, tolerance=DEFAULT_TOLERANCE,
+                          timeout_s=30)
+
+
+def _node_test(name: str):
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        case = next(c for c in collect_testcases(None) if c.name == name)
+    inputs = {v.name: a for v, a in zip(case.model.graph.input, case.data_sets[0][0])}
+    return case.model, inputs, case.data_sets[0][1]
+
+
+def test_a_tiny_reference_never_gives_a_plain_success(tmp_path, fake):
+    m = make_model([helper.make_node("Mul", ["x", "s"], ["y"])], [tvi("x", TensorProto.FLOAT, [64])],
+                   [tvi("y", TensorProto.FLOAT, [64])],
+                   [onnx.numpy_helper.from_array(np.array(1e-9, np.float32), "s")])
+    onnx.save(m, tmp_path / "tiny.onnx")
+    compute_reference(tmp_path / "tiny.onnx", tmp_path / "ref.npz")
+    for mode in ("zeros", "negated"):
+        res = _test(tmp_path, tmp_path / "tiny.onnx", tmp_path / "ref.npz", fake(mode))
+        assert res["status"] in ("success", "difference")
+        if res["status"] == "success":
+            assert res["metrics"]["inconclusive"] is True
+            assert "below the absolute floor" in res["metrics"]["inconclusive_reasons"][0]
+    rep = build_report(model_name="tiny", layers=[{**LAYER, "mlir_location": None, "mac_count": None,
+                                                   "skipped_reason": None}],
+                       results={"L_y": {"fake-negated": _test(tmp_path, tmp_path / "tiny.onnx", tmp_path / "ref.npz",
+                                                              fake("negated"))}},
+                       executors=[fake("negated")], default_tolerance=DEFAULT_TOLERANCE, mlir_file=None,
+                       provenance={})
+    checks = rep["discovery_report"]["inconclusive_checks"]
+    assert [c["executor"] for c in checks] == ["fake-negated"]
+    assert "INCONCLUSIVE: 1 success verdict(s) could not have failed" in rep["final_report_text"]
+    assert "success*" in rep["final_report_text"]
+
+
+def test_a_reference_failure_is_never_the_executors_fault(tmp_path, fake):
+    m = make_model([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)],
+                   [tvi("x", TensorProto.FLOAT, [3, 2]), tvi("i", TensorProto.INT64, [2])],
+                   [tvi("y", TensorProto.FLOAT, [2, 2])])
+    onnx.save(m, tmp_path / "gather.onnx")
+    # index 7 is out of range: both references fail on these inputs
+    meta = compute_reference(tmp_path / "gather.onnx", tmp_path / "ref.npz",
+                             inputs={"x": np.ones((3, 2), np.float32), "i": np.array([0, 7], np.int64)})
+    assert meta["status"] == "error" and meta["message"].startswith("ONNX Runtime failed on the layer")
+    assert meta["second"]["status"] == "error"
+    for mode in ("fail_run", "same"):
+        res = _test(tmp_path, tmp_path / "gather.onnx", tmp_path / "ref.npz", fake(mode))
+        assert res["status"] == "unverified", res
+        fr = res["failure_report"]
+        assert fr["stage"] == "reference"
+        assert fr["summary"].startswith("the reference failed on these inputs: ONNX Runtime failed on the layer")
+        assert "the executor failed too at run time" in fr["summary"]
+
+
+def test_a_layer_where_onnxruntime_deviates_from_the_spec_is_a_dispute(tmp_path, fake):
+    model, inputs, expected = _node_test("test_resize_downsample_scales_linear_align_corners")
+    onnx.save(model, tmp_path / "resize.onnx")
+    meta = compute_reference(tmp_path / "resize.onnx", tmp_path / "ref.npz", inputs=inputs, inputs_source="node test")
+    _, ort_out, meta = load_reference(tmp_path / "ref.npz")
+    # the onnx reference implementation gives the test's expected output, ONNX Runtime does not
+    np.testing.assert_allclose(meta["second_outputs"]["Y"], expected[0], rtol=1e-5)
+    assert not np.allclose(ort_out["Y"], expected[0], rtol=1e-3)
+    dispute = reference_dispute({"engines_agreement": meta["engines_agreement"]}, DEFAULT_TOLERANCE)
+    assert dispute and "disagree" in dispute["summary"]
+    res = _test(tmp_path, tmp_path / "resize.onnx", tmp_path / "ref.npz", fake("same"))  # copies ONNX Runtime
+    assert res["status"] == "success" and res["reference_check"]["engine"] == "onnx"
+    agreement = reference_agreement({**res, "reference_engine": "onnxruntime"}, DEFAULT_TOLERANCE)
+    assert agreement["agrees_with"] == ["onnxruntime"] and agreement["differs_from"] == ["onnx"]
+    # with --reference onnx the same executor differs from the spec
+    compute_reference(tmp_path / "resize.onnx", tmp_path / "ref_spec.npz", inputs=inputs, engine="onnx")
+    res = _test(tmp_path, tmp_path / "resize.onnx", tmp_path / "ref_spec.npz", fake("same"))
+    assert res["status"] == "difference" and res["reference"]["engine"] == "onnx"
+    rep = build_report(model_name="rz", layers=[{**LAYER, "mlir_location": None, "mac_count": None,
+                                                 "skipped_reason": None}],
+                       results={"L_y": {"fake-same": res}}, executors=[fake("same")],
+                       default_tolerance=DEFAULT_TOLERANCE, mlir_file=None, provenance={})
+    disputes = rep["discovery_report"]["reference_disputes"]
+    assert [d["layer_id"] for d in disputes] == ["L_y"] and disputes[0]["agree_with"] == {"onnxruntime": ["fake-same"]}
+    assert "REFERENCE DISPUTES: 1 layer(s)" in rep["final_report_text"]
+
+
+def test_layer_inputs_fall_back_to_generated_ones_and_say_why(tmp_path):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [tvi("x", TensorProto.FLOAT, [2, 3])],
+                   [tvi("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(m, tmp_path / "relu.onnx")
+    save_npz(tmp_path / "fallback.npz", {}, {"kind": "layer_inputs", "fallback": "the run gave no value for 'x'"})
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r1.npz", inputs_path=tmp_path / "fallback.npz")
+    assert meta["status"] == "ok" and meta["layer_inputs"] == "generated (the run gave no value for 'x')"
+    save_npz(tmp_path / "wrong.npz", {"x": np.ones((2, 4), np.float32)}, {"kind": "layer_inputs"})
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r2.npz", inputs_path=tmp_path / "wrong.npz")
+    assert meta["layer_inputs"].startswith("generated (input 'x' is float32[2, 4] in the whole-model run")
+    save_npz(tmp_path / "good.npz", {"x": -np.ones((2, 3), np.float32)}, {"kind": "layer_inputs", "source": "run"})
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r3.npz", inputs_path=tmp_path / "good.npz")
+    assert meta["layer_inputs"] == "propagate (run)"
+    ins, outs, _ = load_reference(tmp_path / "r3.npz")
+    np.testing.assert_array_equal(outs["y"], np.zeros((2, 3), np.float32))
