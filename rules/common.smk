@@ -141,12 +141,11 @@ INPUT_DATA_FINGERPRINT = file_fingerprint(input_data_file()[0]) if input_data_fi
 
 def get_reference_inputs(wildcards):
     """Inputs of a layer's reference job: its model and, with layer_inputs: propagate
-    (the default), its inputs taken from the whole-model run (written by that checkpoint)."""
+    (the default), its inputs taken from the whole-model run (written by the split)."""
     inputs = {"model": get_layer_model(wildcards)}
     if QUANTIZE:
         inputs["calibration"] = os.path.join(QUANT, "calibration.json")
-    if config["layer_inputs"] == "propagate":
-        checkpoints.propagate_layer_inputs.get()
+    if config["layer_inputs"] == "propagate":  # written by the split checkpoint with the layer's model
         inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
     return inputs
 

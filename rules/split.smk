@@ -1,31 +1,25 @@
-# Layer split (checkpoint: the layer list is known only after it ran), then per layer
-# the reference outputs and the MLIR import.
+# Layer split (checkpoint: the layer list is known only after it ran) with each layer's
+# inputs from the whole-model run, then per layer the reference outputs and the MLIR import.
 
 
+# With layer_inputs: propagate (the default) the checkpoint also runs the whole model
+# on its input values and writes each layer's inputs.npz (side files, like the layer
+# models: rewritten only when they change).
 checkpoint split_layers:
     input:
         model=rules.prepare_model.output.model,
         info=rules.prepare_model.output.info,
+        model_inputs=MODEL_INPUTS,
     output:
         manifest=os.path.join(LAYERS, "manifest.json"),
+    params:
+        layer_inputs=config["layer_inputs"],
     log:
         os.path.join(LOGS, "split_layers.log"),
     run:
-        jobs.split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest, log=log[0])
-
-
-checkpoint propagate_layer_inputs:
-    input:
-        model=rules.prepare_model.output.model,
-        manifest=os.path.join(LAYERS, "manifest.json"),
-        model_inputs=MODEL_INPUTS,
-    output:
-        info=os.path.join(WORK, "propagated_inputs.json"),
-    log:
-        os.path.join(LOGS, "propagate_layer_inputs.log"),
-    run:
-        jobs.propagate_inputs_job(prepared=input.model, manifest=input.manifest, model_inputs=input.model_inputs,
-                                  info=output.info, timeout_s=config["timeout_s"], log=log[0])
+        jobs.split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest,
+                              model_inputs=input.model_inputs, layer_inputs=params.layer_inputs,
+                              timeout_s=config["timeout_s"], log=log[0])
 
 
 # Both reference engines (onnxruntime and onnx's reference implementation); the

@@ -26,11 +26,11 @@ pytestmark = pytest.mark.slow
 EXECUTORS = ["llvm-cpu", "vmvx", "ort"]
 
 
-def small_cnn(path: Path, bias: float = 0.1) -> Path:
+def small_cnn(path: Path, bias: float = 0.1, add: float = 0.5) -> Path:
     """Conv -> Relu -> MaxPool -> Add: 4 layers, compiles in ~1 s per executor."""
     w = numpy_helper.from_array(np.full((4, 3, 3, 3), 0.05, np.float32), "w")
     b = numpy_helper.from_array(np.full((4,), bias, np.float32), "b")
-    c = numpy_helper.from_array(np.full((1, 4, 4, 4), 0.5, np.float32), "c")
+    c = numpy_helper.from_array(np.full((1, 4, 4, 4), add, np.float32), "c")
     nodes = [
         helper.make_node("Conv", ["x", "w", "b"], ["conv/out"], pads=[1, 1, 1, 1], name="conv"),
         helper.make_node("Relu", ["conv/out"], ["relu"], name="relu"),
@@ -165,24 +165,31 @@ def test_bad_model_inputs(tmp_path, squeezenet_path, kind):
     assert not (out / f"torq_gen_config_{model.stem}.json").exists()
 
 
-def test_model_change_reruns_only_affected_layers(tmp_path):
+@pytest.mark.parametrize("layer_inputs,change,retested_layer,kept_layer", [
+    # generated layer inputs: a change of the Conv's bias changes only the Conv layer
+    ("random", {"bias": 0.2}, "Conv_conv/out", "Relu_relu"),
+    # propagated inputs (the default): the layers after the Conv see other values too,
+    # so change the last layer's constant: only it is retested
+    ("propagate", {"add": 0.7}, "Add_y", "Relu_relu"),
+])
+def test_model_change_reruns_only_affected_layers(tmp_path, layer_inputs, change, retested_layer, kept_layer):
     model = small_cnn(tmp_path / "cnn.onnx")
     out = tmp_path / "out"
-    cfg = ["--config", f"model={model}", f"output_dir={out}"]
+    cfg = ["--config", f"model={model}", f"output_dir={out}", f"layer_inputs={layer_inputs}"]
     r = run_snakemake("--cores", "2", *cfg)
     assert r.returncode == 0, r.stderr[-3000:]
-    relu = out / "work" / "layers" / "Relu_relu" / "llvm-cpu" / "result.json"
-    relu_mtime = relu.stat().st_mtime_ns
-    small_cnn(tmp_path / "cnn.onnx", bias=0.2)  # only the Conv layer's bias changes
+    kept = out / "work" / "layers" / kept_layer / "llvm-cpu" / "result.json"
+    kept_mtime = kept.stat().st_mtime_ns
+    small_cnn(tmp_path / "cnn.onnx", **change)
     r = run_snakemake("--cores", "2", *cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     log = r.stdout + r.stderr
-    assert relu.stat().st_mtime_ns == relu_mtime, "an unchanged layer was retested"
+    assert kept.stat().st_mtime_ns == kept_mtime, "an unchanged layer was retested"
     report, _ = load_outputs(out, "cnn")
     assert len(report["ops"]) == 4
     # one console line per finished (layer, executor) job: "[executor] layer_id: status ..."
     retested = sorted(ln.split(":")[0] for ln in log.splitlines() if ln.startswith("[") and "] " in ln)
-    assert retested == ["[llvm-cpu] Conv_conv/out", "[ort] Conv_conv/out", "[vmvx] Conv_conv/out"], log[-3000:]
+    assert retested == [f"[{e}] {retested_layer}" for e in ("llvm-cpu", "ort", "vmvx")], log[-3000:]
 
 
 def test_timeout_becomes_error_verdict(tmp_path):

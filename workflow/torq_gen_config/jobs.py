@@ -236,8 +236,18 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str 
 
 
 @records_failure
-def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str | None = None) -> None:
-    """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest."""
+def split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
+                     layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None) -> None:
+    """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest, and with
+    ``layer_inputs`` ``propagate`` (the default) the whole-model reference run on the
+    model's input values (``model_inputs``) that writes each layer's ``inputs.npz``
+    (:func:`~torq_gen_config.reference.propagate_layer_inputs`; its summary goes to
+    ``manifest["layer_inputs"]``). One checkpoint for both: the layer files and their
+    inputs are known together, and a rerun rewrites only the files that changed.
+
+    Raises:
+        ModelError: the model input values do not fit the model.
+    """
     import onnx
 
     from .model.split import split_layers
@@ -246,10 +256,29 @@ def split_layers_job(*, prepared: str, info_path: str, manifest: str, log: str |
     model = onnx.load(prepared)
     info = read_json(info_path, "preparation info")
     man = split_layers(model, info, Path(manifest).parent)
-    write_json(manifest, man)
     _log(log, f"split into {len(man['layers'])} layers ({len(man['folded_nodes'])} constant nodes folded) "
               f"in {time.perf_counter() - t0:.2f} s")
-    print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded", file=sys.stderr)
+    print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded"
+          + (f", {sum(1 for x in man['layers'] if x.get('not_testable'))} not testable (unknown tensor types)"
+             if any(x.get("not_testable") for x in man["layers"]) else ""), file=sys.stderr)
+    if layer_inputs == "propagate" and model_inputs:
+        from .reference import propagate_layer_inputs
+
+        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s)
+        man["layer_inputs"] = res
+        run = res["run"]
+        _log(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in {run['seconds']} s "
+                  f"(engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); {res['rewritten']} of "
+                  f"{res['layers']} layer input files changed; {len(res['fallback'])} layer(s) fall back to "
+                  f"generated inputs: {res['fallback']}")
+        print(f"layer inputs: whole-model reference run on {res['model_inputs']} ({run['nodes_run']} nodes, "
+              f"{run['seconds']:.1f} s)" + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run could "
+                                            "not produce theirs)" if res["fallback"] else ""), file=sys.stderr)
+        for f in run["fallback_nodes"]:
+            print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
+                  f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",
+                  file=sys.stderr)
+    write_json(manifest, man)
 
 
 @records_failure
@@ -272,35 +301,6 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     _log(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
               f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
               f"{second.get('message') or ''}; inputs: {meta.get('layer_inputs')}")
-
-
-@records_failure
-def propagate_inputs_job(*, prepared: str, manifest: str, model_inputs: str, info: str,
-                         timeout_s: float | None = None, log: str | None = None) -> None:
-    """Checkpoint ``propagate_layer_inputs``: the whole-model reference run on the
-    model's input values (``model_inputs``) and each layer's inputs from it
-    (``layer_inputs: propagate``, the default; :func:`~torq_gen_config.reference.propagate_layer_inputs`).
-
-    Raises:
-        ModelError: the model input values do not fit the model.
-    """
-    from .reference import propagate_layer_inputs
-
-    man = read_json(manifest, "layer manifest")
-    res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s)
-    write_json(info, res)
-    run = res["run"]
-    _log(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in {run['seconds']} s "
-              f"(engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); {res['rewritten']} of "
-              f"{res['layers']} layer input files changed; {len(res['fallback'])} layer(s) fall back to generated "
-              f"inputs: {res['fallback']}")
-    print(f"layer inputs: whole-model run on {res['model_inputs']} ({run['nodes_run']} nodes, {run['seconds']:.1f} s)"
-          + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run could not produce theirs)"
-             if res["fallback"] else ""), file=sys.stderr)
-    for f in run["fallback_nodes"]:
-        print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
-              f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",
-              file=sys.stderr)
 
 
 @records_failure
@@ -493,6 +493,8 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     mlir_file = os.path.relpath(Path(locations).parent / locs["mlir_file"], output_dir) if locs.get("status") == "ok" else None
     provenance = build_provenance(info=info, locations=locs, executors=executors, options=options,
                                   tool_version=__version__, results=results)
+    if man.get("layer_inputs"):  # the whole-model run that gave the layers their inputs
+        provenance["layer_inputs_run"] = man["layer_inputs"]
     previous = read_json(user_choices, "user choices") if user_choices and Path(user_choices).exists() else None
     rep = build_report(model_name=model_name, layers=layers, results=results, executors=executors,
                        default_tolerance=tolerance, mlir_file=mlir_file, provenance=provenance,
