@@ -168,7 +168,9 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
     if not has_bfloat16(model):
         src = str(model_path) if model_path is not None else model.SerializeToString()
         sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-        return sess.run(output_names, dict(feeds))
+        from .ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
+
+        return run_session(sess, output_names, dict(feeds))
     from .precision.dtype_conversion import round_to_bf16, widen_bf16_to_fp32
 
     types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
