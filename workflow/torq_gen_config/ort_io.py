@@ -167,7 +167,9 @@ def to_ort_value(a: "np.ndarray", elem_type: int | None = None):
     import numpy as np
     import onnxruntime as ort
 
-    a = np.ascontiguousarray(a)
+    a = np.asarray(a)
+    if not a.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+        a = a.copy(order="C")
     et = onnx_elem_type(a.dtype) if elem_type is None else int(elem_type)
     if et == 8:
         raise TypeError("onnxruntime cannot make an OrtValue of a string tensor; strings are fed with session.run")
