@@ -100,7 +100,8 @@ def short(e: BaseException) -> str:
     """First line of an error, without ORT's source-location boilerplate."""
     msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     msg = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : ", "", msg)
-    msg = re.sub(r"Non-zero status code returned while running (\w+) node\. Name:'[^']*' Status Message: ", r"\1: ", msg)
+    msg = re.sub(r"Non-zero status code returned while running (\w+) node\. Name:'[^']*' Status Message: ",
+                 r"\1: ", msg)
     msg = re.sub(r"/onnxruntime_src/\S+:\d+ ", "", msg)
     msg = re.sub(r"onnxruntime::\S+\([^)]*\)( const)? ", "", msg)
     return msg[:220]
@@ -207,8 +208,9 @@ def main() -> None:
             mismatches.append((c.name, ops, bad))
     y = counts["loadable"]
     pct = lambda k: f"{k} of {y} ({100.0 * k / y:.1f}%)" if y else f"{k} of 0"  # noqa: E731
-    print(f"node tests: {n_all} collected, {n_expanded} *_expanded* left out, {len(cases)} considered"
-          f"{f' (sample of {args.sample}, seed {args.seed})' if args.sample else ''}{f' matching {args.match!r}' if args.match else ''}; "
+    which = (f" (sample of {args.sample}, seed {args.seed})" if args.sample else "") + \
+        (f" matching {args.match!r}" if args.match else "")
+    print(f"node tests: {n_all} collected, {n_expanded} *_expanded* left out, {len(cases)} considered{which}; "
           f"{counts['sequence/optional I/O']} with sequence/optional I/O left out, "
           f"{counts['ORT cannot load']} that ONNX Runtime {ort.__version__} cannot load, {y} loadable")
     print(f"ORT run fails on generate_inputs values:        {pct(len(fails))}")

@@ -638,7 +638,9 @@ def _pad_axes(site: InputSite):
     out = site.out_shape(0)
 
     def ok(axes):
-        return out is None or len(out) != r or all(out[i] is None or out[i] == data[i] for i in range(r) if i not in axes)
+        if out is None or len(out) != r:
+            return True
+        return all(out[i] is None or out[i] == data[i] for i in range(r) if i not in axes)
 
     axes = _choose_axes(site.rng, r, site.size, ok)
     return None if axes is None else _signed(site.rng, axes, r)
@@ -699,16 +701,15 @@ def _gathernd_indices(unique: bool, spec_op: str):
     return rule
 
 
-def _bounded_by(formal: str, dim: int, spec_op: str, what: str, *, low: int = 0, inclusive: bool = False):
+def _bounded_by(formal: str, dim: int, spec_op: str, what: str, spec_url: str | None = None):
     def rule(site: InputSite):
         s = site.shape_of(formal)
-        if s is None or len(s) <= (dim if dim >= 0 else -dim - 1) or s[dim] is None:
+        if s is None or len(s) < (dim + 1 if dim >= 0 else -dim) or not s[dim]:
             return None
-        hi = s[dim] + (1 if inclusive else 0)
-        return site.ints(low, hi) if hi > low else None
+        return site.ints(0, s[dim])
 
-    rule.__doc__ = (f"{spec_op} ``{what}``: in [{low}, {formal}.shape[{dim}]{']' if inclusive else ')'}. "
-                    f"Spec: {_SPEC.format(spec_op)}")
+    rule.__doc__ = (f"{spec_op} ``{what}``: in [0, {formal}.shape[{dim}]). "
+                    f"Spec: {spec_url or _SPEC.format(spec_op)}")
     return rule
 
 
@@ -997,10 +998,10 @@ def _resize_scales(site: InputSite):
     tf_crop_and_resize, where the roi's extent is divided out."""
     import numpy as np
 
-    if site.opset >= 11 and site.node.op_type == "Resize" and site.input_name("sizes"):
+    if site.node.op_type == "Resize" and site.input_name("sizes"):
         sizes = site.value_of("sizes")
-        if sizes is None or sizes.size:  # sizes given: scales must be empty
-            return np.zeros(site.shape, np.float32) if site.size == 0 else None
+        if sizes is None or sizes.size:  # sizes given: "Only one of 'scales' and 'sizes' can be specified"
+            return None
     t = _resize_targets(site)
     if t is None:
         return None
@@ -1531,7 +1532,8 @@ def _unique_input(site: InputSite):
         lo, hi = site.data_range()
         if hi - lo < k:
             return None
-        pool = site.rng.choice(np.arange(lo, hi), size=(k, *slice_shape), replace=hi - lo < k * max(1, math.prod(slice_shape)))
+        room = hi - lo < k * max(1, math.prod(slice_shape))
+        pool = site.rng.choice(np.arange(lo, hi), size=(k, *slice_shape), replace=room)
     else:  # multiples of 1/8: exact in bfloat16/float16
         pool = site.rng.choice(np.arange(-4 * k, 4 * k), size=(k, *slice_shape), replace=bool(slice_shape)) / 8.0
     pool = np.asarray(pool).astype(np.float32 if not _is_int(site.dtype) else np.int64).astype(site.dtype)
@@ -1806,7 +1808,9 @@ RULES: dict[tuple[str, str, str], Rule] = {
     ("", "SoftmaxCrossEntropyLoss", "labels"): _bounded_by("scores", 1, "SoftmaxCrossEntropyLoss", "labels"),
     ("", "RoiAlign", "batch_indices"): _bounded_by("X", 0, "RoiAlign", "batch_indices"),
     ("", "RotaryEmbedding", "position_ids"): _bounded_by("cos_cache", 0, "RotaryEmbedding", "position_ids"),
-    ("ai.onnx.ml", "ArrayFeatureExtractor", "Y"): _bounded_by("X", -1, "ArrayFeatureExtractor", "Y"),
+    ("ai.onnx.ml", "ArrayFeatureExtractor", "Y"): _bounded_by(
+        "X", -1, "ArrayFeatureExtractor", "Y",
+        "https://onnx.ai/onnx/operators/onnx_aionnxml_ArrayFeatureExtractor.html"),
     ("", "MaxUnpool", "I"): _maxunpool_indices,
     ("", "MaxUnpool", "output_shape"): _maxunpool_output_shape,
     ("", "ReverseSequence", "sequence_lens"): _seq_lens(_revseq_time, "ReverseSequence"),
