@@ -22,8 +22,9 @@ docs/inputs.md and in each rule's docstring (spec pages: https://onnx.ai/onnx/op
 Determinism: one ``numpy.random.default_rng(seed)`` stream, inputs generated in graph
 input order; a rule that needs another graph input's value (``Range``'s ``limit``
 needs ``start`` and ``delta``) generates that one first. An input without a rule
-draws exactly what the generator before these rules drew (same calls, same order),
-so models without rule inputs keep their values.
+draws what the generator before these rules drew (same numpy calls, same order), so a
+model none of whose inputs has a rule or a 0 dim keeps its values (except dtypes that
+generator mishandled: strings, int4/int2 drawn as floats, float8e8m0 NaNs).
 """
 
 from __future__ import annotations

@@ -269,10 +269,13 @@ def prepare_feed(session, feeds: dict, output_names: list[str] | None = None) ->
             input together with a non-numpy output: onnxruntime's Python API cannot
             run that combination).
     """
+    return _prepare(feeds, needs_ort_values(session, output_names))
+
+
+def _prepare(feeds: dict, all_values: bool) -> dict:
     import numpy as np
     import onnxruntime as ort
 
-    all_values = needs_ort_values(session, output_names)
     out = {}
     for name, a in feeds.items():
         if isinstance(a, ort.OrtValue):
@@ -307,11 +310,9 @@ def run(session, output_names: list[str] | None, feeds: dict, run_options=None) 
         TypeError: see :func:`prepare_feed`.
         onnxruntime's exceptions: whatever the run raises.
     """
-    import onnxruntime as ort
-
     fetch = [o.name for o in session.get_outputs()] if output_names is None else list(output_names)
-    feed = prepare_feed(session, feeds, fetch)
-    if not needs_ort_values(session, fetch):
+    all_values = needs_ort_values(session, fetch)
+    feed = _prepare(feeds, all_values)  # (a prepared feed passes through unchanged)
+    if not all_values:
         return session.run(fetch, feed, run_options)
-    feed = {k: (v if isinstance(v, ort.OrtValue) else to_ort_value(v)) for k, v in feed.items()}
     return [from_ort_value(v) for v in session.run_with_ort_values(fetch, feed, run_options)]
