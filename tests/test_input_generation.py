@@ -111,6 +111,14 @@ def test_reshape_shape_is_the_declared_output_shape_and_unknown_output_keeps_the
     assert s.dtype == np.int64 and np.prod(s) == 24 and (s > 0).all()
 
 
+def test_whole_model_rule_reads_intermediate_shapes_from_shape_inference():
+    m = make_model([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Reshape", ["t", "s"], ["y"])],
+                   [tvi("x", TensorProto.FLOAT, [2, 6]), tvi("s", TensorProto.INT64, [2])],
+                   [tvi("y", TensorProto.FLOAT, [3, 4])])
+    assert not m.graph.value_info
+    assert generate_inputs(m)["s"].tolist() == [3, 4]
+
+
 def test_gather_indices_bounded_and_index_rules_ignore_input_ranges():
     table = onnx.numpy_helper.from_array(np.zeros((3, 10), np.float32), "table")
     m = make_model([helper.make_node("Gather", ["table", "idx"], ["y"], axis=1)],
