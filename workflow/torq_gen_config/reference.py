@@ -22,14 +22,6 @@ from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old plac
 
 #: Default value ranges per dtype class, [low, high) (config ``inputs``).
 DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range": [-40, 40], "uint8_range": [0, 80]}
-#: (op type, input position) of index tensors and the data input/axis they index.
-_INDEX_INPUTS = {
-    ("Gather", 1): "gather",
-    ("GatherElements", 1): "gather",
-    ("ScatterElements", 1): "gather",
-    ("GatherND", 1): "gathernd",
-    ("ScatterND", 1): "gathernd",
-}
 
 
 def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  # noqa: F821
@@ -37,8 +29,8 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  #
     """Deterministic random inputs for the run-time inputs of a layer model.
 
     Args:
-        layer_model: single-layer model whose graph inputs carry static shapes
-            (unknown dims are taken as 1).
+        layer_model: single-layer model (or whole model) whose graph inputs carry
+            static shapes (a 0 dim gives an empty array).
         settings: ``seed``, ``float_range``, ``int_range``, ``uint8_range``.
         input_ranges: per input name, a [low, high) range that replaces the
             dtype's range (``--quantize``: a float input is drawn in its calibrated
@@ -46,37 +38,17 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  #
 
     Returns:
         Input name -> array, in graph input order. Floats are drawn uniformly and
-        cast (bfloat16 through ml_dtypes), integers uniformly in [low, high), bools
-        in {False, True}; index inputs are drawn in [0, dim) of the indexed axis.
-    """
-    import numpy as np
-    from onnx import helper
+        cast (bfloat16, float8, int4, ... through ml_dtypes), integers uniformly in
+        [low, high), bools in {False, True}; inputs that an operator reads as
+        indices, axes, shapes, sizes, scales, ... follow that operator's rule
+        (:func:`torq_gen_config.input_generation.generate_inputs`, docs/inputs.md).
 
-    s = {**DEFAULT_INPUT_SETTINGS, **(settings or {})}
-    rng = np.random.default_rng(s["seed"])
-    bounds = _index_bounds(layer_model)
-    feeds = {}
-    for vi in layer_model.graph.input:
-        tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tt.shape.dim]
-        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        custom = (input_ranges or {}).get(vi.name)
-        if vi.name in bounds:
-            hi = max(1, bounds[vi.name])
-            feeds[vi.name] = rng.integers(0, hi, size=shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[vi.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
-        elif np.issubdtype(dtype, np.integer):
-            lo, hi = s["uint8_range"] if dtype == np.uint8 else s["int_range"]
-            if custom is not None:
-                lo, hi = int(custom[0]), int(custom[1])
-            info = np.iinfo(dtype)
-            lo, hi = max(lo, info.min), min(hi, int(info.max) + 1)
-            feeds[vi.name] = rng.integers(lo, hi, size=shape).astype(dtype)
-        else:
-            lo, hi = custom if custom is not None else s["float_range"]
-            feeds[vi.name] = rng.uniform(lo, hi, size=shape).astype(np.float32).astype(dtype)
-    return feeds
+    Raises:
+        ValueError: a graph input with a symbolic or unknown dim (named in the message).
+    """
+    from .input_generation import generate_inputs
+
+    return generate_inputs(layer_model, settings, input_ranges)
 
 
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
@@ -482,37 +454,3 @@ def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
     meta["second_outputs"] = {n: arrays[f"second_output_{i}"] for i, n in enumerate(meta["output_names"])
                               if f"second_output_{i}" in arrays}
     return inputs, outputs, meta
-
-
-def _index_bounds(layer_model) -> dict[str, int]:
-    """Graph input name -> exclusive upper bound for inputs used as indices."""
-    from onnx import helper
-
-    shapes = {}
-    for vi in list(layer_model.graph.input) + list(layer_model.graph.value_info):
-        tt = vi.type.tensor_type
-        if tt.HasField("shape"):
-            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else 0 for d in tt.shape.dim]
-    for t in layer_model.graph.initializer:
-        shapes[t.name] = list(t.dims)
-    graph_inputs = {vi.name for vi in layer_model.graph.input}
-    bounds = {}
-    for node in layer_model.graph.node:
-        for pos, t in enumerate(node.input):
-            kind = _INDEX_INPUTS.get((node.op_type, pos))
-            if kind is None or t not in graph_inputs:
-                continue
-            data_shape = shapes.get(node.input[0])
-            if not data_shape:
-                continue
-            if kind == "gather":
-                axis = 0
-                for a in node.attribute:
-                    if a.name == "axis":
-                        axis = helper.get_attribute_value(a)
-                dim = data_shape[axis % len(data_shape)]
-            else:  # GatherND / ScatterND: bound by the smallest indexed dim
-                dim = min(d for d in data_shape if d > 0) if any(d > 0 for d in data_shape) else 1
-            if dim > 0:
-                bounds[t] = min(bounds.get(t, dim), dim)
-    return bounds

@@ -122,8 +122,10 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
         timer = threading.Timer(timeout_s, _terminate)
         timer.daemon = True
         timer.start()
+    from .ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
+
     try:
-        return sess.run(list(output_names), dict(feeds), run_options)
+        return run_session(sess, list(output_names), dict(feeds), run_options)
     except Exception:
         if fired.is_set():
             raise ReferenceTimeout(f"ONNX Runtime did not finish within {timeout_s:g} s (terminated)") from None

@@ -111,56 +111,13 @@ def _append_log(log_path: str | os.PathLike | None, text: str) -> None:
         f.write(f"=== {stamp} {text.rstrip()}\n\n")
 
 
-def _is_bf16(a) -> bool:
-    return getattr(getattr(a, "dtype", None), "name", None) == "bfloat16"
-
-
-def _to_ort_value(a: "np.ndarray"):
-    """``a`` as an ``onnxruntime.OrtValue`` on the CPU; an ``ml_dtypes.bfloat16`` array
-    through its uint16 bit patterns with the onnx type BFLOAT16."""
-    import numpy as np
-    import onnxruntime as ort
-    from onnx import TensorProto
-
-    a = np.ascontiguousarray(a)
-    if _is_bf16(a):
-        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a.view(np.uint16), TensorProto.BFLOAT16)
-    return ort.OrtValue.ortvalue_from_numpy(a)
-
-
-def _bf16_outputs(session, output_names: list[str]) -> set[str]:
-    """The names among ``output_names`` that the session declares ``tensor(bfloat16)``."""
-    wanted = set(output_names)
-    return {o.name for o in session.get_outputs() if o.name in wanted and o.type == "tensor(bfloat16)"}
-
-
-def _ort_value_to_numpy(v) -> "np.ndarray":
-    """A copy of an output ``OrtValue`` as numpy; BFLOAT16 (which ``OrtValue.numpy``
-    cannot convert) as an ``ml_dtypes.bfloat16`` array read from the tensor's memory."""
-    if v.data_type() != "tensor(bfloat16)":
-        return v.numpy()
-    import ctypes
-
-    import ml_dtypes
-    import numpy as np
-
-    if v.device_name().lower() != "cpu":  # pragma: no cover - outputs of run_with_ort_values are on the CPU
-        raise RuntimeError(f"bfloat16 output on device {v.device_name()!r} cannot be read")
-    shape = tuple(v.shape())
-    count = int(np.prod(shape, dtype=np.int64))
-    if count == 0:
-        return np.zeros(shape, dtype=ml_dtypes.bfloat16)
-    buf = (ctypes.c_uint16 * count).from_address(v.data_ptr())
-    return np.frombuffer(buf, dtype=np.uint16).copy().reshape(shape).view(ml_dtypes.bfloat16)
-
-
 def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
-    """``session.run``, or ``run_with_ort_values`` when a fetched output is bfloat16
-    (the feed then holds ``OrtValue``s only, see ``_session_and_feed``); bfloat16
-    outputs come back as ``ml_dtypes.bfloat16`` arrays."""
-    if not _bf16_outputs(session, fetch):
-        return session.run(fetch, feed, run_options)
-    return [_ort_value_to_numpy(v) for v in session.run_with_ort_values(fetch, feed, run_options)]
+    """``session.run``, or ``run_with_ort_values`` when a fetched output has a type that
+    ``session.run`` cannot return (bfloat16, float8, int4, ...): :func:`torq_gen_config.ort_io.run`;
+    such outputs come back as ml_dtypes arrays."""
+    from .. import ort_io
+
+    return ort_io.run(session, fetch, feed, run_options)
 
 
 class OnnxRuntimeBackend(Backend):
@@ -331,17 +288,19 @@ class OnnxRuntimeBackend(Backend):
         """The artifact's session (recreated from ``info["onnx_path"]`` when it holds
         none) and the input feed in ``input_names`` order.
 
-        bfloat16 arrays (``ml_dtypes.bfloat16``, which onnxruntime's numpy binding
-        cannot convert: "Numpy_type 256 can't be converted to MLDataType") are fed as
-        ``OrtValue``s of type BFLOAT16 made from their uint16 bit patterns. When one of
-        ``output_names`` is bfloat16 (``session.run`` cannot return it), every input
-        is fed as an ``OrtValue`` so that :func:`_run_session` can use
-        ``run_with_ort_values``.
+        ml_dtypes arrays (bfloat16, float8, int4, ..., which onnxruntime's numpy
+        binding cannot convert: "Numpy_type 256 can't be converted to MLDataType") are
+        fed as ``OrtValue``s made from their bit patterns. When one of ``output_names``
+        has such a type (``session.run`` cannot return it), every input is fed as an
+        ``OrtValue`` so that :func:`_run_session` can use ``run_with_ort_values``
+        (:func:`torq_gen_config.ort_io.prepare_feed`).
 
         Raises:
             ValueError: the artifact has neither a session nor an ``onnx_path``.
         """
         import numpy as np
+
+        from .. import ort_io
 
         session = artifact.handle
         if session is None:
@@ -351,10 +310,7 @@ class OnnxRuntimeBackend(Backend):
             session, _ = self._create_session(onnx_path)
             artifact.handle = session
         feed = {n: np.asarray(inputs[n]) for n in input_names}
-        all_values = bool(_bf16_outputs(session, output_names or []))
-        if all_values or any(_is_bf16(a) for a in feed.values()):
-            feed = {n: _to_ort_value(a) if (all_values or _is_bf16(a)) else a for n, a in feed.items()}
-        return session, feed
+        return session, ort_io.prepare_feed(session, feed, list(output_names or []))
 
     def run(
         self,
@@ -385,12 +341,13 @@ class OnnxRuntimeBackend(Backend):
             log_path: a one-line record of the run is appended here.
 
         Returns:
-            ``(outputs, run_ms)``: numpy arrays by output name (bfloat16 ones as
-            ``ml_dtypes.bfloat16``), and the wall time of ``session.run`` in ms.
+            ``(outputs, run_ms)``: numpy arrays by output name (bfloat16, float8,
+            int4, ... ones as ml_dtypes arrays), and the wall time of the run in ms.
 
-        bfloat16 inputs (``ml_dtypes.bfloat16`` arrays) are fed as BFLOAT16
-        ``OrtValue``s of their bit patterns; when an output is bfloat16 the session
-        runs with ``run_with_ort_values`` (``session.run`` cannot return bfloat16).
+        ml_dtypes inputs (bfloat16, float8, int4, ...) are fed as ``OrtValue``s of
+        their bit patterns; when an output has such a type the session runs with
+        ``run_with_ort_values`` (``session.run`` cannot return it;
+        :mod:`torq_gen_config.ort_io`).
         A bfloat16 operator without an onnxruntime kernel fails at :meth:`compile`
         (``NOT_IMPLEMENTED``).
 
@@ -454,8 +411,8 @@ class OnnxRuntimeBackend(Backend):
 
         ``warmup`` untimed ``session.run`` calls, then ``runs`` calls each timed
         with ``time.perf_counter``; every call gets the same inputs (converted to
-        numpy, or bfloat16 ones to ``OrtValue``s, once, before the loop) and fetches
-        every output of ``output_names`` (bfloat16 outputs through
+        numpy, or ml_dtypes ones to ``OrtValue``s, once, before the loop) and fetches
+        every output of ``output_names`` (bfloat16/float8/int4 outputs through
         ``run_with_ort_values``, as in :meth:`run`).
 
         What is measured: one ``session.run`` call: onnxruntime's Python binding
