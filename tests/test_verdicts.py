@@ -136,3 +136,28 @@ def test_layer_inputs_fall_back_to_generated_ones_and_say_why(tmp_path):
     assert meta["layer_inputs"] == "propagate (run)"
     ins, outs, _ = load_reference(tmp_path / "r3.npz")
     np.testing.assert_array_equal(outs["y"], np.zeros((2, 3), np.float32))
+
+
+def test_reference_files_keep_every_dtype(tmp_path):
+    import ml_dtypes
+
+    from torq_gen_config.reference import load_npz
+
+    arrays = {"f8": np.array([1.5, -2.0], np.float32).astype(ml_dtypes.float8_e5m2),
+              "i4": np.array([1, -3], dtype=ml_dtypes.int4), "bf": np.ones(2, ml_dtypes.bfloat16),
+              "s": np.array(["a", "bc"], dtype=object), "f": np.arange(3, dtype=np.float32)}
+    save_npz(tmp_path / "t.npz", arrays, {"kind": "test"})
+    back, meta = load_npz(tmp_path / "t.npz")
+    assert {k: v.dtype.name for k, v in back.items()} == {"f8": "float8_e5m2", "i4": "int4", "bf": "bfloat16",
+                                                           "s": "str32", "f": "float32"}
+    assert back["s"].tolist() == ["a", "bc"] and back["f8"].astype(np.float32).tolist() == [1.5, -2.0]
+    assert meta["bf16_keys"] == ["bf"]
+
+
+def test_string_outputs_compare_exactly():
+    from torq_gen_config.compare import compare_outputs, derive_status
+
+    ref = {"y": np.array(["a", "c"])}
+    assert derive_status(compare_outputs({"y": np.array(["a", "c"], dtype=object)}, ref, ["y"]))[0] == "success"
+    status, summary = derive_status(compare_outputs({"y": np.array(["a", "b"], dtype=object)}, ref, ["y"]))
+    assert status == "difference" and summary == "1 of 2 string elements differ"

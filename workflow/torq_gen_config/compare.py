@@ -141,14 +141,17 @@ def _dtype_name(dtype: np.dtype) -> str:
 
 
 def _kind_of(dtype: np.dtype) -> str:
-    """Return "float", "int" or "bool" for a numpy / ml_dtypes dtype.
+    """Return "float", "int", "bool" or "string" for a numpy / ml_dtypes dtype
+    (strings: numpy ``U``/``S`` arrays and object arrays, as ONNX Runtime returns them).
 
     Raises:
-        TypeError: complex, string, object or other non-numeric dtypes.
+        TypeError: complex or other unsupported dtypes.
     """
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return "bool"
+    if dtype.kind in "USO":  # ONNX string tensors (numpy str, bytes or str objects)
+        return "string"
     if dtype.kind == "f":
         return "float"
     if dtype.kind in "iu":
@@ -451,6 +454,30 @@ def _compare_int(o_raw: np.ndarray, r_raw: np.ndarray) -> dict:
     }
 
 
+def _compare_string(o_raw: np.ndarray, r_raw: np.ndarray) -> dict:
+    """Exact comparison of string tensors (ONNX ``tensor(string)``: StringNormalizer,
+    RegexFullMatch, ...): the number of elements that differ."""
+    def text(a):
+        a = np.asarray(a).reshape(-1)
+        return np.array([x.decode("utf-8", "replace") if isinstance(x, bytes) else str(x) for x in a.tolist()],
+                        dtype=object)
+
+    o, r = text(o_raw), text(r_raw)
+    mismatches = int(np.count_nonzero(o != r))
+    n = int(r.size)
+    return {
+        "nan_mismatch": False,
+        "inf_mismatch": False,
+        "num_nonfinite_mismatches": 0,
+        "max_abs_diff": 1 if mismatches else 0,
+        "mean_abs_diff": (mismatches / n) if n else 0.0,
+        "max_rel_diff": None,
+        "mean_rel_diff": None,
+        "num_mismatches": mismatches,
+        "inconclusive_reason": (None if not n or any(r) else "reference is all empty strings"),
+    }
+
+
 def _compare_bool(o_raw: np.ndarray, r_raw: np.ndarray) -> dict:
     r = np.asarray(r_raw).reshape(-1).astype(bool)
     o = np.asarray(o_raw).reshape(-1)
@@ -515,7 +542,7 @@ def compare_outputs(
         A JSON-safe dict (no NaN/inf floats; numbers are Python ints/floats):
 
         * ``"outputs"``: one dict per name with ``name``, ``kind``
-          (``"float"|"int"|"bool"``, from the reference dtype), ``dtype``,
+          (``"float"|"int"|"bool"|"string"``, from the reference dtype), ``dtype``,
           ``shape``, ``ref_dtype``, ``ref_shape``, ``declared_shape`` (when
           given), ``num_elements`` (reference element count), ``quantized``
           (bool), the flags ``missing_output``, ``shape_mismatch``,
@@ -612,7 +639,7 @@ def compare_outputs(
         _kind_of(o.dtype)  # raises on non-numeric actual outputs
         entry["dtype"] = _dtype_name(o.dtype)
         entry["shape"] = [int(s) for s in o.shape]
-        entry["dtype_mismatch"] = o.dtype != r.dtype
+        entry["dtype_mismatch"] = o.dtype != r.dtype and not (kind == "string" and _kind_of(o.dtype) == "string")
         if tuple(o.shape) != tuple(r.shape):
             entry["shape_mismatch"] = True
             outputs.append(entry)
@@ -621,6 +648,8 @@ def compare_outputs(
             entry.update(_compare_float(o, r, r.dtype))
         elif kind == "int":
             entry.update(_compare_int(o, r))
+        elif kind == "string":
+            entry.update(_compare_string(o, r))
         else:
             entry.update(_compare_bool(o, r))
         if entry["num_elements"] == 0:
@@ -916,10 +945,10 @@ def _output_problem(out: Mapping, metrics: Mapping, tol: Mapping) -> str | None:
                 parts.append("absolute difference overflowed float64")
         elif max_abs > atol:
             parts.append(f"max abs diff {max_abs} > int_atol {atol}{over_text()}")
-    elif kind == "bool":
+    elif kind in ("bool", "string"):
         mism = int(out.get("num_mismatches") or 0)
         if mism:
-            parts.append(f"{mism} of {n} bool elements differ")
+            parts.append(f"{mism} of {n} {kind} elements differ")
     return "; ".join(parts) if parts else None
 
 

@@ -119,6 +119,12 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                            "layer_inputs": meta.get("layer_inputs"),
                            "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message")},
                            "engines_agreement": meta.get("engines_agreement")}
+    if meta.get("inputs_missing"):  # nothing to run the executor on; not its fault
+        result["status"] = "unverified"
+        result["failure_report"] = {"type": "reference_error", "stage": "reference", "during": None,
+                                    "summary": first_error_line(meta.get("message") or "")[:SUMMARY_LIMIT],
+                                    "message": bounded_message(meta.get("message") or "", MESSAGE_LIMIT)}
+        return _finish(result, result_path, log_path)
     try:
         backend = make_backend(executor)
     except Exception as e:

@@ -1,14 +1,17 @@
-"""Deterministic layer inputs and ONNX Runtime reference outputs.
+"""Layer references: each layer's inputs and its outputs on both reference engines.
 
-Inputs are drawn from ``numpy.random.default_rng(seed)`` with per-dtype ranges
-(config ``inputs``); index inputs (``Gather``/``GatherElements``/``GatherND``/
-``ScatterElements``/``ScatterND`` indices) are bounded by the indexed dimension, so
-that no executor reads out of bounds (the original tool segfaulted on this,
-notes/reference_tool.md section 2). References come from ONNX Runtime CPU with all
-graph optimizations disabled.
+Inputs are the values the layer receives in the whole-model reference run
+(:func:`propagate_layer_inputs`, ``--layer-inputs propagate``, the default), else
+op-aware generated values (:func:`make_inputs`, :mod:`torq_gen_config.input_generation`:
+axes, shapes, indices, ... are valid for their op; docs/inputs.md). References come
+from ONNX Runtime CPU with all graph optimizations disabled and from onnx's reference
+implementation (:mod:`torq_gen_config.reference_run`); the configured one is what the
+verdicts are computed against (docs/comparison.md, "References").
 
-The reference file (``reference.npz``) holds ``input_<i>``, ``output_<i>`` arrays
-and ``__meta__`` (a JSON string: names, status, message, ONNX Runtime version).
+The reference file (``reference.npz``) holds ``input_<i>``, ``output_<i>`` (the
+configured engine's outputs), ``second_output_<i>`` (the other engine's) and
+``__meta__`` (a JSON string: names, both engines' status, message and version, how
+the inputs were made, the engines' agreement metrics).
 """
 
 from __future__ import annotations
@@ -106,9 +109,20 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         how = inputs_source or "given"
     elif inputs_path is not None:
         inputs, how = _propagated_inputs(inputs_path, layer)
-    if inputs is None:
-        inputs = make_inputs(layer, settings, input_ranges)
     output_names = [o.name for o in layer.graph.output]
+    if inputs is None:
+        try:
+            inputs = make_inputs(layer, settings, input_ranges)
+        except Exception as e:  # e.g. an input without a static shape: no values, no reference
+            message = f"cannot make the layer's inputs: {type(e).__name__}: {str(e)[:1000]}"
+            meta = {"status": "error", "message": message, "engine": engine, "engine_version": None,
+                    "ort_version": engine_version("onnxruntime"), "input_names": [], "output_names": output_names,
+                    "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": None,
+                    "layer_inputs": f"none ({message})", "inputs_missing": True,
+                    "second": {"engine": next(x for x in ENGINES if x != engine), "status": "not run",
+                               "message": None, "run_ms": None}, "engines_agreement": None}
+            save_npz(out_path, {}, meta)
+            return meta
     bf16 = has_bfloat16(layer)
 
     def run(eng: str) -> tuple[dict, list]:
@@ -391,11 +405,14 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
              *, only_if_changed: bool = False) -> bool:
     """Write arrays plus a JSON ``__meta__`` entry to an ``.npz`` atomically.
 
-    bfloat16 arrays (ml_dtypes) are stored as uint16 bit patterns and listed in
-    ``meta["bf16_keys"]`` so that :func:`load_npz` restores them. The bytes are a
-    function of the arrays and ``meta`` (``numpy.savez`` writes fixed zip dates), so
-    with ``only_if_changed`` an unchanged file keeps its mtime (nothing downstream
-    reruns).
+    Arrays of the ml_dtypes types (bfloat16, float8 variants, int4, ...), which
+    ``numpy.savez`` would store as raw ``|V`` bytes, are stored as unsigned-integer
+    views of their bits and listed in ``meta["ml_dtypes_keys"]`` (name -> dtype name;
+    bfloat16 ones also in ``meta["bf16_keys"]``, read by older versions) so that
+    :func:`load_npz` restores them; string arrays are stored as numpy unicode arrays
+    (no pickle). The bytes are a function of the arrays and ``meta`` (``numpy.savez``
+    writes fixed zip dates), so with ``only_if_changed`` an unchanged file keeps its
+    mtime (nothing downstream reruns).
 
     Returns:
         True when the file was written.
@@ -407,14 +424,18 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
     from .fileio import atomic_write_bytes
 
     meta = dict(meta)
-    bf16 = []
+    special: dict[str, str] = {}
     store = {}
     for k, a in arrays.items():
-        if a.dtype.name == "bfloat16":
-            bf16.append(k)
-            a = a.view(np.uint16)
+        a = np.asarray(a)
+        if a.dtype.type.__module__.startswith("ml_dtypes"):  # bfloat16, float8_*, int4, ...
+            special[k] = a.dtype.name
+            a = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+        elif a.dtype.kind == "O":  # strings (ONNX Runtime returns str objects)
+            a = a.astype(str)
         store[k] = a
-    meta["bf16_keys"] = bf16
+    meta["bf16_keys"] = [k for k, d in special.items() if d == "bfloat16"]
+    meta["ml_dtypes_keys"] = special
     store["__meta__"] = np.array(json.dumps(meta))
     buf = io.BytesIO()
     np.savez(buf, **store)
@@ -427,17 +448,19 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
 
 
 def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  # noqa: F821
-    """Read a file written by :func:`save_npz`: ``(arrays, meta)``."""
+    """Read a file written by :func:`save_npz`: ``(arrays, meta)``, ml_dtypes arrays
+    restored (files written before ``ml_dtypes_keys`` existed: their ``bf16_keys``)."""
     import numpy as np
 
     with np.load(Path(path), allow_pickle=False) as z:
         meta = json.loads(str(z["__meta__"]))
         arrays = {k: z[k] for k in z.files if k != "__meta__"}
-    if meta.get("bf16_keys"):
+    special = meta.get("ml_dtypes_keys") or {k: "bfloat16" for k in meta.get("bf16_keys") or []}
+    if special:
         import ml_dtypes
 
-        for k in meta["bf16_keys"]:
-            arrays[k] = arrays[k].view(ml_dtypes.bfloat16)
+        for k, name in special.items():
+            arrays[k] = arrays[k].view(getattr(ml_dtypes, name))
     return arrays, meta
 
 
