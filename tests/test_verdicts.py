@@ -149,7 +149,7 @@ def test_reference_files_keep_every_dtype(tmp_path):
     save_npz(tmp_path / "t.npz", arrays, {"kind": "test"})
     back, meta = load_npz(tmp_path / "t.npz")
     assert {k: v.dtype.name for k, v in back.items()} == {"f8": "float8_e5m2", "i4": "int4", "bf": "bfloat16",
-                                                           "s": "str32", "f": "float32"}
+                                                           "s": "str64", "f": "float32"}
     assert back["s"].tolist() == ["a", "bc"] and back["f8"].astype(np.float32).tolist() == [1.5, -2.0]
     assert meta["bf16_keys"] == ["bf"]
 
