@@ -372,7 +372,7 @@ def test_layer_inputs_propagate_and_input_data(tmp_path):
     conv_dir = next(layers.glob("Conv_conv_out-*"))
     ins, outs, meta = load_reference(conv_dir / "reference.npz")
     np.testing.assert_array_equal(ins["x"], x)
-    assert meta["layer_inputs"] == "propagate"
+    assert meta["layer_inputs"] == f"propagate (whole-model run on input_data {tmp_path / 'x.npz'})"
     _, conv_out, _ = ins, outs, meta
     relu_in, _, _ = load_reference(layers / "Relu_relu" / "reference.npz")
     np.testing.assert_allclose(relu_in["conv/out"], outs["conv/out"], rtol=1e-6)  # handed over from the Conv
