@@ -141,15 +141,17 @@ def not_testable_reason(io: dict, types: dict, info: dict | None = None) -> str 
             tp = types.get(name)
             if type_is_complete(tp):
                 continue
-            what = f"the type/shape of {kind[:-1]} {name!r} is unknown"
+            known = type_text(tp)
+            what = f"the type/shape of {kind[:-1]} {name!r} is unknown" + (f" ({known})" if known != "unknown" else "")
             if tp is not None and tp.WhichOneof("value") not in (None, "tensor_type"):
                 return (f"not testable: {kind[:-1]} {name!r} is a {type_text(tp)} value; layer tests take tensors "
                         "only")
             if name in unavailable:
-                return f"not testable: {what} ({type_text(tp)}): {unavailable[name]}"
+                return f"not testable: {what}: {unavailable[name]}"
             if run.get("ran"):
-                return f"not testable: {what} ({type_text(tp)}): static inference could not infer it and the "                        "whole-model reference run gave it no value"
-            return f"not testable: {what} ({type_text(tp)}): static shape inference could not infer it"
+                return (f"not testable: {what}: static inference could not infer it and the whole-model reference "
+                        "run gave it no value")
+            return f"not testable: {what}: static shape inference could not infer it"
     return None
 
 

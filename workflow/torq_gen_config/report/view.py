@@ -418,7 +418,7 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
     if op.get("skipped_reason"):
         _line(console, f"Skipped:        {op['skipped_reason']}")
     if op.get("not_testable_reason"):
-        _line(console, f"Not testable:   {op['not_testable_reason']}")
+        _line(console, f"Not testable:   {op['not_testable_reason'].removeprefix('not testable: ')}")
     ref = op.get("reference") or {}
     if ref:
         from ..reference_run import engine_label
