@@ -59,16 +59,22 @@ def sequential_loop(model: str, work: Path, config: dict) -> tuple[float, float,
     c0, k0, t0 = cpu_self(), cpu_children(), time.perf_counter()
     w = work / "work"
     layers_dir = w / "layers"
+    model_inputs = str(w / "model_inputs.npz")
     jobs.prepare_model_job(model=model, prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"),
-                           target_opset=config["target_opset"])
+                           target_opset=config["target_opset"], model_inputs=model_inputs,
+                           input_settings=config["inputs"], timeout_s=config["timeout_s"])
     jobs.import_full_model_job(prepared=str(w / "prepared.onnx"), mlir=str(w / "full.mlir"), locations=str(w / "locations.json"))
-    jobs.split_layers_job(prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"), manifest=str(layers_dir / "manifest.json"))
+    jobs.split_layers_job(prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"),
+                          manifest=str(layers_dir / "manifest.json"), model_inputs=model_inputs,
+                          layer_inputs=config["layer_inputs"], timeout_s=config["timeout_s"])
     man = json.loads((layers_dir / "manifest.json").read_text())
     from torq_gen_config.backends import NEEDS_MLIR
 
     for layer in man["layers"]:
         d = layers_dir / layer["slug"]
-        jobs.reference_job(layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"), input_settings=config["inputs"])
+        jobs.reference_job(layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
+                           input_settings=config["inputs"], engine=config["reference"], timeout_s=config["timeout_s"],
+                           inputs_path=str(d / "inputs.npz") if config["layer_inputs"] == "propagate" else None)
         jobs.import_layer_job(layer_onnx=str(d / "model.onnx"), mlir=str(d / "model.mlir"), status=str(d / "import.json"))
         for ex in config["executors"]:
             needs = NEEDS_MLIR[ex["backend"]]

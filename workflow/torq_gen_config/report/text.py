@@ -209,6 +209,8 @@ def _recommended_cell(op: Mapping) -> str:
         return f"{rec} (user)"
     if ((op.get("executors") or {}).get(rec) or {}).get("status") == "unverified":
         return f"{rec} (unverified)"
+    if (op.get("reference") or {}).get("dispute"):
+        return f"{rec} (references disagree)"
     return str(rec)
 
 

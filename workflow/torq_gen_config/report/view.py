@@ -172,6 +172,8 @@ def _recommended_text(op: Mapping) -> Text:
     status = ((op.get("executors") or {}).get(rec) or {}).get("status")
     if status == "unverified":
         return Text(f"{rec} (unverified)", style="magenta")
+    if (op.get("reference") or {}).get("dispute"):
+        return Text(f"{rec} (references disagree)", style="yellow")
     return Text(str(rec))
 
 
