@@ -167,10 +167,14 @@ def complete_static_shapes(model, warnings: list[str] | None = None, max_rounds:
 
 def unknown_runtime_tensors(model) -> list[str]:
     """:func:`unknown_tensors` without the outputs of constant-folded nodes (those
-    become initializers of the layers that read them and need no declared type)."""
+    become initializers of the layers that read them and need no declared type).
+    Folds only when some tensor is unknown (folding materializes every constant)."""
+    unknown = unknown_tensors(model)
+    if not unknown:
+        return []
     _, folded, _ = fold_constants(model)
     constant = {o for j in folded for o in model.graph.node[j].output if o}
-    return [t for t in unknown_tensors(model) if t not in constant]
+    return [t for t in unknown if t not in constant]
 
 
 def type_proto_of(observed: Mapping):
