@@ -325,11 +325,12 @@ def test_final_report_text_sections_and_table():
     lines = text.splitlines()
     assert "FINAL EXECUTOR DISCOVERY REPORT" in lines
     assert "Model: squeezenet" in lines
-    assert "Total layers tested: 5" in lines
+    assert "Total layers tested: 4" in lines  # the Loop layer is skipped
+    assert "Layers in the model: 5 (1 not tested: 0 not testable, 1 skipped)" in lines
     assert "Status Summary (one verdict per (layer, executor) pair):" in lines and "  error: 4" in lines and "  unverified: 1" in lines
     assert "Recommended Executor Distribution:" in lines
     assert "  llvm-cpu: 2" in lines and "  vulkan: 1" in lines and "  host: 0" in lines
-    assert "CRITICAL: 1 layer(s) with ALL executors ERRORS" in lines
+    assert "CRITICAL: 1 layer(s) with ALL executors ERRORS (no executor ran the layer)" in lines
     assert "  - Relu_relu1 (node: 1)" in lines
     assert "\x1b" not in text
     header = next(line for line in lines if line.split()[:1] == ["Layer"])

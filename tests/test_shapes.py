@@ -126,8 +126,8 @@ def test_input_shapes_set_symbolic_dims_and_refuse_contradictions(tmp_path):
     onnx.save(m, p)
     prepared, info = prepare_model(p, input_shapes=parse_input_shapes(["x:2x3x7"]))
     assert [d.dim_value for d in prepared.graph.input[0].type.tensor_type.shape.dim] == [2, 3, 7]
-    assert info["fixed_dims"] == [{"input": "x", "axis": 0, "was": "N", "to": 2, "source": "input_shapes"},
-                                  {"input": "x", "axis": 2, "was": "H", "to": 7, "source": "input_shapes"}]
+    assert info["fixed_dims"] == [{"input": "x", "axis": 0, "was": "N", "to": 2, "source": "--input-shapes"},
+                                  {"input": "x", "axis": 2, "was": "H", "to": 7, "source": "--input-shapes"}]
     with pytest.raises(ConfigError, match="dim 1 is 3 in the model"):
         prepare_model(p, input_shapes={"x": [2, 4, 7]})
     with pytest.raises(ConfigError, match="has rank 2"):

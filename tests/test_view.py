@@ -143,7 +143,7 @@ def test_summary_counts_timing_critical_and_tolerance():
     # timing: npu-a over its 3 non-error runs: compile 12, 14, 4 -> avg 10.0; run 4, 6, 2 -> avg 4.0
     assert _row(text, "npu-a ")[:9] == ["npu-a", "10.0", "4.0", "14.0", "3", "4.0", "2.0", "6.0", "3"]
     assert _row(text, "gpu-b ")[-1] == "2"
-    assert "CRITICAL FAILURES (all executors error): 1" in text
+    assert "CRITICAL FAILURES (all executors error; no executor ran the layer): 1" in text
     assert "  - Relu_relu1 (node: 1)" in text
     assert "DEFAULT TOLERANCE: fp_avg_tol=0.01, fp_max_tol=0.01" in text
 

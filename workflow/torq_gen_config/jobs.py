@@ -86,6 +86,7 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     precision = precision or {}
     t0 = time.perf_counter()
     shapes = dict(input_shapes or {})
+    sources = {name: "--input-shapes" for name in shapes}
     if input_data:
         for name, shp in input_data_shapes(input_data, load_model(model)).items():
             if name in shapes and list(shapes[name]) != shp:
@@ -93,29 +94,25 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
 
                 raise ConfigError(f"--input-shapes {name}:{'x'.join(map(str, shapes[name]))} and the --input-data "
                                   f"array of shape {'x'.join(map(str, shp))} disagree")
-            shapes.setdefault(name, shp)
+            if name not in shapes:
+                shapes[name], sources[name] = shp, "--input-data"
     run_state: dict = {}
 
     def observe(whole, *, want, unknown):
         feeds, source = model_input_values(whole, input_settings, input_data)
         run_state.update(feeds=feeds, source=source)
-        if not want and not unknown:
-            return {"types": {}, "info": {"ran": False, "inputs": source,
-                                          "reason": "every tensor's shape is known statically"}}
         from .model_run import run_model_by_node, run_summary
 
         res = run_model_by_node(whole, feeds, timeout_s=timeout_s, keep=want)
         run_state["values"] = res.pop("values")
         types = res.pop("types")
         return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
-                                         "why": ("shapes unknown to static inference: " + ", ".join(unknown[:10])
-                                                 + (" ..." if len(unknown) > 10 else "")) if unknown
-                                         else "the subgraph's input values"}}
+                                         "unknown_to_static_inference": unknown[:200]}}
 
     m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph,
                             convert_bf16=bool(precision.get("auto_convert_bf16")),
                             convert_int32=bool(precision.get("auto_convert_int32")),
-                            input_shapes=shapes, observe=observe)
+                            input_shapes=shapes, shape_sources=sources, observe=observe)
     data = m.SerializeToString(deterministic=True)
     write_bytes_if_changed(prepared, data)
     if model_inputs:
@@ -197,8 +194,8 @@ def fixed_dims_lines(fixed: list[dict]) -> list[str]:
     lines = []
     for d in fixed:
         to = d.get("to", 1)
-        if d.get("source") == "input_shapes":
-            lines.append(f"note: input {d['input']} dim {d['axis']} ({d['was']}) set to {to} (--input-shapes / --input-data)")
+        if d.get("source") not in (None, "default 1"):
+            lines.append(f"note: input {d['input']} dim {d['axis']} ({d['was']}) set to {to} ({d['source']})")
         elif d["axis"] == 0:
             lines.append(f"note: input {d['input']} dim 0 ({d['was']}, the batch) fixed to {to}")
         else:

@@ -143,6 +143,7 @@ def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
 def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
                   subgraph: tuple[str, str] | None = None, convert_bf16: bool = False,
                   convert_int32: bool = False, input_shapes: Mapping[str, list[int]] | None = None,
+                  shape_sources: Mapping[str, str] | None = None,
                   observe: Callable[..., dict] | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Prepare the user's model for layer split and import.
 
@@ -160,14 +161,16 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         subgraph: ``(from, to)`` names (layer ID or output name) of the first and
             last user node of a subgraph (subgraph mode), or None for the whole model.
         input_shapes: graph input name -> shape (``--input-shapes``, or the shapes of
-            the ``--input-data`` arrays): the values of its symbolic dims.
+            the ``--input-data`` arrays): the values of its symbolic dims;
+            ``shape_sources`` says which (see :func:`fix_symbolic_dims`).
         observe: ``observe(model, want=[names], unknown=[names])`` is called once with
             the upgraded, statically completed (whole, uncut) model; it runs the model
-            (:mod:`torq_gen_config.model_run`) when ``unknown`` or ``want`` is not empty
-            and returns ``{"types": {name: observed type}, "info": {...}}``; ``want``
-            are the subgraph's inputs in subgraph mode (the caller keeps their values:
-            the subgraph's realistic inputs). The observed types fill in what static
-            inference left unknown; ``info`` goes to ``info["model_run"]``.
+            (:mod:`torq_gen_config.model_run`) and returns ``{"types": {name: observed
+            type}, "info": {...}}``; ``want`` are the subgraph's inputs in subgraph mode
+            (the caller keeps their values: the subgraph's realistic inputs). The
+            observed types fill in what static inference left unknown and replace
+            declared types the run contradicts (a warning each); ``info`` goes to
+            ``info["model_run"]``.
         convert_bf16, convert_int32: ``--auto-convert-bf16`` / ``--auto-convert-int32``
             (seed 001 section 5; notes/reference_tool.md s6): the opset is upgraded to
             at least 22 and the (cut) model converted, bf16 first, by
@@ -212,7 +215,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     if model.ir_version < 4:
         model.ir_version = 4
 
-    info["fixed_dims"] = fix_symbolic_dims(model, input_shapes)
+    info["fixed_dims"] = fix_symbolic_dims(model, input_shapes, shape_sources)
 
     original_names = [n.name for n in model.graph.node]
     for i, n in enumerate(model.graph.node):
@@ -256,7 +259,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         info["shapes"]["observed"] = applied["observed"]
         info["shapes"]["conflicts"] = applied["conflicts"]
         for line in applied["conflicts"]:
-            info["warnings"].append(f"shape inference and the whole-model run disagree on {line}")
+            info["warnings"].append(f"the model's declared type is wrong for {line} (the run's type is used)")
     if subgraph is not None:
         model, origin = _cut_subgraph(model, origin, info, subgraph)
     info["shapes"]["unknown"] = unknown_runtime_tensors(model)
@@ -307,11 +310,13 @@ def _cut_subgraph(model, origin: list[int], info: dict, subgraph: tuple[str, str
     return sub, sub_origin
 
 
-def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[int]] | None = None  # noqa: F821
-                      ) -> list[dict]:
+def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[int]] | None = None,  # noqa: F821
+                      shape_sources: Mapping[str, str] | None = None) -> list[dict]:
     """Give every symbolic (``dim_param``) or unknown input dimension a value, in place:
     the one ``input_shapes`` gives (``--input-shapes``, or the shape of an
-    ``--input-data`` array), else 1. Static dims, zero-size ones included, are kept.
+    ``--input-data`` array); else the value a dim of the same name (``batch``, ``seq``)
+    got on another input, so inputs that share a dim stay consistent; else 1. Static
+    dims, zero-size ones included, are kept.
 
     Graph outputs and value_info with symbolic dims are cleared so that shape
     inference recomputes them from the fixed inputs.
@@ -319,48 +324,68 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
     Args:
         input_shapes: graph input name -> full shape (ints); each entry must name a
             graph input, have its rank and agree with its static dims.
+        shape_sources: input name -> where its shape came from (``"--input-shapes"``,
+            ``"--input-data"``), recorded with each dim (default ``"--input-shapes"``).
 
     Returns:
         One record per changed dimension: ``{"input", "axis", "was", "to", "source"}``
-        (``source`` "input_shapes" or "default 1"), JSON-safe.
+        (``source``: ``"--input-shapes"``/``"--input-data"``, ``"dim 'batch' of x"`` or
+        ``"default 1"``), JSON-safe.
 
     Raises:
         ConfigError: an ``input_shapes`` entry names no input, has another rank, or
-            contradicts a static dim.
+            contradicts a static dim; two given shapes give one named dim two values.
     """
     shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    sources = dict(shape_sources or {})
     names = [i.name for i in model.graph.input]
     unknown = sorted(set(shapes) - set(names))
     if unknown:
         raise ConfigError(f"--input-shapes names {', '.join(map(repr, unknown))}, which the model does not have as "
                           f"input; its inputs are {', '.join(map(repr, names))}")
-    changed = []
+    named: dict[str, tuple[int, str]] = {}  # dim_param -> (value, "dim 'p' of input")
     for inp in model.graph.input:
         tt = inp.type.tensor_type
         given = shapes.get(inp.name)
-        if given is not None:
-            if tt.HasField("shape") and len(tt.shape.dim) != len(given):
-                raise ConfigError(f"--input-shapes {inp.name}:{'x'.join(map(str, given))} has rank {len(given)}, "
-                                  f"the model's input has rank {len(tt.shape.dim)} ({_dims_text(tt.shape.dim)})")
-            if not tt.HasField("shape"):
-                for _ in given:
-                    tt.shape.dim.add()
-            for axis, (d, g) in enumerate(zip(tt.shape.dim, given)):
-                if d.HasField("dim_value") and d.dim_value != g:
-                    raise ConfigError(f"--input-shapes {inp.name}:{'x'.join(map(str, given))}: dim {axis} is "
-                                      f"{d.dim_value} in the model ({_dims_text(tt.shape.dim)}); only symbolic dims "
-                                      "can be set")
+        if given is None:
+            continue
+        if tt.HasField("shape") and len(tt.shape.dim) != len(given):
+            raise ConfigError(f"--input-shapes {inp.name}:{'x'.join(map(str, given))} has rank {len(given)}, "
+                              f"the model's input has rank {len(tt.shape.dim)} ({_dims_text(tt.shape.dim)})")
+        if not tt.HasField("shape"):
+            for _ in given:
+                tt.shape.dim.add()
+        for axis, (d, g) in enumerate(zip(tt.shape.dim, given)):
+            if d.HasField("dim_value") and d.dim_value != g:
+                raise ConfigError(f"--input-shapes {inp.name}:{'x'.join(map(str, given))}: dim {axis} is "
+                                  f"{d.dim_value} in the model ({_dims_text(tt.shape.dim)}); only symbolic dims "
+                                  "can be set")
+            if d.HasField("dim_param") and d.dim_param:
+                seen = named.get(d.dim_param)
+                if seen is not None and seen[0] != g:
+                    raise ConfigError(f"the shapes given for the inputs disagree on the symbolic dim "
+                                      f"{d.dim_param!r}: {seen[0]} ({seen[1]}) and {g} (dim {axis} of {inp.name})")
+                named.setdefault(d.dim_param, (g, f"dim {axis} of {inp.name}"))
+    changed = []
+    for inp in model.graph.input:
+        tt = inp.type.tensor_type
         if not tt.HasField("shape"):
             continue
+        given = shapes.get(inp.name)
         for axis, d in enumerate(tt.shape.dim):
             if d.HasField("dim_value"):
                 continue
-            was = d.dim_param if d.HasField("dim_param") else "?"
-            to = given[axis] if given is not None else 1
+            param = d.dim_param if d.HasField("dim_param") else ""
+            was = param or "?"
+            if given is not None:
+                to, source = given[axis], sources.get(inp.name, "--input-shapes")
+            elif param and param in named:
+                to, source = named[param][0], f"dim {param!r} of {named[param][1].split(' of ', 1)[1]}"
+            else:
+                to, source = 1, "default 1"
             d.Clear()
             d.dim_value = to
-            changed.append({"input": inp.name, "axis": axis, "was": was, "to": to,
-                            "source": "input_shapes" if given is not None else "default 1"})
+            changed.append({"input": inp.name, "axis": axis, "was": was, "to": to, "source": source})
     if changed:
         for vi in list(model.graph.value_info):
             if any(not dd.HasField("dim_value") for dd in vi.type.tensor_type.shape.dim):

@@ -186,31 +186,36 @@ def type_proto_of(observed: Mapping):
     return helper.make_tensor_type_proto(observed["elem_type"], observed["shape"])
 
 
-def apply_observed_types(model, observed: Mapping[str, Mapping], names=None) -> dict:
-    """Write the types observed in the whole-model run into ``model`` (in place) for the
-    tensors whose type is incomplete.
+def apply_observed_types(model, observed: Mapping[str, Mapping]) -> dict:
+    """Write the types observed in the whole-model run into ``model`` (in place): for
+    every run-time tensor (not a graph input) whose declared type is incomplete, or
+    contradicts what the run produced (a wrong value_info in the user's model: ONNX
+    Runtime ignores it and computes the real shape).
 
     Args:
         observed: tensor name -> observed type (``kind``, ``elem_type``, ``shape``).
-        names: the tensors to update (default: every incomplete one).
 
     Returns:
-        ``{"observed": [names set from the run], "conflicts": [lines: a static dim or
-        dtype the run contradicts (the run's value is kept)]}``.
+        ``{"observed": [names whose type came from the run], "conflicts": [lines: a
+        declared type the run contradicts; the run's type is kept]}``.
     """
     types = type_table(model)
-    todo = unknown_tensors(model) if names is None else list(names)
+    inputs = {i.name for i in model.graph.input}
     done, conflicts = [], []
-    for name in todo:
+    for name in runtime_tensors(model):
         obs = observed.get(name)
-        if obs is None:
+        if obs is None or name in inputs:
             continue
         tp = type_proto_of(obs)
         old = types.get(name)
-        if not _consistent(old, tp):
-            conflicts.append(f"{name}: inference says {_type_text(old)}, the model run gives {_type_text(tp)}")
+        consistent = _consistent(old, tp)
+        if type_is_complete(old) and consistent:
+            continue
+        if not consistent:
+            conflicts.append(f"{name}: the model declares {_type_text(old)}, the run gives {_type_text(tp)}")
+        else:
+            done.append(name)
         _set_type(model, name, tp)
-        done.append(name)
     return {"observed": done, "conflicts": conflicts}
 
 

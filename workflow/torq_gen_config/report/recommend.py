@@ -155,9 +155,21 @@ def recommend_executor(results: Mapping[str, Mapping], priority: list[str], by_t
     for wanted in _RECOMMENDATION_ORDER:
         for conclusive in ((True, False) if wanted == "success" else (None,)):
             for name in priority:
-                if statuses.get(name) == wanted and (conclusive is None or is_inconclusive(results[name]) != conclusive):
-                    return name
+                if statuses.get(name) != wanted or (conclusive is not None and is_inconclusive(results[name]) == conclusive):
+                    continue
+                if wanted == "unverified" and not executor_ran(results[name]):
+                    continue  # it failed at run time too: nothing says it works
+                return name
     return None
+
+
+def executor_ran(result: Mapping) -> bool:
+    """False for an ``unverified`` result whose executor failed at run time on the
+    inputs the reference failed on too (``failure_report.during == "run"``): not the
+    executor's fault, but no evidence that it works either."""
+    if not isinstance(result, Mapping) or result.get("status") != "unverified":
+        return True
+    return (result.get("failure_report") or {}).get("during") != "run"
 
 
 def is_inconclusive(result: Mapping) -> bool:
@@ -167,19 +179,19 @@ def is_inconclusive(result: Mapping) -> bool:
 
 
 def is_critical_failure(results: Mapping[str, Mapping]) -> bool:
-    """True iff at least one executor was tested and every tested one is ``"error"``.
+    """True iff at least one executor was tested and every tested one is ``"error"``,
+    or ``"unverified"`` after failing at run time (:func:`executor_ran`): none ran.
 
-    A ``"difference"`` or ``"unverified"`` result is not critical (the layer can
-    still run somewhere); a layer with no tested executors (skipped) is not
-    critical either. Source: ``notes/reference_tool.md`` section 1
+    A ``"difference"`` or an ``"unverified"`` run that produced outputs is not
+    critical (the layer can still run somewhere); a layer with no tested executors
+    (skipped) is not critical either. Source: ``notes/reference_tool.md`` section 1
     (``critical_failures``), seed 001 section 3 (last example).
 
     Raises:
         ValueError: a result has no valid status.
     """
-    tested = [_status_of(name, res) for name, res in results.items()]
-    tested = [s for s in tested if s != "skipped"]
-    return bool(tested) and all(s == "error" for s in tested)
+    tested = [(name, res) for name, res in results.items() if _status_of(name, res) != "skipped"]
+    return bool(tested) and all(res["status"] == "error" or not executor_ran(res) for _, res in tested)
 
 
 def accuracy_failure_report(metrics: Mapping, tolerance: Mapping) -> dict:

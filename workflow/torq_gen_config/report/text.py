@@ -58,10 +58,12 @@ def render_final_report_text(report: Mapping) -> str:
         "FINAL EXECUTOR DISCOVERY REPORT",
         "=" * 72,
         f"Model: {report.get('model_name')}",
-        f"Total layers tested: {summary.get('total_layers', len(ops))}",
+        f"Total layers tested: {_tested_layers(summary, ops)}",
     ]
-    if summary.get("skipped_layers"):
-        lines.append(f"Layers skipped (not tested): {summary['skipped_layers']}")
+    untested = summary.get("total_layers", len(ops)) - _tested_layers(summary, ops)
+    if untested:
+        lines.append(f"Layers in the model: {summary.get('total_layers', len(ops))} ({untested} not tested: "
+                     f"{summary.get('not_testable_layers', 0)} not testable, {summary.get('skipped_layers', 0)} skipped)")
     lines.append("")
 
     lines.append("Status Summary (one verdict per (layer, executor) pair):")
@@ -102,9 +104,12 @@ def render_final_report_text(report: Mapping) -> str:
 
     lines.extend(trust_lines(report))
     if critical:
-        lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS")
+        lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS (no executor ran the layer)")
         for item in critical:
             lines.append(f"  - {item.get('layer_id')} (node: {item.get('node_index')})")
+    elif summary.get("not_testable_layers"):
+        lines.append("No critical failures - every tested layer has an executor that ran it "
+                     f"({summary['not_testable_layers']} layer(s) not testable, above)")
     else:
         lines.append("No critical failures - all layers have at least one working executor")
     no_success = [lid for lid, op in ops.items()
@@ -117,6 +122,12 @@ def render_final_report_text(report: Mapping) -> str:
 
     lines.extend(_layer_table(ops, executors))
     return "\n".join(lines) + "\n"
+
+
+def _tested_layers(summary: Mapping, ops: Mapping) -> int:
+    """Layers with verdicts: all but the skipped (skip_ops) and the not testable ones."""
+    return (summary.get("total_layers", len(ops)) - int(summary.get("skipped_layers") or 0)
+            - int(summary.get("not_testable_layers") or 0))
 
 
 #: Items listed per trust section before "... N more".
@@ -153,8 +164,8 @@ def trust_lines(report: Mapping) -> list[str]:
         lines.append("Layer inputs: generated per layer (op-aware, seeded; --layer-inputs random)")
     fixed = model.get("fixed_dims") or []
     if fixed:
-        parts = [f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)}"
-                 f"{' (given)' if d.get('source') == 'input_shapes' else ''}" for d in fixed[:TRUST_ITEMS]]
+        parts = [f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)} ({d.get('source') or 'default 1'})"
+                 for d in fixed[:TRUST_ITEMS]]
         more = f", ... {len(fixed) - TRUST_ITEMS} more" if len(fixed) > TRUST_ITEMS else ""
         lines.append(f"Symbolic input dims set: {', '.join(parts)}{more}")
     trust = report.get("discovery_report") or {}

@@ -297,7 +297,8 @@ def render_summary(report: Mapping, console: Console) -> None:
     for ln in trust_lines(report):
         _line(console, ln, style="bold" if ln and not ln.startswith(" ") and ln.split(":")[0].isupper() else None)
     if critical:
-        _line(console, f"CRITICAL FAILURES (all executors error): {len(critical)}", style="bold red")
+        _line(console, f"CRITICAL FAILURES (all executors error; no executor ran the layer): {len(critical)}",
+              style="bold red")
         for item in critical:
             _line(console, f"  - {item.get('layer_id')} (node: {item.get('node_index')})")
     else:
