@@ -125,22 +125,31 @@ rule compile_partition:
                                               log_file=config["log_file"] or None, verbose=config["verbose"])
 
 
-# on the model's input values (MODEL_INPUTS: --input-data, else generated)
+def run_input_data():
+    """`run --input-data` other than discovery's (full-model reference only), as a list."""
+    return [str(resolve_model_path(config["run_input_data"]))] if config["run_input_data"] else []
+
+
+# on the model's input values (MODEL_INPUTS: --input-data, else generated), or on the
+# inputs given to `run` (run_input_data)
 rule full_reference:
     input:
         model=run_model(),
         model_inputs=MODEL_INPUTS,
+        run_data=run_input_data(),
     output:
         reference=FULL_REFERENCE,
     params:
         inputs=config["inputs"],
         engine=config["reference"],
+        run_data=file_fingerprint(run_input_data()[0]) if run_input_data() else None,
         precision=LAYER_PRECISION,
     log:
         os.path.join(LOGS, "full_reference.log"),
     run:
         full_model_jobs.full_reference_job(prepared=input.model, reference=output.reference,
                                            input_settings=params.inputs, model_inputs=input.model_inputs,
+                                           run_data=input.run_data[0] if input.run_data else None,
                                            quantized=QUANTIZE, engine=params.engine,
                                            timeout_s=config["timeout_s"], log=log[0])
 

@@ -121,7 +121,8 @@ def selection_from_report(report: Mapping, *, source_file: str | None = None) ->
 
     Returns:
         ``{"source": "report", "source_file", "model_name", "layers": {layer_id:
-        {"executor": name or None, "statuses": {executor: status}}}, "locations": None}``.
+        {"executor": name or None, "statuses": {executor: status}, ["untested": why]}},
+        "locations": None}`` (``untested``: the not-testable or skip reason).
 
     Raises:
         ReportError: ``report`` is not a report JSON (no ``ops`` object).
@@ -135,6 +136,9 @@ def selection_from_report(report: Mapping, *, source_file: str | None = None) ->
             raise ReportError(f"{source_file or 'report'}: op {layer_id!r} is not an object")
         statuses = {name: (e or {}).get("status") for name, e in (op.get("executors") or {}).items()}
         layers[str(layer_id)] = {"executor": _executor_name(op.get("recommended_executor")), "statuses": statuses}
+        untested = op.get("not_testable_reason") or op.get("skipped_reason")
+        if untested:
+            layers[str(layer_id)]["untested"] = str(untested)
     return {"source": "report", "source_file": source_file, "model_name": report.get("model_name"),
             "layers": layers, "locations": None}
 
@@ -304,7 +308,8 @@ def resolve_assignment(assignment: Mapping, layers: list[dict], locations: Mappi
                                             f"status is not error ({statuses[ok[0]]})"})
             else:
                 tested = sorted(n for n in statuses if statuses[n] == "error")
-                why = ("every tested executor failed on it (" + ", ".join(tested) + ")") if tested else "it was not tested"
+                why = ("every tested executor failed on it (" + ", ".join(tested) + ")") if tested else (
+                    f"it was not tested ({entry['untested']})" if entry.get("untested") else "it was not tested")
                 by_layer[lid] = first
                 fallbacks.append({"layer_id": lid, "executor": first,
                                   "reason": f"no recommendation and {why}; using the first executor"})
@@ -1363,12 +1368,20 @@ def render_full_model_text(section: Mapping) -> str:
                      f"({', '.join(f'{k}: {v}' for k, v in parts.items())})")
         lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))} total; run time: "
                      f"{_fmt_ms(t.get('run_ms_total'))} total (sum over partitions)")
+    ref = section.get("reference") or {}
+    if ref.get("status") not in (None, "ok"):
+        lines.append(f"Reference failed: {ref.get('message') or ref.get('status')} (the outputs were not compared)")
     if m:
-        lines.append(f"Max relative difference: {_fmt(m.get('max_rel_diff'))}")
+        outs = m.get("outputs") or []
+        has_float = any(o.get("kind") == "float" for o in outs)
+        if has_float:
+            lines.append(f"Max relative difference: {_fmt(m.get('max_rel_diff'))} (float outputs)")
         lines.append(f"Max absolute difference: {_fmt(m.get('max_abs_diff'))}")
-        lines.append(f"Mean relative difference: {_fmt(m.get('mean_rel_diff'))}")
+        if has_float:
+            lines.append(f"Mean relative difference: {_fmt(m.get('mean_rel_diff'))}")
         if m.get("cosine_similarity") is not None:
-            lines.append(f"Cosine similarity: {m['cosine_similarity']:.6f}")
+            lines.append(f"Cosine similarity: {m['cosine_similarity']:.6f} (min over float outputs; required "
+                         f">= {m.get('min_cosine')})")
         lines.append(f"Number of differences (over tolerance): {section.get('num_over_tolerance')} "
                      f"of {m.get('num_elements')} elements")
     f = section.get("failure")

@@ -124,8 +124,8 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
 
 @records_failure
 def full_reference_job(*, prepared: str, reference: str, input_settings: dict, model_inputs: str | None = None,
-                       quantized: bool = False, engine: str = "onnxruntime", timeout_s: float | None = None,
-                       log: str | None = None) -> None:
+                       run_data: str | None = None, quantized: bool = False, engine: str = "onnxruntime",
+                       timeout_s: float | None = None, log: str | None = None) -> None:
     """Rule ``full_reference``: the model's input values (``model_inputs``: the user's
     ``--input-data``, else the generated ones every whole-model step uses; in subgraph
     mode the subgraph's inputs from a whole-model run) and the reference outputs of the
@@ -140,7 +140,12 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
     from .reference import compute_reference
 
     feeds, source = None, None
-    if model_inputs:
+    if run_data:  # `run --input-data`: must fit the prepared model discovery tested
+        from .reference import load_input_data
+
+        model = onnx.load(prepared, load_external_data=False)
+        feeds, source = load_input_data(run_data, model), f"run --input-data {run_data}"
+    elif model_inputs:
         try:
             feeds, meta = load_model_inputs(model_inputs, onnx.load(prepared, load_external_data=False))
             source = f"model inputs: {meta.get('source')}"

@@ -98,8 +98,10 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
                 shapes[name], sources[name] = shp, "--input-data"
     run_state: dict = {}
 
+    notes: list[str] = []
+
     def observe(whole, *, want, unknown):
-        feeds, source = model_input_values(whole, input_settings, input_data)
+        feeds, source = model_input_values(whole, input_settings, input_data, notes)
         run_state.update(feeds=feeds, source=source)
         from .model_run import run_model_by_node, run_summary
 
@@ -127,7 +129,9 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
                 feeds.update(gen)
                 source += f"; generated for {', '.join(missing)} (the run gave no value)"
         save_model_inputs(model_inputs, cast_to_model_inputs(feeds, m), {"source": source})
-        info["model_inputs"] = {"source": source}
+        info["model_inputs"] = {"source": source, "notes": notes}
+        for line in notes:
+            print(f"note: {line}", file=sys.stderr)
     if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
         from .fileio import atomic_write_bytes
 
@@ -511,6 +515,10 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                            "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
     rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
         len(first_of) if dedup_layers else sum(1 for per in results.values() if per))
+    if duplicate_of:  # the text shows which verdicts were copied
+        from .report.text import render_final_report_text
+
+        rep["final_report_text"] = render_final_report_text(rep)
     write_json(report, rep)
     write_json(compiler, build_compiler_json(rep))
     _log(log, f"report written: {report}")

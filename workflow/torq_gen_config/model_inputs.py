@@ -56,10 +56,11 @@ def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict
 
 
 def model_input_values(model: "onnx.ModelProto", settings: dict | None = None,  # noqa: F821
-                       input_data: str | os.PathLike | None = None) -> tuple[dict, str]:
+                       input_data: str | os.PathLike | None = None, notes: list[str] | None = None) -> tuple[dict, str]:
     """The input values of ``model`` (its static shapes fixed): the user's
     ``input_data`` .npz (checked against the inputs, first sample of ``[N, *shape]``
-    arrays), else values generated with the seed of ``settings``.
+    arrays; ``notes`` gets a line per dtype conversion and ignored array), else values
+    generated with the seed of ``settings``.
 
     Returns:
         ``(feeds, source)``: input name -> array, and ``"input_data <path>"`` or
@@ -78,7 +79,7 @@ def model_input_values(model: "onnx.ModelProto", settings: dict | None = None,  
         del model.graph.input[:]
         model.graph.input.extend(tensors)
     if input_data:
-        return load_input_data(input_data, model), f"input_data {input_data}"
+        return load_input_data(input_data, model, notes), f"input_data {input_data}"
     seed = {**DEFAULT_INPUT_SETTINGS, **(settings or {})}["seed"]
     return make_inputs(model, settings), f"generated (seed {seed})"
 
@@ -124,6 +125,7 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
         ModelError: the file lacks an input of ``model``, or holds one with another
             dtype or shape than ``model`` declares.
     """
+    import numpy as np
     from onnx import helper
 
     from .errors import ModelError
@@ -147,6 +149,8 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
             dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
         except Exception:
             dtype = None
+        if dtype == np.dtype(object) and a.dtype.kind in "USO":  # strings are stored as unicode arrays
+            a = a.astype(object)
         if (dtype is not None and a.dtype != dtype) or len(a.shape) != len(want) or any(
                 w is not None and w != d for d, w in zip(a.shape, want)):
             raise ModelError(f"{path}: input {vi.name!r} is {a.dtype}{list(a.shape)}, the model declares "

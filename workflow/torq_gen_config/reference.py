@@ -220,7 +220,8 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
                          model_path=model_path, intra_op_num_threads=intra_op_num_threads)
 
 
-def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[str, "np.ndarray"]:  # noqa: F821
+def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: F821
+                    notes: list[str] | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
     """Model inputs from a user's ``.npz`` (``--input-data``), keyed by input name.
 
     An array may carry one extra leading sample dimension (``N`` samples of the
@@ -233,11 +234,15 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
     read as bfloat16 bit patterns.
 
     Zero-size dims are dims: an input of shape (2, 0, 4) takes a (2, 0, 4) array.
+    Arrays are converted to the input's dtype within a kind (float64 -> float32,
+    int32 -> int64; ``notes`` gets a line per conversion and per array the model does
+    not take); string inputs take numpy unicode arrays.
 
     Raises:
         ModelError: unreadable file, a missing input name, a shape that matches
-            neither the input's shape nor ``(N, *shape)``, or a non-float array for
-            a bfloat16 input.
+            neither the input's shape nor ``(N, *shape)``, a float array for an integer
+            input (or the reverse), an object array, or a non-float array for a
+            bfloat16 input.
     """
     import numpy as np
     from onnx import TensorProto, helper
@@ -250,11 +255,20 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
         raise ModelError(f"cannot read input data {path}: {e}") from None
     feeds = {}
     with data:
+        taken = {vi.name for vi in model.graph.input}
+        extra = sorted(set(data.files) - taken)
+        if extra and notes is not None:
+            notes.append(f"input data {path}: arrays {', '.join(map(repr, extra))} are not inputs of the model "
+                         "and are ignored")
         for vi in model.graph.input:
             if vi.name not in data.files:
                 raise ModelError(f"input data {path} has no array {vi.name!r}; the model's inputs are "
                                  f"{[v.name for v in model.graph.input]}, the file has {data.files}")
-            a = data[vi.name]
+            try:
+                a = data[vi.name]
+            except ValueError as e:  # an object array (pickled): refused without allow_pickle
+                raise ModelError(f"input data {path}: array {vi.name!r} cannot be read without pickle ({e}); save "
+                                 "strings as a numpy unicode array (dtype 'U'), numbers with a numeric dtype") from None
             dims = vi.type.tensor_type.shape.dim
             shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
             if len(a.shape) == len(shape) + 1 and _fits(a.shape[1:], shape):
@@ -265,9 +279,35 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[s
                                  f"the model expects {want} (or N samples of it)")
             if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
                 feeds[vi.name] = _input_data_to_bf16(a, vi.name, path)
-            else:
-                feeds[vi.name] = a.astype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+                continue
+            want = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            if want == np.dtype(object):  # a string input
+                if a.dtype.kind not in "US":
+                    raise ModelError(f"input data {path}: {vi.name!r} has dtype {a.dtype}, the model input is a "
+                                     "string tensor")
+                feeds[vi.name] = a.astype(object)
+                continue
+            if _kind(a.dtype) != _kind(want):
+                raise ModelError(f"input data {path}: {vi.name!r} has dtype {a.dtype}, the model input is {want}; "
+                                 f"give {_kind(want)} values (converting them here could change their meaning)")
+            if a.dtype != want and notes is not None:
+                notes.append(f"input data {path}: {vi.name!r} converted from {a.dtype} to {want}")
+            feeds[vi.name] = a.astype(want)
     return feeds
+
+
+def _kind(dtype) -> str:
+    """"float", "integer" or "bool" (or the numpy kind letter) of a dtype, for the input-data check."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "bool"
+    if dtype.kind in "iu":
+        return "integer"
+    if dtype.kind == "f" or dtype.type.__module__.startswith("ml_dtypes"):
+        return "float" if dtype.kind == "f" or "float" in dtype.name else "integer"
+    return dtype.kind
 
 
 def _fits(shape: tuple, model_shape: tuple) -> bool:

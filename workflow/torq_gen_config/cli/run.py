@@ -70,11 +70,73 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     layout = output_layout(config)
     out = Path(args.output_dir).expanduser().resolve()
+    report_path = out / f"torq_gen_config_{layout['name']}.json"
+    if report_path.is_file():
+        from ..fileio import read_json
+
+        config = with_discovery_inputs(config, read_json(report_path, "report JSON"), args, layout,
+                                       report_name=report_path.name)
     debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
     status, _ = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
                              verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,
                              output_dir_arg=args.output_dir)
     return status
+
+
+#: Settings that define the prepared model and its input values: ``run`` must use
+#: discovery's (the compiler JSON's line:col and the layers' verdicts refer to them).
+DISCOVERY_INPUT_KEYS = ("input_shapes", "target_opset", "inputs", "input_data")
+
+
+def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, layout: dict, *,
+                          report_name: str = "the report") -> dict:
+    """``config`` with discovery's input settings (``DISCOVERY_INPUT_KEYS`` recorded in
+    the report's provenance): the prepared model ``run`` partitions is the one
+    discovery tested. ``--input-data`` other than discovery's feeds only the full-model
+    reference (config ``run_input_data``); other ``--input-shapes`` or
+    ``--target-opset`` than discovery's are refused. Reports written before these were
+    recorded leave ``config`` as it is.
+
+    Raises:
+        ConfigError: ``--input-shapes``/``--target-opset`` differ from discovery's, or
+            discovery's input data file is gone, or another ``--input-data`` in
+            subgraph mode (the subgraph's inputs come from a whole-model run).
+    """
+    recorded = (report.get("provenance") or {}).get("options") or {}
+    if not all(k in recorded for k in ("input_shapes", "input_data")):
+        return config
+    config = dict(config)
+    given_shapes = list(getattr(args, "input_shapes", None) or [])
+    if given_shapes:
+        from ..model.prepare import parse_input_shapes
+
+        fixed = ((report.get("provenance") or {}).get("model") or {}).get("fixed_dims") or []
+        set_by_discovery = {(d["input"], d["axis"]): d.get("to", 1) for d in fixed}
+        for name, shape in parse_input_shapes(given_shapes).items():
+            for axis, dim in enumerate(shape):
+                if set_by_discovery.get((name, axis), dim) != dim:
+                    used = ", ".join(f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)}" for d in fixed)
+                    raise ConfigError(f"--input-shapes {' '.join(given_shapes)} differs from the shapes discovery "
+                                      f"tested ({used}; {report_name}); rerun discover with the new ones first")
+    if getattr(args, "target_opset", None) is not None and args.target_opset != recorded.get("target_opset"):
+        raise ConfigError(f"--target-opset {args.target_opset} differs from discovery's ({recorded.get('target_opset')}, "
+                          f"{report_name}); rerun discover with it first")
+    for key in ("input_shapes", "target_opset", "inputs"):
+        if key in recorded:
+            config[key] = recorded[key]
+    if getattr(args, "reference", None) is None and recorded.get("reference"):
+        config["reference"] = recorded["reference"]
+    discovery_data = recorded.get("input_data") or ""
+    given_data = config.get("input_data") if getattr(args, "input_data", None) else None
+    if discovery_data and not Path(discovery_data).is_file():
+        raise ConfigError(f"discovery's --input-data {discovery_data} ({report_name}) no longer exists; rerun discover")
+    config["input_data"] = discovery_data
+    if given_data and given_data != discovery_data:
+        if layout.get("subgraph"):
+            raise ConfigError("in subgraph mode the subgraph's inputs come from a whole-model run on discovery's "
+                              "model inputs; pass --input-data to discover instead")
+        config["run_input_data"] = given_data
+    return config
 
 
 def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bool = False, verbose: bool = False,

@@ -162,6 +162,19 @@ def trust_lines(report: Mapping) -> list[str]:
         lines.append(f"Layer inputs: from the whole-model reference run; model inputs: {source or 'generated'}")
     elif options.get("layer_inputs") == "random":
         lines.append("Layer inputs: generated per layer (op-aware, seeded; --layer-inputs random)")
+    run = (prov.get("layer_inputs_run") or {}).get("run") or model.get("model_run") or {}
+    fallback_nodes, failed_nodes = run.get("fallback_nodes") or [], run.get("failed_nodes") or []
+    if fallback_nodes or failed_nodes:
+        def names(nodes):
+            return ", ".join(f"{n['op_type']} {n.get('name') or n.get('graph_index')}" for n in nodes[:5]) + (
+                " ..." if len(nodes) > 5 else "")
+        parts = []
+        if fallback_nodes:
+            parts.append(f"{len(fallback_nodes)} node(s) evaluated by the ONNX reference implementation where ONNX "
+                         f"Runtime failed ({names(fallback_nodes)})")
+        if failed_nodes:
+            parts.append(f"{len(failed_nodes)} node(s) neither engine could evaluate ({names(failed_nodes)})")
+        lines.append(f"Whole-model reference run: {'; '.join(parts)}")
     fixed = model.get("fixed_dims") or []
     if fixed:
         parts = [f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)} ({d.get('source') or 'default 1'})"
@@ -195,6 +208,9 @@ def trust_lines(report: Mapping) -> list[str]:
     section(f"INCONCLUSIVE: {len(trust.get('inconclusive_checks') or [])} success verdict(s) could not have failed "
             "(marked success* below):", trust.get("inconclusive_checks") or [],
             lambda x: f"{x['layer_id']} on {x['executor']}: {_cut(str(x['reason']), 200)}")
+    dups = [(lid, op["duplicate_of"]) for lid, op in (report.get("ops") or {}).items() if op.get("duplicate_of")]
+    section(f"DEDUPLICATED: {len(dups)} layer(s) copy the verdicts of a layer with the same signature "
+            "(--dedup-layers; not tested on their own inputs):", dups, lambda x: f"{x[0]}: copied from {x[1]}")
     section(f"GENERATED INPUTS: {len(trust.get('generated_inputs') or [])} layer(s) could not get their inputs from "
             "the whole-model run:", trust.get("generated_inputs") or [],
             lambda x: f"{x['layer_id']}: {_cut(str(x['reason']), 200)}")
@@ -220,6 +236,8 @@ def _recommended_cell(op: Mapping) -> str:
         return f"{rec} (user)"
     if ((op.get("executors") or {}).get(rec) or {}).get("status") == "unverified":
         return f"{rec} (unverified)"
+    if op.get("duplicate_of"):
+        return f"{rec} (copied from {_cut(str(op['duplicate_of']), 30)})"
     if (op.get("reference") or {}).get("dispute"):
         return f"{rec} (references disagree)"
     return str(rec)

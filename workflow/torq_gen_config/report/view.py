@@ -172,6 +172,8 @@ def _recommended_text(op: Mapping) -> Text:
     status = ((op.get("executors") or {}).get(rec) or {}).get("status")
     if status == "unverified":
         return Text(f"{rec} (unverified)", style="magenta")
+    if op.get("duplicate_of"):
+        return Text(f"{rec} (copied from {_cut(str(op['duplicate_of']), 30)})", style="dim")
     if (op.get("reference") or {}).get("dispute"):
         return Text(f"{rec} (references disagree)", style="yellow")
     return Text(str(rec))
@@ -328,6 +330,12 @@ def render_summary(report: Mapping, console: Console) -> None:
     _print_table(console, table)
     _line(console)
     _line(console, f"DEFAULT TOLERANCE: {_fmt_tol(report.get('default_tolerance'))}")
+    if report.get("full_model"):  # the last `torq-gen-config run`
+        from ..full_model import render_full_model_text
+
+        _line(console)
+        for ln in render_full_model_text(report["full_model"]).rstrip("\n").splitlines():
+            _line(console, ln)
 
 
 # --------------------------------------------------------------------------- layer details
@@ -420,6 +428,9 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         _line(console, f"Tolerance:      default {_fmt_tol(report.get('default_tolerance'))}")
     if op.get("skipped_reason"):
         _line(console, f"Skipped:        {op['skipped_reason']}")
+    if op.get("duplicate_of"):
+        _line(console, f"Duplicate of:   {op['duplicate_of']} (same signature, --dedup-layers): the verdicts below "
+                       "are that layer's, on its inputs; this layer was not tested on its own inputs")
     if op.get("not_testable_reason"):
         _line(console, f"Not testable:   {op['not_testable_reason'].removeprefix('not testable: ')}")
     ref = op.get("reference") or {}
