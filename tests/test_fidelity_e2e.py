@@ -144,3 +144,56 @@ def test_node_test_verdicts_follow_the_expected_outputs(tmp_path, name):
             assert result["metrics"]["inconclusive"], name  # an empty output cannot fail
     else:
         assert result["status"] == "error" and result["failure_report"]["stage"] in ("import", "compile"), result
+
+
+def test_run_uses_the_inputs_discovery_tested(tmp_path):
+    from conftest import TensorProto, helper, tvi
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("ReduceSum", ["r", "ax"], ["y"], keepdims=0)], "g",
+                              [tvi("x", TensorProto.FLOAT, ["batch", "seq", 16])],
+                              [tvi("y", TensorProto.FLOAT, ["batch", 16])],
+                              initializer=[onnx.numpy_helper.from_array(np.array([1], np.int64), "ax")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "sym.onnx"
+    onnx.save(model, path)
+    x = np.random.default_rng(1).uniform(0, 1, (2, 5, 16)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", "--input-data", tmp_path / "x.npz",
+                *ONLY_LLVM)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Symbolic input dims set: x dim 0 (batch) -> 2 (--input-data), x dim 1 (seq) -> 5 (--input-data)" in r.stdout
+    # run without the flags tests the model discovery tested, on its inputs
+    r = run_cli("run", "--model", path, "--output-dir", out, "-j", "2")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ins, _, _ = load_reference(out / "work" / "full" / "reference.npz")
+    np.testing.assert_array_equal(ins["x"], x)
+    # other input values reach the full-model reference only
+    np.savez(tmp_path / "x2.npz", x=-x)
+    r = run_cli("run", "--model", path, "--output-dir", out, "-j", "2", "--input-data", tmp_path / "x2.npz")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ins, outs, _ = load_reference(out / "work" / "full" / "reference.npz")
+    np.testing.assert_array_equal(ins["x"], -x)
+    assert "inconclusive: reference is all zero" in r.stdout  # Relu of negative values
+    # other shapes are refused: the layers were tested on discovery's
+    r = run_cli("run", "--model", path, "--output-dir", out, "--input-shapes", "x:1x3x16")
+    assert r.returncode == 2 and "differs from the shapes discovery tested" in r.stderr
+
+
+def test_a_string_input_does_not_stop_the_other_layers(tmp_path):
+    from conftest import TensorProto, helper, tvi
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                               helper.make_node("StringNormalizer", ["s"], ["n"], case_change_action="UPPER")], "g",
+                              [tvi("x", TensorProto.FLOAT, [3]), tvi("s", TensorProto.STRING, [3])],
+                              [tvi("r", TensorProto.FLOAT, [3]), tvi("n", TensorProto.STRING, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "str.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", *ONLY_LLVM)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _report(out, "str")["ops"]["Relu_r"]["executors"]["llvm-cpu"]["status"] == "success"

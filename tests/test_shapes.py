@@ -158,3 +158,34 @@ def test_opset_upgrade_that_changes_the_signature_stops_with_a_hint(tmp_path):
     prepared, info = prepare_model(p, target_opset=8)
     assert info["opset"] == {"original": 8, "prepared": 8}
     assert any("stays at opset 8" in w for w in info["warnings"])
+
+
+def test_inputs_that_share_a_named_dim_get_one_value(tmp_path):
+    m = make_model([helper.make_node("Unsqueeze", ["mask", "ax"], ["m3"]), helper.make_node("Mul", ["x", "m3"], ["y"])],
+                   [tvi("x", TensorProto.FLOAT, ["batch", "seq", 4]), tvi("mask", TensorProto.FLOAT, ["batch", "seq"])],
+                   [tvi("y", TensorProto.FLOAT, ["batch", "seq", 4])],
+                   [onnx.numpy_helper.from_array(np.array([2], np.int64), "ax")])
+    p = tmp_path / "mask.onnx"
+    onnx.save(m, p)
+    prepared, info = prepare_model(p, input_shapes={"x": [2, 3, 4]})
+    dims = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in prepared.graph.input}
+    assert dims == {"x": [2, 3, 4], "mask": [2, 3]}
+    assert [d["source"] for d in info["fixed_dims"] if d["input"] == "mask"] == ["dim 'batch' of x", "dim 'seq' of x"]
+    with pytest.raises(ConfigError, match="disagree on the symbolic dim 'batch': 2 .* and 5"):
+        prepare_model(p, input_shapes={"x": [2, 3, 4], "mask": [5, 3]})
+
+
+def test_a_wrong_declared_type_is_replaced_by_the_real_one_with_a_warning(tmp_path):
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+                               helper.make_node("Relu", ["t"], ["y"])], "g",
+                              [tvi("x", TensorProto.FLOAT, [2, 3])], [tvi("y", TensorProto.FLOAT, [3, 2])],
+                              value_info=[tvi("t", TensorProto.FLOAT, [2, 3])])  # wrong: t is 3x2
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    p = tmp_path / "wrong.onnx"
+    onnx.save(model, p)
+    observe, _ = _observe_with_run()
+    prepared, info = prepare_model(p, observe=observe)
+    assert type_text(type_table(prepared)["t"]) == "float32[3x2]"
+    assert info["shapes"]["conflicts"] == ["t: the model declares float32[2x3], the run gives float32[3x2]"]
+    assert any("declared type is wrong for t" in w for w in info["warnings"])

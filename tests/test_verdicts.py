@@ -161,3 +161,48 @@ def test_string_outputs_compare_exactly():
     assert derive_status(compare_outputs({"y": np.array(["a", "c"], dtype=object)}, ref, ["y"]))[0] == "success"
     status, summary = derive_status(compare_outputs({"y": np.array(["a", "b"], dtype=object)}, ref, ["y"]))
     assert status == "difference" and summary == "1 of 2 string elements differ"
+
+
+def test_an_executor_that_failed_where_the_reference_failed_is_not_recommended():
+    from torq_gen_config.report.recommend import is_critical_failure, recommend_executor
+
+    failed_too = {"status": "unverified", "failure_report": {"type": "reference_error", "during": "run"}}
+    ran = {"status": "unverified", "failure_report": {"type": "reference_error", "during": None}}
+    error = {"status": "error", "failure_report": {"stage": "compile"}}
+    assert recommend_executor({"a": error, "b": failed_too}, ["a", "b"]) is None
+    assert is_critical_failure({"a": error, "b": failed_too})
+    assert recommend_executor({"a": error, "b": failed_too, "c": ran}, ["a", "b", "c"]) == "c"
+    assert not is_critical_failure({"a": error, "c": ran})
+
+
+def test_input_data_errors_are_one_line_and_conversions_are_noted(tmp_path):
+    from torq_gen_config.errors import ModelError
+    from torq_gen_config.reference import load_input_data
+
+    m = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["s"], ["t"])],
+                   [tvi("x", TensorProto.FLOAT, [2]), tvi("s", TensorProto.STRING, [2])],
+                   [tvi("y", TensorProto.FLOAT, [2]), tvi("t", TensorProto.STRING, [2])])
+    np.savez(tmp_path / "ok.npz", x=np.ones(2), s=np.array(["a", "b"]), extra=np.ones(1))
+    notes: list[str] = []
+    feeds = load_input_data(tmp_path / "ok.npz", m, notes)
+    assert feeds["x"].dtype == np.float32 and feeds["s"].tolist() == ["a", "b"]
+    assert any("'extra' are not inputs" in n for n in notes) and any("float64 to float32" in n for n in notes)
+    np.savez(tmp_path / "int.npz", x=np.ones(2, np.int64), s=np.array(["a", "b"]))
+    with pytest.raises(ModelError, match="'x' has dtype int64, the model input is float32"):
+        load_input_data(tmp_path / "int.npz", m)
+    np.savez(tmp_path / "obj.npz", x=np.ones(2, np.float32), s=np.array(["a", "b"], dtype=object))
+    with pytest.raises(ModelError, match="cannot be read without pickle"):
+        load_input_data(tmp_path / "obj.npz", m)
+
+
+def test_copied_verdicts_are_marked_in_the_text():
+    from torq_gen_config.report.text import render_final_report_text
+
+    ok = {"status": "success", "metrics": None, "failure_report": None}
+    report = {"model_name": "m", "executors": ["a"], "ops": {
+        "Cast_c1": {"executors": {"a": ok}, "recommended_executor": "a"},
+        "Cast_c2": {"executors": {"a": ok}, "recommended_executor": "a", "duplicate_of": "Cast_c1"}}}
+    text = render_final_report_text(report)
+    assert "DEDUPLICATED: 1 layer(s) copy the verdicts" in text and "Cast_c2: copied from Cast_c1" in text
+    row = next(line for line in text.splitlines() if line.startswith("Cast_c2"))
+    assert "(copied from Cast_c1)" in row
