@@ -503,6 +503,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     for lid, src in duplicate_of.items():
         rep["ops"][lid]["duplicate_of"] = src
     rep["precision"] = precision_section(options, info, quantize_info, Path(results_root))
+    rep["folded_nodes"] = man.get("folded_nodes") or []  # constant nodes: values of the layers, not layers
     for layer in man["layers"]:
         q = qlayers.get(layer["layer_id"])
         if q is not None:
@@ -515,7 +516,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                            "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
     rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
         len(first_of) if dedup_layers else sum(1 for per in results.values() if per))
-    if duplicate_of:  # the text shows which verdicts were copied
+    if duplicate_of or rep["folded_nodes"]:  # the text shows copied verdicts and folded nodes
         from .report.text import render_final_report_text
 
         rep["final_report_text"] = render_final_report_text(rep)

@@ -104,7 +104,9 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
 
             out[vi.name] = a if getattr(a.dtype, "name", "") == "bfloat16" else round_to_bf16(np.asarray(a, np.float32))
         else:
-            want = helper.tensor_dtype_to_np_dtype(et)
+            from .ort_io import numpy_dtype
+
+            want = numpy_dtype(et)
             out[vi.name] = a if a.dtype == want else np.asarray(a).astype(want)
     return out
 
@@ -126,9 +128,9 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
             dtype or shape than ``model`` declares.
     """
     import numpy as np
-    from onnx import helper
 
     from .errors import ModelError
+    from .ort_io import numpy_dtype
     from .reference import load_npz
 
     arrays, meta = load_npz(Path(path))
@@ -146,7 +148,7 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
         tt = vi.type.tensor_type
         want = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         try:
-            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            dtype = numpy_dtype(tt.elem_type)
         except Exception:
             dtype = None
         if dtype == np.dtype(object) and a.dtype.kind in "USO":  # strings are stored as unicode arrays

@@ -175,7 +175,9 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str]:
     """A layer's inputs from its ``inputs.npz`` if they fit its declared inputs, else
     ``(None, "generated: <why>")``."""
-    from onnx import helper
+    import numpy as np
+
+    from .ort_io import numpy_dtype
 
     try:
         arrays, meta = load_layer_inputs(path, layer)
@@ -190,9 +192,11 @@ def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str
             return None, f"generated (the whole-model run gave no value for input {vi.name!r})"
         want = [d.dim_value for d in tt.shape.dim]
         try:
-            dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+            dtype = numpy_dtype(tt.elem_type)
         except Exception:
             dtype = None
+        if dtype == np.dtype(object) and a.dtype.kind in "USO":  # strings are stored as unicode arrays
+            arrays[vi.name] = a = a.astype(object)
         if list(a.shape) != want or (dtype is not None and a.dtype != dtype):
             return None, (f"generated (input {vi.name!r} is {a.dtype}{list(a.shape)} in the whole-model run, the "
                           f"layer declares {getattr(dtype, 'name', tt.elem_type)}{want})")
@@ -266,9 +270,12 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
                                  f"{[v.name for v in model.graph.input]}, the file has {data.files}")
             try:
                 a = data[vi.name]
-            except ValueError as e:  # an object array (pickled): refused without allow_pickle
-                raise ModelError(f"input data {path}: array {vi.name!r} cannot be read without pickle ({e}); save "
-                                 "strings as a numpy unicode array (dtype 'U'), numbers with a numeric dtype") from None
+            except ValueError as e:
+                a = _raw_npz_member(path, vi.name)  # numpy writes float8_e5m2 as '<f1', which it cannot read back
+                if a is None:  # an object array (pickled): refused without allow_pickle
+                    raise ModelError(f"input data {path}: array {vi.name!r} cannot be read without pickle ({e}); "
+                                     "save strings as a numpy unicode array (dtype 'U'), numbers with a numeric "
+                                     "dtype") from None
             dims = vi.type.tensor_type.shape.dim
             shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
             if len(a.shape) == len(shape) + 1 and _fits(a.shape[1:], shape):
@@ -280,7 +287,21 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
             if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
                 feeds[vi.name] = _input_data_to_bf16(a, vi.name, path)
                 continue
-            want = helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+            from .ort_io import numpy_dtype
+
+            want = numpy_dtype(vi.type.tensor_type.elem_type)
+            if want.type.__module__.startswith("ml_dtypes"):  # float8, int4, ...: bit patterns or values
+                if a.dtype == want:
+                    feeds[vi.name] = a
+                elif a.dtype.kind in "Vu" and a.dtype.itemsize == want.itemsize and a.dtype.names is None:
+                    feeds[vi.name] = a.view(want)  # what numpy.savez makes of an ml_dtypes array
+                elif _kind(a.dtype) == _kind(want):
+                    if notes is not None:
+                        notes.append(f"input data {path}: {vi.name!r} converted from {a.dtype} to {want}")
+                    feeds[vi.name] = a.astype(want)
+                else:
+                    raise ModelError(f"input data {path}: {vi.name!r} has dtype {a.dtype}, the model input is {want}")
+                continue
             if want == np.dtype(object):  # a string input
                 if a.dtype.kind not in "US":
                     raise ModelError(f"input data {path}: {vi.name!r} has dtype {a.dtype}, the model input is a "
@@ -294,6 +315,28 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
                 notes.append(f"input data {path}: {vi.name!r} converted from {a.dtype} to {want}")
             feeds[vi.name] = a.astype(want)
     return feeds
+
+
+def _raw_npz_member(path, name: str):
+    """The array ``name`` of an ``.npz`` read from its raw bytes, for the descriptors
+    numpy writes but cannot read (``'<f1'`` of float8_e5m2): a uint8 array of its
+    shape (the caller views it as the model's dtype), or None when it is not such a
+    1-byte array (e.g. a pickled object array)."""
+    import ast
+    import zipfile
+
+    import numpy as np
+
+    try:
+        with zipfile.ZipFile(path) as z, z.open(f"{name}.npy") as f:
+            version = np.lib.format.read_magic(f)
+            hlen = int.from_bytes(f.read(2 if version[0] == 1 else 4), "little")
+            header = ast.literal_eval(f.read(hlen).decode("latin1"))
+            if str(header.get("descr")) not in ("<f1", "|f1", "f1") or header.get("fortran_order"):
+                return None
+            return np.frombuffer(f.read(), dtype=np.uint8).reshape(header["shape"]).copy()
+    except (KeyError, OSError, ValueError, SyntaxError, zipfile.BadZipFile):
+        return None
 
 
 def _kind(dtype) -> str:

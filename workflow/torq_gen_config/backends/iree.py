@@ -40,11 +40,13 @@ input parsing happen once before the clock starts and are not measured (the
 verification run's ``run_ms`` does include them).
 
 Data types at the ``iree-run-module`` boundary (IREE 3.13, checked): bool, int8-64,
-uint8-64, float16, float32 and bfloat16 inputs go through ``.npy`` files; outputs are
-read from ``.npy`` files except bfloat16 ones (IREE cannot write bf16 ``.npy``:
-``UNIMPLEMENTED; unsupported data encoding``), which are read from raw ``.bin``
-files using the static shape of the MLIR signature; a bf16 output with a dynamic
-shape is therefore not supported. IREE writes unsigned outputs as signed ``.npy``;
+uint8-64, float16, float32 and bfloat16 inputs go through ``.npy`` files, float8 inputs
+through raw ``.bin`` files with their type (``--input=4xf8E5M2=@in_0.bin``: IREE reads
+numpy's ``<f1`` descriptor as a generic f8); outputs are read from ``.npy`` files except
+bfloat16 and float8 ones (IREE cannot write them as ``.npy``: ``UNIMPLEMENTED;
+unsupported data encoding``), which are read from raw ``.bin`` files using the static
+shape of the MLIR signature; such an output with a dynamic shape is therefore not
+supported. IREE writes unsigned outputs as signed ``.npy``;
 they are reinterpreted with the unsigned dtype of the MLIR signature. String and
 object arrays are not supported.
 """
@@ -104,7 +106,15 @@ _TORCH_DTYPES = {
     "bf16": "bfloat16",
     "f32": "float32",
     "f64": "float64",
+    "f8E4M3FN": "float8_e4m3fn",
+    "f8E4M3FNUZ": "float8_e4m3fnuz",
+    "f8E5M2": "float8_e5m2",
+    "f8E5M2FNUZ": "float8_e5m2fnuz",
+    "f8E8M0FNU": "float8_e8m0fnu",
 }
+# ml_dtypes element types exchanged as raw bytes: iree-run-module cannot read or write
+# them as .npy ("unsupported data encoding"); name -> IREE's element type spelling
+_RAW_DTYPES = {np_name: ir for ir, np_name in _TORCH_DTYPES.items() if np_name.startswith(("bfloat16", "float8"))}
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],([^>]+)>")
 _DEMOTE_F64_OFF = "--iree-input-demote-f64-to-f32=false"
 # Messages LLVM's crash handler prints before re-raising the signal.
@@ -417,21 +427,15 @@ class IreeBackend(Backend):
             out_sig = [None] * len(output_names)
 
         argv = [self._tool("iree-run-module"), f"--module={module}", f"--device={self.device}", f"--function={FUNCTION}"]
-        for i, name in enumerate(input_names):
-            arr = np.asarray(inputs[name])
-            if arr.dtype.kind in "OUS" or arr.dtype.type is np.void:
-                raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which iree-run-module cannot read")
-            fname = f"in_{i}.npy"
-            np.save(work / fname, np.require(arr, requirements="C"), allow_pickle=False)  # keeps 0-d shapes
-            argv.append(f"--input=@{fname}")
+        argv += self._write_inputs(work, inputs, input_names, "in")
         out_files: list[tuple[str, dict | None, bool]] = []
         for i, (name, sig) in enumerate(zip(output_names, out_sig)):
-            raw = sig is not None and sig["dtype"] == "bfloat16"
+            raw = sig is not None and sig["dtype"] in _RAW_DTYPES
             if raw and any(d is None for d in sig["shape"]):
                 raise StageError(
                     "run",
-                    f"output {name!r} is bfloat16 with a dynamic shape {sig['shape']}: iree-run-module cannot "
-                    "write bf16 .npy files and a raw .bin output needs a static shape",
+                    f"output {name!r} is {sig['dtype']} with a dynamic shape {sig['shape']}: iree-run-module cannot "
+                    f"write {sig['dtype']} .npy files and a raw .bin output needs a static shape",
                 )
             fname = f"out_{i}.bin" if raw else f"out_{i}.npy"
             (work / fname).unlink(missing_ok=True)
@@ -459,12 +463,12 @@ class IreeBackend(Backend):
             if raw:
                 import ml_dtypes
 
-                data = np.fromfile(path, dtype=ml_dtypes.bfloat16)
+                data = np.fromfile(path, dtype=getattr(ml_dtypes, sig["dtype"]))
                 expected = int(np.prod(sig["shape"], dtype=np.int64))
                 if data.size != expected:
                     raise StageError(
                         "run",
-                        f"output {name!r}: raw bf16 file holds {data.size} values, expected {expected} "
+                        f"output {name!r}: raw {sig['dtype']} file holds {data.size} values, expected {expected} "
                         f"for shape {sig['shape']}",
                     )
                 arr = data.reshape(sig["shape"])
@@ -564,6 +568,12 @@ class IreeBackend(Backend):
         flags = []
         for i, name in enumerate(input_names):
             arr = np.asarray(inputs[name])
+            if arr.dtype.name in _RAW_DTYPES and arr.dtype.name != "bfloat16":  # float8: raw bytes + type
+                fname = f"{prefix}_{i}.bin"
+                np.require(arr, requirements="C").tofile(work / fname)
+                shape = "x".join(str(d) for d in arr.shape)
+                flags.append(f"--input={shape + 'x' if shape else ''}{_RAW_DTYPES[arr.dtype.name]}=@{fname}")
+                continue
             if arr.dtype.kind in "OUS" or arr.dtype.type is np.void:
                 raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which the IREE tools cannot read")
             fname = f"{prefix}_{i}.npy"

@@ -60,6 +60,13 @@ def render_final_report_text(report: Mapping) -> str:
         f"Model: {report.get('model_name')}",
         f"Total layers tested: {_tested_layers(summary, ops)}",
     ]
+    folded = report.get("folded_nodes") or []
+    if folded:
+        kinds: dict[str, int] = {}
+        for f in folded:
+            kinds[f.get("op_type")] = kinds.get(f.get("op_type"), 0) + 1
+        lines.append(f"Constant nodes folded into the layers that read them (not layers): {len(folded)} "
+                     f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))})")
     untested = summary.get("total_layers", len(ops)) - _tested_layers(summary, ops)
     if untested:
         lines.append(f"Layers in the model: {summary.get('total_layers', len(ops))} ({untested} not tested: "
@@ -107,6 +114,8 @@ def render_final_report_text(report: Mapping) -> str:
         lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS (no executor ran the layer)")
         for item in critical:
             lines.append(f"  - {item.get('layer_id')} (node: {item.get('node_index')})")
+    elif not ops:
+        lines.append("No layers: every node of the model computes a constant (folded above); nothing was tested")
     elif summary.get("not_testable_layers"):
         lines.append("No critical failures - every tested layer has an executor that ran it "
                      f"({summary['not_testable_layers']} layer(s) not testable, above)")
