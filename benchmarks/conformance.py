@@ -1,0 +1,732 @@
+#!/usr/bin/env python
+"""Benchmark: the product against ONNX's own node tests.
+
+Node tests: ``onnx.backend.test.case.node.collect_testcases(None)`` from the installed
+onnx wheel; ``*_expanded*`` function expansions and models with sequence/optional graph
+inputs or outputs are left out. Tests whose model ONNX Runtime (CPU, optimizations off)
+cannot load are counted separately: "tests ORT can load" is the denominator of figures
+1 and 2 (they are still run through discovery, for figure 3).
+
+Each test is one subprocess::
+
+    python -m torq_gen_config discover --model M --output-dir D -j 1 -q \
+        --input-data IN.npz --skip-executors <all configured executors but --executor> \
+        --timeout <half of --timeout>
+
+(``IN.npz`` = the test's own inputs, ``data_sets[0]``; TensorProto values through
+``onnx.numpy_helper.to_array``, object arrays of ``str`` as unicode arrays, ml_dtypes
+arrays as ``numpy.savez`` writes them.) Then the report JSON and the layer files
+(``D/work/layers/manifest.json``, ``<slug>/reference.npz``, ``<slug>/<executor>/result.json``)
+are read. Every model output is looked up in the manifest as the output of a layer
+(node tests are one node: one layer whose outputs are the model's outputs; a model output
+that no layer writes is its own category, "no layer").
+
+Figures (default mode):
+
+1. **reference vs expected**: the layer reference's outputs (the configured engine,
+   ONNX Runtime by default) against ONNX's expected outputs, with the test's own
+   ``rtol``/``atol`` (every onnx 1.23 node test carries them: 1e-3 / 1e-7; the fall-back
+   for a case without them is rtol=1e-3, atol=1e-5): floats (also bfloat16, float8,
+   float4) ``|r - e| <= atol + rtol * |e|`` in float64 with NaN equal to NaN and equal
+   infinities equal; integers (also int4/int2), bools and strings exactly; the dtype and
+   shape must be the expected ones. Also checked: the layer's stored inputs are the
+   test's inputs (bit for bit), otherwise the comparison would be meaningless ("inputs
+   differ"). Goal >= 97% of the tests ORT can load.
+2. **verdict agreement**: the product does not store an executor's outputs in a form
+   meant to be read back (IREE's ``out_<i>.npy`` files stay in the job directory, ONNX
+   Runtime's are not written), so the compiled layer is run again with the product's own
+   backend (``make_backend(executor).run(...)``; IREE: ``<slug>/<executor>/module.vmfb``
+   with the MLIR signature, ONNX Runtime: a session on ``<slug>/model.onnx``) on the
+   layer's stored inputs (those the verdict was computed on). Those outputs are compared
+   with ONNX's expected outputs **by the product's own rule** (``compare_on_model`` and
+   ``derive_status`` with the report's default tolerance), i.e. the verdict the product
+   would have given with the expected outputs as its reference. The test agrees when the
+   verdict is ``success`` iff that comparison is ``success``. Disagreements are a
+   *false success* (the executor is wrong the way the reference is) or a *false
+   difference* (the reference is wrong, the executor right). ``error``, ``unverified``,
+   ``not testable`` (and a rerun that fails) are their own categories, outside the
+   denominator (tests ORT can load with a ``success``/``difference`` verdict).
+   Goal >= 98%. As a second, stricter column the executor's outputs are also checked
+   with the test's rtol/atol (figure 1's rule), for information.
+3. **refusals**: discover exits non-zero, times out, or writes no report; each with
+   its one-line error. Goal 0 for valid models (ORT-loadable and not, listed apart).
+4. **median seconds per test**: wall time of the discover subprocess.
+
+``--generated``: the same tests without ``--input-data`` (op-aware generated model
+inputs, docs/inputs.md); the figure is the share of layers (of the tests ORT can load)
+whose reference failed (``reference.npz`` meta ``status != "ok"``); goal <= 5%. Not
+testable layers (no reference) are counted apart. Refusals and the median time are
+printed too.
+
+Failures are grouped by op type and first line of the message; ``--json FILE`` writes
+one row per test (name, op types, categories, messages, seconds).
+
+Usage::
+
+    python benchmarks/conformance.py --sample 40 --seed 1 --jobs 2
+    python benchmarks/conformance.py --jobs 2 --json conf.json            # all ~1380 tests
+    python benchmarks/conformance.py --jobs 2 --generated --json gen.json
+
+Median 2.2 s per test (process start-up, Snakemake, compile): all 1381 tests in about 30 min
+with --jobs 2 on 2 cores. Results and their causes: docs/comparison.md, "Conformance benchmark".
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures as cf
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workflow"))
+
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
+GOALS = {"fig1": 97.0, "fig2": 98.0, "fig3": 0.0, "gen": 5.0}
+
+
+# --------------------------------------------------------------------- test data
+def tensor_io_only(model) -> bool:
+    return all(v.type.HasField("tensor_type") for v in list(model.graph.input) + list(model.graph.output))
+
+
+def as_array(v):
+    """A node test's input/output value as a numpy array (TensorProto -> to_array,
+    object arrays of str -> unicode)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    if isinstance(v, onnx.TensorProto):
+        v = numpy_helper.to_array(v)
+    a = np.asarray(v)
+    if a.dtype == object and all(isinstance(x, (str, bytes)) for x in a.flat):
+        a = np.array([x.decode() if isinstance(x, bytes) else x for x in a.flat], dtype=str).reshape(a.shape)
+    return a
+
+
+def widen(a):
+    """An ml_dtypes array other than bfloat16 as the exact values in a numpy type
+    (float8/float4 -> float32, int4/int2 -> int8, uint4/uint2 -> uint8); others unchanged."""
+    import numpy as np
+
+    if not a.dtype.type.__module__.startswith("ml_dtypes") or a.dtype.name == "bfloat16":
+        return a
+    if a.dtype.name in ("int4", "int2"):
+        return a.astype(np.int8)
+    if a.dtype.name in ("uint4", "uint2"):
+        return a.astype(np.uint8)
+    return a.astype(np.float32)
+
+
+def op_types(model) -> str:
+    return "+".join(sorted({n.op_type for n in model.graph.node})) or "-"
+
+
+# --------------------------------------------------------------------- comparisons
+def _kind(a) -> str:
+    import numpy as np
+
+    if a.dtype.kind in "USO":
+        return "string"
+    if a.dtype == np.bool_:
+        return "bool"
+    name = a.dtype.name
+    if a.dtype.kind in "iu" or name in ("int4", "uint4", "int2", "uint2"):
+        return "int"
+    return "float"
+
+
+def _same_dtype(a, e) -> bool:
+    if _kind(a) == "string" and _kind(e) == "string":
+        return True
+    return a.dtype == e.dtype
+
+
+def close_to_expected(actual, expected, rtol: float, atol: float) -> str | None:
+    """None when ``actual`` matches ``expected`` (figure 1's rule), else why not (one line)."""
+    import numpy as np
+
+    a, e = as_array(actual), as_array(expected)
+    if not _same_dtype(a, e):
+        return f"dtype {a.dtype} differs from the expected {e.dtype}"
+    if a.shape != e.shape:
+        return f"shape {a.shape} differs from the expected {e.shape}"
+    k = _kind(e)
+    if k == "string":
+        sa, se = a.astype(str), e.astype(str)
+        bad = int(np.sum(sa != se))
+        i = _first(sa != se)
+        return f"{bad} of {e.size} strings differ (e.g. {sa.flat[i]!r} vs {se.flat[i]!r})" if bad else None
+    if k in ("bool", "int"):
+        ai, ei = a.astype(np.int64) if k == "int" and a.dtype != np.uint64 else a, \
+            e.astype(np.int64) if k == "int" and e.dtype != np.uint64 else e
+        neq = ai != ei
+        bad = int(np.sum(neq))
+        if not bad:
+            return None
+        i = _first(neq)
+        return f"{bad} of {e.size} elements differ exactly (e.g. {a.flat[i]} vs {e.flat[i]} at {i})"
+    af, ef = a.astype(np.float64), e.astype(np.float64)
+    with np.errstate(all="ignore"):
+        ok = np.isclose(af, ef, rtol=rtol, atol=atol, equal_nan=True)
+    bad = int(np.sum(~ok))
+    if not bad:
+        return None
+    i = _first(~ok)
+    with np.errstate(all="ignore"):
+        d = np.abs(af - ef)
+        fin = np.isfinite(d)
+        mx = float(np.max(d[fin])) if fin.any() else float("nan")
+    return (f"{bad} of {e.size} elements outside rtol {rtol:g} atol {atol:g} (max abs diff {mx:.3g}; "
+            f"e.g. {af.flat[i]:.7g} vs {ef.flat[i]:.7g} at {i})")
+
+
+def _first(mask) -> int:
+    import numpy as np
+
+    idx = np.flatnonzero(np.asarray(mask))
+    return int(idx[0]) if idx.size else 0
+
+
+def same_values(a, e) -> bool:
+    """Bit-for-bit equality (strings by value)."""
+    import numpy as np
+
+    a, e = as_array(a), as_array(e)
+    if a.shape != e.shape:
+        return False
+    if _kind(a) == "string" or _kind(e) == "string":
+        return _kind(a) == _kind(e) and bool(np.array_equal(a.astype(str), e.astype(str)))
+    if a.dtype != e.dtype:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(e).view(np.uint8)))
+
+
+# --------------------------------------------------------------------- one test
+def first_line(text: str) -> str:
+    from torq_gen_config.tools import first_error_line
+
+    return first_error_line(text or "", 300)
+
+
+def refusal_message(stdout: str, stderr: str) -> str:
+    """The one-line error of a discover run that failed."""
+    lines = (stderr or "").splitlines() + (stdout or "").splitlines()
+    # a job that raised: Snakemake prints "RuleException:", "<Exc> in file <rule>, line N:", the message and
+    # the traceback; the CLI then only says "At least one job did not complete successfully."
+    for i, ln in enumerate(lines):
+        if ln.strip() == "RuleException:" and i + 2 < len(lines):
+            m = re.match(r"\s*(\w+) in file", lines[i + 1])
+            frames = []  # the innermost frame of this checkout (not numpy's)
+            for f in lines[i + 3:]:
+                fm = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', f)
+                if not fm:
+                    break
+                if fm.group(1).startswith(str(REPO)):
+                    frames.append(f"{Path(fm.group(1)).name}:{fm.group(2)} {fm.group(3)}")
+            where = f" (at {frames[-1]})" if frames else ""
+            return f"{m.group(1) if m else 'error'}: {lines[i + 2].strip()}{where}"[:300]
+    for ln in lines:
+        if ln.startswith("torq-gen-config: error:"):
+            return ln.strip()[:300]
+    exc = [ln for ln in lines if re.match(r"^\s*[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    if exc:
+        return exc[-1].strip()[:300]
+    return first_line(stderr or stdout)
+
+
+def run_discover(cmd: list[str], cwd: Path, timeout_s: float, env: dict) -> tuple[int | None, str, str, float]:
+    """Run one discovery in its own process group; kill the group on timeout."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout_s)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, err = p.communicate()
+        rc = None
+    return rc, out, err, time.perf_counter() - t0
+
+
+def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, meta: dict, work: Path,
+                   timeout_s: float) -> dict:
+    """The executor's outputs for the layer, by running the compiled layer again with the
+    product's backend on the stored inputs (see the module doc)."""
+    from torq_gen_config.backends import make_backend
+    from torq_gen_config.backends.base import CompiledArtifact
+
+    backend = make_backend(executor)
+    if backend.needs_mlir:
+        from torq_gen_config.backends.iree import parse_mlir_signature
+
+        module = layer_dir / name / "module.vmfb"
+        if not module.is_file():
+            raise FileNotFoundError(f"no compiled module {module}")
+        art = CompiledArtifact(path=str(module), compile_ms=None,
+                               info={"signature": parse_mlir_signature(layer_dir / "model.mlir")})
+    else:
+        art = CompiledArtifact(path=None, compile_ms=None, info={"onnx_path": str(layer_dir / "model.onnx")})
+    outs, _ = backend.run(art, inputs=inputs, input_names=meta["input_names"], output_names=meta["output_names"],
+                          work_dir=str(work), timeout_s=timeout_s, log_path=None)
+    return outs
+
+
+def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
+    """Everything this benchmark reads from one finished discovery in ``d``."""
+    import onnx
+
+    from torq_gen_config.compare import compare_on_model, derive_status
+    from torq_gen_config.reference import load_reference
+
+    row: dict = {}
+    reports = sorted(d.glob("torq_gen_config_*.json"))
+    reports = [p for p in reports if not p.name.endswith("_compiler.json")]
+    report = json.loads(reports[0].read_text())
+    manifest = json.loads((d / "work" / "layers" / "manifest.json").read_text())
+    layers_dir = d / "work" / "layers"
+    ops = report.get("ops") or {}
+    tolerance = report.get("default_tolerance")
+    m = case.model
+    model_inputs = [i.name for i in m.graph.input]
+    model_outputs = [o.name for o in m.graph.output]
+    test_inputs = {n: as_array(v) for n, v in zip(model_inputs, case.data_sets[0][0])}
+    expected = {n: as_array(v) for n, v in zip(model_outputs, case.data_sets[0][1])}
+    rtol = getattr(case, "rtol", None) or DEFAULT_RTOL
+    atol = getattr(case, "atol", None)
+    atol = DEFAULT_ATOL if atol is None else atol
+    by_output = {o["name"]: L for L in manifest["layers"] for o in L["outputs"]}
+    row["layers"] = len(manifest["layers"])
+
+    # ---- every layer: reference status (the generated figure) and its verdict
+    layer_rows = []
+    for L in manifest["layers"]:
+        lid, slug = L["layer_id"], L["slug"]
+        op = ops.get(lid) or {}
+        lr = {"layer": lid, "op_type": L["op_type"]}
+        if op.get("not_testable_reason"):
+            lr["reference"] = "not testable"
+            lr["message"] = first_line(op["not_testable_reason"])
+        else:
+            ref = layers_dir / slug / "reference.npz"
+            if not ref.is_file():
+                lr["reference"] = "missing"
+                lr["message"] = "no reference.npz"
+            else:
+                _, _, meta = load_reference(ref)
+                lr["reference"] = "ok" if meta.get("status") == "ok" else "failed"
+                if meta.get("status") != "ok":
+                    lr["message"] = first_line(meta.get("message") or "")
+                lr["layer_inputs"] = meta.get("layer_inputs")
+        res = layers_dir / slug / executor["name"] / "result.json"
+        lr["verdict"] = json.loads(res.read_text())["status"] if res.is_file() else (
+            "not testable" if op.get("not_testable_reason") else "missing")
+        layer_rows.append(lr)
+    row["layer_rows"] = layer_rows
+    if generated:
+        return row
+
+    # ---- figure 1: the references of the layers that write model outputs
+    out_layers = []
+    missing = [n for n in model_outputs if n not in by_output]
+    for n in model_outputs:
+        L = by_output.get(n)
+        if L is not None and L not in out_layers:
+            out_layers.append(L)
+    row["output_layers"] = [L["layer_id"] for L in out_layers]
+    fig1, msg1 = "match", None
+    loaded = {}
+    if missing:
+        fig1, msg1 = "no layer", f"no layer writes the model output(s) {missing}"
+    for L in out_layers:
+        if fig1 != "match":
+            break
+        op = ops.get(L["layer_id"]) or {}
+        if op.get("not_testable_reason"):
+            fig1, msg1 = "not testable", first_line(op["not_testable_reason"])
+            break
+        ref = layers_dir / L["slug"] / "reference.npz"
+        if not ref.is_file():
+            fig1, msg1 = "no reference", f"{L['layer_id']}: no reference.npz"
+            break
+        ins, outs, meta = load_reference(ref)
+        loaded[L["layer_id"]] = (ins, outs, meta)
+        if meta.get("status") != "ok":
+            fig1, msg1 = "reference failed", first_line(meta.get("message") or "")
+            break
+        bad_in = [k for k, v in ins.items() if k in test_inputs and not same_values(v, test_inputs[k])]
+        if bad_in:
+            fig1, msg1 = "inputs differ", (f"{L['layer_id']}: stored layer input(s) {bad_in} are not the test's "
+                                           f"values (layer_inputs: {meta.get('layer_inputs')})")
+            break
+        for n in [o["name"] for o in L["outputs"] if o["name"] in expected]:
+            why = close_to_expected(outs[n], expected[n], rtol, atol) if n in outs else "no reference output"
+            if why:
+                fig1, msg1 = "mismatch", f"output {n!r}: {why}"
+                break
+        # the second opinion, for information (does the other engine match the spec's numbers?)
+        sec = meta.get("second_outputs") or {}
+        if sec:
+            bad = [n for n in sec if n in expected and close_to_expected(sec[n], expected[n], rtol, atol)]
+            row.setdefault("second_engine_mismatch", []).extend(bad)
+            if fig1 == "mismatch":
+                msg1 += (f" [second opinion ({(meta.get('second') or {}).get('engine')}) "
+                         f"{'differs too' if bad else 'matches the expected outputs'}]")
+        if (op.get("reference") or {}).get("dispute"):
+            row["reference_dispute"] = True
+    row["fig1"], row["fig1_message"] = fig1, msg1
+
+    # ---- figure 2: verdict of the chosen executor vs its outputs against the expected ones
+    verdicts = []
+    for L in out_layers:
+        res = layers_dir / L["slug"] / executor["name"] / "result.json"
+        op = ops.get(L["layer_id"]) or {}
+        if op.get("not_testable_reason"):
+            verdicts.append(("not testable", first_line(op["not_testable_reason"]), L))
+        elif not res.is_file():
+            verdicts.append(("missing", "no result.json", L))
+        else:
+            r = json.loads(res.read_text())
+            fr = r.get("failure_report") or {}
+            verdicts.append((r["status"], fr.get("summary"), L))
+    statuses = [v[0] for v in verdicts]
+    if missing or not verdicts:
+        fig2, msg2, verdict = "no layer", msg1, None
+    elif any(s not in ("success", "difference") for s in statuses):
+        first = next(v for v in verdicts if v[0] not in ("success", "difference"))
+        fig2, msg2, verdict = first[0], first_line(first[1] or ""), first[0]
+    else:
+        verdict = "success" if all(s == "success" for s in statuses) else "difference"
+        exec_ok, strict_ok, msg2 = True, True, None
+        try:
+            for status, summary, L in verdicts:
+                ins, outs, meta = loaded.get(L["layer_id"]) or load_reference(layers_dir / L["slug"] / "reference.npz")
+                work = d / "conformance_rerun" / L["slug"]
+                got = rerun_executor(executor, layers_dir / L["slug"], executor["name"], ins, meta, work,
+                                     args.timeout)
+                names = [n for n in meta["output_names"] if n in expected]
+                layer_model = onnx.load(str(layers_dir / L["slug"] / "model.onnx"))
+                metrics = compare_on_model(layer_model, {n: got[n] for n in names}, {n: expected[n] for n in names},
+                                           names)
+                st, summ = derive_status(metrics, tolerance)
+                if st != "success":
+                    exec_ok = False
+                    msg2 = msg2 or f"{L['layer_id']}: executor vs expected: {summ}"
+                for n in names:
+                    why = close_to_expected(got[n], expected[n], rtol, atol)
+                    if why:
+                        strict_ok = False
+                        row.setdefault("executor_strict_message", f"output {n!r}: {why}")
+                if status != "success" and summary:
+                    row.setdefault("verdict_summary", first_line(summary))
+        except Exception as e:  # the rerun itself failed: its own category
+            fig2, msg2 = "rerun failed", f"{type(e).__name__}: {first_line(str(e))}"
+        else:
+            row["executor_matches_expected"] = exec_ok
+            row["executor_matches_expected_strict"] = strict_ok
+            if verdict == "success":
+                fig2 = "agree (success)" if exec_ok else "false success"
+            else:
+                fig2 = "false difference" if exec_ok else "agree (difference)"
+            if fig2 == "false difference":
+                msg2 = row.get("verdict_summary")
+    row["verdict"], row["fig2"], row["fig2_message"] = verdict, fig2, msg2
+    return row
+
+
+def run_one(case, loadable: bool, root: Path, args, executor: dict, others: list[str], env: dict,
+            generated: bool) -> dict:
+    import numpy as np
+    import onnx
+
+    d = root / case.name
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    model_path = d / "model.onnx"
+    onnx.save(case.model, str(model_path))
+    row = {"name": case.name, "ops": op_types(case.model), "ort_loadable": loadable}
+    cmd = [sys.executable, "-m", "torq_gen_config", "discover", "--model", str(model_path), "--output-dir",
+           str(d / "out"), "-j", "1", "-q", "--timeout", str(max(10, int(args.timeout // 2)))]
+    if others:
+        cmd += ["--skip-executors", ",".join(others)]
+    if not generated:
+        names = [i.name for i in case.model.graph.input]
+        arrays = {n: as_array(v) for n, v in zip(names, case.data_sets[0][0])}
+        if args.widen_inputs:
+            arrays = {n: widen(a) for n, a in arrays.items()}
+        np.savez(d / "inputs.npz", **arrays)
+        cmd += ["--input-data", str(d / "inputs.npz")]
+    rc, out, err, secs = run_discover(cmd, d, args.timeout, env)
+    row["rc"], row["seconds"] = rc, round(secs, 2)
+    (d / "discover.stdout").write_text(out or "")
+    (d / "discover.stderr").write_text(err or "")
+    reports = [p for p in (d / "out").glob("torq_gen_config_*.json") if not p.name.endswith("_compiler.json")]
+    if rc is None:
+        row["refused"] = f"timed out after {args.timeout:g} s"
+    elif rc != 0:
+        row["refused"] = f"exit {rc}: {refusal_message(out, err)}"
+    elif not reports:
+        row["refused"] = "exit 0 but no report JSON"
+    if "refused" not in row:
+        try:
+            row.update(evaluate(case, d / "out", args, executor, generated))
+        except Exception as e:  # a bug of this script, or a file the product did not write
+            import traceback
+
+            row["benchmark_error"] = f"{type(e).__name__}: {e}"
+            row["benchmark_traceback"] = traceback.format_exc()[-2000:]
+    if args.cleanup:
+        shutil.rmtree(d, ignore_errors=True)
+    return row
+
+
+# --------------------------------------------------------------------- printing
+def pct(k: int, n: int) -> str:
+    return f"{k} of {n} ({100.0 * k / n:.1f}%)" if n else f"{k} of 0"
+
+
+def tidy(msg: str) -> str:
+    """A message without the work directory's paths."""
+    return re.sub(r"\S*/(model\.mlir|model\.onnx)(:\d+:\d+)?:? ?", "", msg or "")
+
+
+def group_key(msg: str) -> str:
+    msg = re.sub(r"/\S+", "PATH", msg or "")
+    return re.sub(r"-?\d+(\.\d+)?(e-?\d+)?", "N", msg)[:140]
+
+
+def breakdown(items: list[tuple[str, str, str]], title: str, limit_names: int = 12) -> None:
+    """items: (test name, ops, message)."""
+    if not items:
+        return
+    groups = collections.defaultdict(list)
+    for name, ops, msg in items:
+        msg = tidy(msg)
+        groups[(ops, group_key(msg))].append((name, msg))
+    print(f"\n{title} ({len(items)}):")
+    for (ops, _), its in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0][0])):
+        names = ", ".join(n for n, _ in its[:limit_names]) + (f", ... (+{len(its) - limit_names})"
+                                                                if len(its) > limit_names else "")
+        print(f"  {ops} ({len(its)}): {its[0][1]}")
+        print(f"      {names}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sample", type=int, help="a random sample of N node tests (drawn with --seed)")
+    ap.add_argument("--seed", type=int, default=1, help="sample seed (default 1)")
+    ap.add_argument("--match", help="only node tests whose name matches the regular expression RE (re.search)")
+    ap.add_argument("--widen-inputs", action="store_true",
+                    help="write ml_dtypes inputs other than bfloat16 (float8, float4, int4, int2, ...) widened to "
+                         "float32 / int8 / uint8 (exact values) instead of as numpy.savez stores them: a work-around "
+                         "for --input-data refusing them (see the report)")
+    ap.add_argument("--jobs", "-j", type=int, default=1, help="discoveries run at once (default 1)")
+    ap.add_argument("--out", help="directory for the per-test work directories (kept); default a temporary "
+                                  "directory, removed test by test")
+    ap.add_argument("--executor", default="llvm-cpu", help="the executor to test (default llvm-cpu); the other "
+                                                           "configured executors are skipped")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds per discovery (default 600); discover's own per-tool limit is half of it")
+    ap.add_argument("--generated", action="store_true",
+                    help="the second figure: generated model inputs (no --input-data); layers whose reference fails")
+    ap.add_argument("--json", help="write one row per test to FILE")
+    ap.add_argument("--keep", action="store_true", help="keep the work directories of a temporary --out")
+    args = ap.parse_args()
+
+    warnings.filterwarnings("ignore")
+    import numpy as np  # noqa: F401
+    import onnxruntime as ort
+    import yaml
+    from onnx.backend.test.case.node import collect_testcases
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    executors = {e["name"]: e for e in config["executors"]}
+    if args.executor not in executors:
+        sys.exit(f"unknown executor {args.executor!r}; config/config.yaml has {list(executors)}")
+    executor = executors[args.executor]
+    others = [n for n in executors if n != args.executor]
+
+    t_start = time.perf_counter()
+    cases = collect_testcases(None)
+    n_all = len(cases)
+    cases = [c for c in cases if "_expanded" not in c.name]
+    n_expanded = n_all - len(cases)
+    n_seq = sum(1 for c in cases if not tensor_io_only(c.model))
+    cases = [c for c in cases if tensor_io_only(c.model)]
+    if args.match:
+        cases = [c for c in cases if re.search(args.match, c.name)]
+    n_considered = len(cases)
+    if args.sample and args.sample < len(cases):
+        cases = sorted(random.Random(args.seed).sample(cases, args.sample), key=lambda c: c.name)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    ort_loadable = {}
+    for c in cases:
+        try:
+            ort.InferenceSession(c.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            ort_loadable[c.name] = True
+        except Exception:
+            ort_loadable[c.name] = False
+
+    root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="conformance_"))
+    root.mkdir(parents=True, exist_ok=True)
+    args.cleanup = not args.out and not args.keep
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "workflow")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
+                                                                    else []))
+    env["PYTHONWARNINGS"] = "ignore"
+
+    rows = []
+    done = 0
+    with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futs = {pool.submit(run_one, c, ort_loadable[c.name], root, args, executor, others, env, args.generated): c
+                for c in cases}
+        for f in cf.as_completed(futs):
+            c = futs[f]
+            try:
+                row = f.result()
+            except Exception as e:
+                row = {"name": c.name, "ops": op_types(c.model), "ort_loadable": ort_loadable[c.name],
+                       "benchmark_error": f"{type(e).__name__}: {e}"}
+            rows.append(row)
+            done += 1
+            if done % 20 == 0 or done == len(cases):
+                el = time.perf_counter() - t_start
+                print(f"[{done}/{len(cases)}] {el:.0f} s", file=sys.stderr, flush=True)
+    rows.sort(key=lambda r: r["name"])
+    if args.cleanup:
+        shutil.rmtree(root, ignore_errors=True)
+    total_s = time.perf_counter() - t_start
+
+    loadable = [r for r in rows if r["ort_loadable"]]
+    unloadable = [r for r in rows if not r["ort_loadable"]]
+    which = (f"sample of {args.sample}, seed {args.seed}" if args.sample and args.sample < n_considered
+             else "all") + (f", matching {args.match!r}" if args.match else "")
+    import onnx
+
+    from torq_gen_config.reference_run import engine_version
+
+    print(f"\nnode tests (onnx {onnx.__version__}, onnxruntime {ort.__version__}): {n_all} collected, {n_expanded} "
+          f"*_expanded* and {n_seq} with sequence/optional I/O left out, {n_considered} considered; "
+          f"{len(rows)} run ({which}); {len(loadable)} that ONNX Runtime can load, {len(unloadable)} it cannot")
+    ref_engine = config.get("reference", "onnxruntime")
+    inputs_kind = ("generated (no --input-data)" if args.generated else
+                   "the tests' own (--input-data" + (", ml_dtypes widened" if args.widen_inputs else "") + ")")
+    print(f"executor: {args.executor} (skipped: {','.join(others) or '-'}); "
+          f"inputs: {inputs_kind}; reference engine {ref_engine} {engine_version(ref_engine)}")
+    bench_errors = [r for r in rows if r.get("benchmark_error")]
+
+    refused = [r for r in rows if r.get("refused")]
+    refused_l = [r for r in refused if r["ort_loadable"]]
+    secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
+    med = statistics.median(secs) if secs else float("nan")
+
+    if not args.generated:
+        ok1 = [r for r in loadable if r.get("fig1") == "match"]
+        print(f"\n1. reference matches ONNX's expected outputs: {pct(len(ok1), len(loadable))}   "
+              f"[goal >= {GOALS['fig1']:g}%]")
+        c1 = collections.Counter(r.get("fig1") or ("refused" if r.get("refused") else "benchmark error")
+                                 for r in loadable)
+        print("   categories: " + ", ".join(f"{k} {v}" for k, v in c1.most_common()))
+        ran = [r for r in loadable if not r.get("refused")]
+        print(f"   (of the tests ORT can load that discover did not refuse: {pct(len(ok1), len(ran))})")
+        in2 = [r for r in loadable if r.get("fig2") in ("agree (success)", "agree (difference)", "false success",
+                                                        "false difference")]
+        agree = [r for r in in2 if r["fig2"].startswith("agree")]
+        print(f"\n2. verdict ({args.executor}) agrees with its output vs the expected outputs: "
+              f"{pct(len(agree), len(in2))}"
+              f"   [goal >= {GOALS['fig2']:g}%]  (tests ORT can load with a success/difference verdict)")
+        c2 = collections.Counter(r.get("fig2") or ("refused" if r.get("refused") else "benchmark error")
+                                 for r in loadable)
+        print("   categories: " + ", ".join(f"{k} {v}" for k, v in c2.most_common()))
+        strict = [r for r in in2 if r.get("executor_matches_expected_strict")]
+        dis = [r for r in in2 if not r["fig2"].startswith("agree")]
+        print(f"   of the {len(dis)} disagreements, {sum(1 for r in dis if r.get('reference_dispute'))} are layers the "
+              f"product lists as reference disputes (ONNX Runtime vs the ONNX reference implementation)")
+        print(f"   (for information: executor output within the test's own rtol/atol: {pct(len(strict), len(in2))}; "
+              f"verdict success: {sum(1 for r in in2 if r['verdict'] == 'success')})")
+        c2u = collections.Counter(r.get("fig2") or ("refused" if r.get("refused") else "benchmark error")
+                                  for r in unloadable)
+        if unloadable:
+            print("   tests ORT cannot load (not in the figures): "
+                  + ", ".join(f"{k} {v}" for k, v in c2u.most_common()))
+        sec_bad = [r for r in loadable if r.get("second_engine_mismatch")]
+        print(f"   (second opinion, ONNX reference implementation, differs from the expected outputs on "
+              f"{len(sec_bad)} of the tests ORT can load)")
+    else:
+        layers = [(r, L) for r in loadable for L in r.get("layer_rows") or []]
+        with_ref = [(r, L) for r, L in layers if L["reference"] in ("ok", "failed")]
+        failed = [(r, L) for r, L in with_ref if L["reference"] == "failed"]
+        print(f"\nG. layers whose reference fails on generated inputs: {pct(len(failed), len(with_ref))}   "
+              f"[goal <= {GOALS['gen']:g}%]  (layers of the tests ORT can load)")
+        cl = collections.Counter(L["reference"] for _, L in layers)
+        print("   layers: " + ", ".join(f"{k} {v}" for k, v in cl.most_common()))
+        cv = collections.Counter(L["verdict"] for _, L in layers)
+        print(f"   {args.executor} verdicts: " + ", ".join(f"{k} {v}" for k, v in cv.most_common()))
+        lu = [(r, L) for r in unloadable for L in r.get("layer_rows") or []]
+        if lu:
+            cu = collections.Counter(L["reference"] for _, L in lu)
+            print("   layers of tests ORT cannot load (not in the figure): "
+                  + ", ".join(f"{k} {v}" for k, v in cu.most_common()))
+
+    print(f"\n3. discover refuses the model: {pct(len(refused_l), len(loadable))} of the tests ORT can load   "
+          f"[goal {GOALS['fig3']:g}]; {pct(len(refused) - len(refused_l), len(unloadable))} of those it cannot load")
+    print(f"\n4. median seconds per test (discover wall time): {med:.2f} s "
+          f"(mean {statistics.mean(secs) if secs else 0:.2f}, "
+          f"max {max(secs) if secs else 0:.1f}); {len(rows)} tests in {total_s:.0f} s with {args.jobs} job(s)")
+    if bench_errors:
+        print(f"\nbenchmark errors (this script failed to read a run; not counted as the product's): "
+              f"{len(bench_errors)}")
+        for r in bench_errors:
+            print(f"  {r['name']}: {r['benchmark_error']}")
+
+    # ---- breakdowns
+    if not args.generated:
+        breakdown([(r["name"], r["ops"], f"[{r['fig1']}] {r.get('fig1_message')}") for r in loadable
+                   if r.get("fig1") not in (None, "match")], "figure 1 failures: reference vs expected")
+        breakdown([(r["name"], r["ops"], f"[{r['fig2']}] {r.get('fig2_message')}") for r in loadable
+                   if r.get("fig2") in ("false success", "false difference")], "figure 2 disagreements")
+        breakdown([(r["name"], r["ops"], f"[{r['fig2']}] {r.get('fig2_message')}") for r in loadable
+                   if r.get("fig2") not in (None, "agree (success)", "agree (difference)", "false success",
+                                            "false difference")], "figure 2, outside the denominator")
+    else:
+        lrows = [(r, L) for r in loadable for L in r.get("layer_rows") or []]
+        breakdown([(r["name"], L["op_type"], L.get("message") or "") for r, L in lrows if L["reference"] == "failed"],
+                  "G failures: layers whose reference fails")
+        breakdown([(r["name"], L["op_type"], L.get("message") or "") for r, L in lrows
+                   if L["reference"] not in ("ok", "failed")], "layers without a reference (not in G)")
+    breakdown([(r["name"], r["ops"], r["refused"]) for r in refused_l], "3. refusals (tests ORT can load)",
+              limit_names=40)
+    breakdown([(r["name"], r["ops"], r["refused"]) for r in refused if not r["ort_loadable"]],
+              "3. refusals (tests ORT cannot load)", limit_names=40)
+
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "onnx": onnx.__version__, "onnxruntime": ort.__version__, "executor": args.executor,
+            "generated": args.generated, "widen_inputs": args.widen_inputs, "sample": args.sample, "seed": args.seed,
+            "match": args.match,
+            "jobs": args.jobs, "seconds": round(total_s, 1), "rows": rows}, indent=1, default=str))
+        print(f"\nrows: {args.json}")
+
+
+if __name__ == "__main__":
+    main()
