@@ -101,7 +101,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                         "recorded as a second opinion and disputes are listed")
     p.add_argument("--target-opset", type=int, metavar="N",
                    help="upgrade models below opset N to N (default 17: IREE's importer needs it for several ops); "
-                        "the run stops if the upgrade would change the model's inputs or outputs")
+                        "an upgrade that would change the model's inputs or outputs is not applied")
     add_precision_options(p)
 
 

@@ -150,8 +150,9 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
     set symbolic or missing input dimensions (``input_shapes``, else 1); upgrade the
     default-domain opset to ``target_opset`` when lower (IREE's importer legalizes
-    several ops only from opset 17, notes/toolchain.md section 4) and check that the
-    upgrade kept the model's signature; restore the user's node and tensor names;
+    several ops only from opset 17, notes/toolchain.md section 4), unless the upgrade
+    would change the model's signature: then the model keeps its opset, with a warning
+    (``info["opset"]["upgrade_undone"]``); restore the user's node and tensor names;
     complete every tensor's shape and dtype (static inference, then folded constants
     fed back into inference, :func:`torq_gen_config.model.shapes.complete_static_shapes`,
     then the types ``observe`` reports from a whole-model run); with ``subgraph``,
@@ -189,8 +190,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
 
     Raises:
         ModelError: see :func:`load_model`; an int64 constant out of int32 range
-            (``convert_int32``), a converted model that fails the checker, or an
-            opset upgrade that changed the model's inputs or outputs.
+            (``convert_int32``), or a converted model that fails the checker.
         ConfigError: an unknown subgraph name or a reversed range; an
             ``input_shapes`` entry that names no input or contradicts a static dim.
     """
@@ -224,16 +224,26 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     if orig_opset and orig_opset < target_opset:
         before = model_signature(model)
         try:
-            model = version_converter.convert_version(model, target_opset)
-            info["opset"]["prepared"] = target_opset
+            upgraded = version_converter.convert_version(model, target_opset)
         except Exception as e:  # the converter raises bare RuntimeError/ValidationError
             info["warnings"].append(
                 f"opset upgrade {orig_opset} -> {target_opset} failed ({_one_line(e)}); "
                 f"the model is imported at opset {orig_opset} and some ops may fail to compile")
         else:
-            check_signature_kept(before, model_signature(model), orig_opset, target_opset)
+            changes = signature_changes(before, model_signature(upgraded))
+            if changes:  # undone: the layers must be the ones the user's model has
+                info["opset"]["upgrade_undone"] = "; ".join(changes)
+                info["warnings"].append(
+                    f"the opset upgrade {orig_opset} -> {target_opset} would change the model's signature "
+                    f"({'; '.join(changes[:4])}{'; ...' if len(changes) > 4 else ''}), so it was not applied: the "
+                    f"model is kept at opset {orig_opset} (IREE's ONNX importer legalizes several ops only from opset "
+                    f"17, so some layers may fail to compile; re-export the model at opset >= {target_opset} to "
+                    "avoid this)")
+            else:
+                model = upgraded
+                info["opset"]["prepared"] = target_opset
 
-    if info["opset"]["prepared"] and info["opset"]["prepared"] < 17:
+    if info["opset"]["prepared"] and info["opset"]["prepared"] < 17 and not info["opset"].get("upgrade_undone"):
         info["warnings"].append(f"the model stays at opset {info['opset']['prepared']} (target_opset "
                                 f"{target_opset}): IREE's ONNX importer legalizes several ops only from opset 17, "
                                 "so some layers may fail to compile")
@@ -447,12 +457,11 @@ def model_signature(model: "onnx.ModelProto") -> dict:  # noqa: F821
             "outputs": [entry(o) for o in model.graph.output]}
 
 
-def check_signature_kept(before: dict, after: dict, from_opset: int, to_opset: int) -> None:
-    """The opset upgrade must keep the model's signature (onnx's converter changes some,
-    e.g. Scan-8 -> 9 drops the batch axis of every input).
-
-    Raises:
-        ModelError: one line naming what changed, suggesting ``--target-opset``.
+def signature_changes(before: dict, after: dict) -> list[str]:
+    """What an opset upgrade changed in the model's signature (:func:`model_signature`
+    before and after): one line per changed input or output (name, dtype, shape), empty
+    when it kept them. onnx's converter changes some (Scan-8 -> 9 drops the batch axis
+    of every input); declared output dims that are unknown on one side are not a change.
     """
     from onnx import helper
 
@@ -476,12 +485,7 @@ def check_signature_kept(before: dict, after: dict, from_opset: int, to_opset: i
                     p == q or not isinstance(p, int) or not isinstance(q, int) for p, q in zip(x[2], y[2]))
             if x[1] != y[1] or not same_shape:
                 changes.append(f"{kind[:-1]} {x[0]!r} {text(x)} -> {text(y)}")
-    if changes:
-        raise ModelError(f"the opset upgrade {from_opset} -> {to_opset} changed the model's signature "
-                         f"({'; '.join(changes[:4])}{'; ...' if len(changes) > 4 else ''}), so its layers would be "
-                         f"tested on another model: keep the model's opset with --target-opset {from_opset} "
-                         f"(config target_opset; IREE may then fail to compile some ops), or re-export it at opset "
-                         f">= {to_opset}")
+    return changes
 
 
 def trace_node_origins(model: "onnx.ModelProto", n_user_nodes: int,  # noqa: F821

@@ -184,6 +184,10 @@ def trust_lines(report: Mapping) -> list[str]:
         if failed_nodes:
             parts.append(f"{len(failed_nodes)} node(s) neither engine could evaluate ({names(failed_nodes)})")
         lines.append(f"Whole-model reference run: {'; '.join(parts)}")
+    opset = model.get("opset") or {}
+    if opset.get("upgrade_undone"):
+        lines.append(f"Opset: the model stays at opset {opset.get('original')}: an upgrade would change its signature "
+                     f"({_cut(str(opset['upgrade_undone']), 200)})")
     fixed = model.get("fixed_dims") or []
     if fixed:
         parts = [f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)} ({d.get('source') or 'default 1'})"
