@@ -463,8 +463,14 @@ def _compare_string(o_raw: np.ndarray, r_raw: np.ndarray) -> dict:
                         dtype=object)
 
     o, r = text(o_raw), text(r_raw)
-    mismatches = int(np.count_nonzero(o != r))
     n = int(r.size)
+    return _exact_result(int(np.count_nonzero(o != r)), n,
+                         None if not n or any(r) else "reference is all empty strings")
+
+
+def _exact_result(mismatches: int, n: int, inconclusive_reason: str | None) -> dict:
+    """Metrics of an exact comparison (strings, bools) with ``mismatches`` of ``n``
+    elements differing: max_abs_diff 0/1, mean_abs_diff the fraction that differs."""
     return {
         "nan_mismatch": False,
         "inf_mismatch": False,
@@ -474,7 +480,7 @@ def _compare_string(o_raw: np.ndarray, r_raw: np.ndarray) -> dict:
         "max_rel_diff": None,
         "mean_rel_diff": None,
         "num_mismatches": mismatches,
-        "inconclusive_reason": (None if not n or any(r) else "reference is all empty strings"),
+        "inconclusive_reason": inconclusive_reason,
     }
 
 
@@ -485,19 +491,8 @@ def _compare_bool(o_raw: np.ndarray, r_raw: np.ndarray) -> dict:
         if _kind_of(o.dtype) == "float":
             o = o.astype(np.float64)
         o = o != 0  # NaN counts as True
-    mismatches = int(np.count_nonzero(o != r))
     n = int(r.size)
-    return {
-        "nan_mismatch": False,
-        "inf_mismatch": False,
-        "num_nonfinite_mismatches": 0,
-        "max_abs_diff": 1 if mismatches else 0,
-        "mean_abs_diff": (mismatches / n) if n else 0.0,
-        "max_rel_diff": None,
-        "mean_rel_diff": None,
-        "num_mismatches": mismatches,
-        "inconclusive_reason": (None if not n or r.any() else "reference is all False"),
-    }
+    return _exact_result(int(np.count_nonzero(o != r)), n, None if not n or r.any() else "reference is all False")
 
 
 # --------------------------------------------------------------------------
