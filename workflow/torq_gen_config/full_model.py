@@ -862,7 +862,7 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     res["compile_ms"] = _round(artifact.compile_ms)
     res["artifact"] = {"path": artifact.path, "info": artifact.info}
     try:
-        res["tool"] = backend.describe()
+        res["tool"] = backend.describe(probe_timeout_s=min(float(timeout_s), 60.0))
     except Exception:
         res["tool"] = None
     return res
@@ -940,7 +940,8 @@ def _compile_whole_model_torq(res: dict, fail, *, executor: Mapping, executor_ma
         "executors": executor.get("executors"), "function": function, "signature": signature,
         "torq_hw": opts.get("torq_hw"), "torq_hw_type": opts.get("torq_hw_type"), "vmfb_bytes": out.stat().st_size}}
     try:
-        tool = TorqBackend(TORQ_PARTITION, _torq_backend_options(opts)).describe()
+        tool = TorqBackend(TORQ_PARTITION, _torq_backend_options(opts)).describe(
+            probe_timeout_s=min(float(timeout_s), 60.0))
         res["tool"] = {k: v for k, v in tool.items() if k not in ("executor", "forcing_flags")}
     except Exception:
         res["tool"] = None

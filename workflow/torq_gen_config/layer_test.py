@@ -129,7 +129,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         backend = make_backend(executor)
     except Exception as e:
         return fail("compile", f"backend {executor['backend']!r} is not available: {e}")
-    result["tool"] = _safe_describe(backend)
+    result["tool"] = _safe_describe(backend, min(float(timeout_s), 60.0))
 
     if backend.needs_mlir:
         st = json.loads(Path(import_status).read_text()) if import_status else {"status": "ok"}
@@ -303,9 +303,9 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 3)
 
 
-def _safe_describe(backend) -> dict:
+def _safe_describe(backend, probe_timeout_s: float) -> dict:
     try:
-        return backend.describe()
+        return backend.describe(probe_timeout_s=probe_timeout_s)
     except Exception as e:  # provenance must not fail a test
         return {"error": str(e)}
 

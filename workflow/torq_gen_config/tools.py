@@ -35,6 +35,7 @@ __all__ = [
     "find_tool",
     "bounded_message",
     "first_error_line",
+    "tool_version",
 ]
 
 # Seconds to wait for the pipes to close after the process group was killed.
@@ -387,3 +388,41 @@ def first_error_line(text: str, limit: int = 512) -> str:
     if len(line) > limit:
         line = line[: limit - 3] + "..."
     return line
+
+
+#: ``tool --version`` answers of this process, by (path, mtime): probed once per run.
+_VERSION_CACHE: dict[tuple, str | None] = {}
+_VERSION_LOCK = __import__("threading").Lock()
+
+
+def tool_version(tool: str, *, timeout_s: float, pick=None) -> str | None:
+    """The version line of ``tool --version``, probed once per process (jobs are
+    threads of one Snakemake process) and cached with failures too, so a hanging or
+    broken tool costs one bounded probe per run, not one per job.
+
+    Args:
+        tool: the executable's path.
+        timeout_s: limit of the probe in seconds (the run's ``--timeout``, capped by
+            the caller).
+        pick: ``pick(line) -> bool`` selects the line (default: the first non-blank one).
+
+    Returns:
+        The stripped line, or None when the tool times out, fails or prints none.
+    """
+    try:
+        key = (tool, os.stat(tool).st_mtime_ns)
+    except OSError:
+        return None
+    with _VERSION_LOCK:  # other jobs wait for the one probe instead of starting their own
+        if key in _VERSION_CACHE:
+            return _VERSION_CACHE[key]
+        version = None
+        try:
+            res = run_tool([tool, "--version"], timeout_s=timeout_s)
+            if res.ok:
+                version = next((ln.strip() for ln in res.stdout.splitlines()
+                                if ln.strip() and (pick is None or pick(ln))), None)
+        except OSError:
+            pass
+        _VERSION_CACHE[key] = version
+        return version

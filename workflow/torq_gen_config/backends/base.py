@@ -204,8 +204,9 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    def describe(self) -> dict:
-        """Provenance: backend kind, executor name, effective options, tool paths and versions.
+    def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
+        """Provenance: backend kind, executor name, effective options, tool paths and versions
+        (a tool's ``--version`` probe bounded by ``probe_timeout_s`` seconds).
 
         Returns:
             A JSON-serialisable dict; it never raises for a missing tool (the problem

@@ -487,7 +487,7 @@ class OnnxRuntimeBackend(Backend):
                               f"min {stats['min_ms']} ms")
         return stats
 
-    def describe(self) -> dict:
+    def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
         """Provenance of this executor.
 
         Returns:
