@@ -45,4 +45,5 @@ rule import_full_model:
     log:
         os.path.join(LOGS, "import_full_model.log"),
     run:
-        jobs.import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations, log=log[0])
+        jobs.import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations,
+                                   timeout_s=config["timeout_s"], log=log[0])

@@ -21,7 +21,8 @@ rule calibrate_model:
         os.path.join(LOGS, "calibrate_model.log"),
     run:
         jobs.calibrate_job(prepared=input.model, ranges=output.ranges, samples=params.samples, seed=params.seed,
-                           float_range=params.float_range, data=input.data[0] if input.data else None, log=log[0])
+                           float_range=params.float_range, data=input.data[0] if input.data else None,
+                           timeout_s=config["timeout_s"], log=log[0])
 
 
 rule quantize_full_model:
@@ -44,7 +45,8 @@ rule quantize_full_model:
         jobs.quantize_full_model_job(prepared=input.model, ranges=input.ranges, quantized=output.model,
                                      info=output.info, settings=params.settings, samples=params.samples,
                                      seed=params.seed, float_range=params.float_range,
-                                     data=input.data[0] if input.data else None, log=log[0])
+                                     data=input.data[0] if input.data else None,
+                                     timeout_s=config["timeout_s"], log=log[0])
 
 
 # each layer in the format the whole model got (hybrid decides once, for the model)
@@ -63,7 +65,7 @@ rule quantize_layer:
     run:
         jobs.quantize_layer_job(layer_onnx=input.model, ranges=input.ranges, quantized=output.model,
                                 info=output.info, settings=params.settings, full_model_info=input.full,
-                                log=log[0])
+                                timeout_s=config["timeout_s"], log=log[0])
 
 
 rule map_quantized_layers:

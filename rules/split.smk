@@ -53,4 +53,5 @@ rule import_layer:
     log:
         os.path.join(LOGS, "import_layer", "{layer}.log"),
     run:
-        jobs.import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status, log=log[0])
+        jobs.import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status,
+                              timeout_s=config["timeout_s"], log=log[0])

@@ -1080,7 +1080,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         row["run_ms"] = _round(run_ms)
         row["status"] = "ran"
         if check_partitions:
-            row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance)
+            row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance,
+                                                      timeout_s=timeout_s)
         if keep & set(p["outputs"]):
             part_levels = dequantized_outputs_of_file(str(pdir / PARTITION_MODEL))
             levels.update({n: q for n, q in part_levels.items() if n in keep})
@@ -1251,19 +1252,25 @@ def _artifact(compiled: Mapping, pdir: Path):
     return CompiledArtifact(path=path, compile_ms=compiled.get("compile_ms"), info=info)
 
 
-def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping) -> dict:
+def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping,
+                     timeout_s: float | None = None) -> dict:
     """This partition's outputs against ONNX Runtime (optimizations off; a bf16
-    partition widened to fp32, see :func:`~torq_gen_config.reference.reference_outputs`)
-    on the same inputs."""
+    partition widened to fp32, see :func:`~torq_gen_config.reference_run.run_reference`)
+    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.isolation`)."""
     try:
         import onnx
 
         from .compare import FULL_MODEL_MIN_COSINE, compare_on_model, derive_status
-        from .reference import reference_outputs
+        from .isolation import run_isolated
+        from .limits import call_limit
+        from .reference import DEFAULT_TIMEOUT_S
+        from .reference_run import run_reference_file
 
-        part_model = onnx.load(model_path)
-        outs_ref = reference_outputs(part_model, {n: feed[n] for n in p["inputs"]}, list(p["outputs"]),
-                                     model_path=model_path)
+        part_model = onnx.load(model_path, load_external_data=False)
+        outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
+                                                        list(p["outputs"]), "onnxruntime", timeout_s),
+                                   limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                                   what="ONNX Runtime on the partition")
         ref = dict(zip(p["outputs"], outs_ref))
     except Exception as e:
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",

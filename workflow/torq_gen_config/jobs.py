@@ -44,6 +44,28 @@ def records_failure(fn):
     return wrapper
 
 
+def in_worker(impl, what: str, limit: float, **kwargs):
+    """Run the job body ``impl(**kwargs)`` in a supervised worker process
+    (:mod:`torq_gen_config.isolation`) with the time limit ``limit`` (seconds): a hang
+    or a crash of ONNX Runtime, onnx's reference evaluator or the IREE importer stops
+    only the worker. For model-level jobs: the run then stops with one line.
+
+    Raises:
+        ModelError: the worker had to be stopped or died (naming ``what``).
+        Exception: whatever the job body raised.
+    """
+    from .errors import ModelError
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+
+    try:
+        return run_isolated(impl, kwargs=kwargs, limit_s=limit, what=what)
+    except WorkerTimeout:
+        raise ModelError(f"{what} did not finish within {limit:g} s and was stopped (raise --timeout if the model "
+                         "is big; a hang in ONNX Runtime or onnx's reference evaluator also ends this way)") from None
+    except WorkerCrash as e:
+        raise ModelError(f"{what} crashed: {e}") from None
+
+
 def _log(log_path: str | None, text: str) -> None:
     if not log_path:
         return
@@ -53,7 +75,17 @@ def _log(log_path: str | None, text: str) -> None:
 
 
 @records_failure
-def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
+def prepare_model_job(**kwargs) -> None:
+    """Rule ``prepare_model``: :func:`_prepare_model_job` in a supervised worker
+    (its whole-model reference run can hang or crash; :func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_prepare_model_job, "the model preparation", model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S),
+              **kwargs)
+
+
+def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
                       subgraph: tuple[str, str] | None = None, precision: dict | None = None,
                       model_inputs: str | None = None, input_settings: dict | None = None,
                       input_data: str | None = None, input_shapes: dict | None = None,
@@ -223,11 +255,24 @@ def precision_summary(kind: str, report: dict) -> str:
 
 
 @records_failure
-def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str | None = None) -> None:
-    """Rule ``import_full_model``: full-model MLIR and the node -> line:col map."""
+def import_full_model_job(*, prepared: str, mlir: str, locations: str, timeout_s: float | None = None,
+                          log: str | None = None) -> None:
+    """Rule ``import_full_model``: full-model MLIR and the node -> line:col map; the
+    importer runs in a supervised worker (a hang or a crash is recorded as a failed
+    import: the layers then get no ``mlir_location``)."""
+    from .fileio import atomic_write_text
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import model_job_limit
     from .mlir.importer import import_full_model
+    from .reference import DEFAULT_TIMEOUT_S
 
-    res = import_full_model(prepared, mlir)
+    limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
+    try:
+        res = run_isolated(import_full_model, (prepared, mlir), limit_s=limit, what="the full-model MLIR import")
+    except (WorkerTimeout, WorkerCrash) as e:
+        atomic_write_text(mlir, "")
+        res = {"mlir_file": mlir, "status": "error", "message": str(e), "import_ms": None, "nodes": [],
+               "n_unverified": None}
     res["mlir_file"] = os.path.basename(mlir)
     write_json(locations, res)
     _log(log, f"imported full model: {res['status']}, {len(res['nodes'])} nodes, "
@@ -237,7 +282,17 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str 
 
 
 @records_failure
-def split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
+def split_layers_job(**kwargs) -> None:
+    """Checkpoint ``split_layers``: :func:`_split_layers_job` in a supervised worker
+    (:func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_split_layers_job, "the layer split and its whole-model run",
+              model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), **kwargs)
+
+
+def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
                      layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None) -> None:
     """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest, and with
     ``layer_inputs`` ``propagate`` (the default) the whole-model reference run on the
@@ -291,13 +346,22 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     ``calibration``, see :func:`quantized_input_ranges`) and the outputs of both
     reference engines, ``engine`` first (:func:`~torq_gen_config.reference.compute_reference`),
     each bounded by ``timeout_s`` seconds."""
-    from .reference import compute_reference
+    import traceback
 
-    input_ranges = None
-    if calibration:
-        input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
-    meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
-                             input_ranges=input_ranges, engine=engine, timeout_s=timeout_s)
+    from .reference import compute_reference, save_npz
+
+    try:
+        input_ranges = None
+        if calibration:
+            input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
+        meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
+                                 input_ranges=input_ranges, engine=engine, timeout_s=timeout_s)
+    except Exception as e:  # one layer's failure never stops the others: its tests say why
+        message = f"the reference job failed on this layer: {type(e).__name__}: {str(e)[:1000]}"
+        meta = {"status": "error", "message": message, "engine": engine, "input_names": [], "output_names": [],
+                "inputs_missing": True, "layer_inputs": None, "second": {}, "engines_agreement": None}
+        save_npz(reference, {}, meta)
+        _log(log, f"{message}\n{traceback.format_exc()}")
     second = meta.get("second") or {}
     _log(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
               f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
@@ -305,11 +369,25 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
 
 
 @records_failure
-def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None = None) -> None:
-    """Rule ``import_layer``: the layer's MLIR (an importer failure is recorded, not raised)."""
+def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: float | None = None,
+                     log: str | None = None) -> None:
+    """Rule ``import_layer``: the layer's MLIR, imported in a supervised worker. An
+    importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
+    timeout or crash), not raised: the layer's tests report it and the others go on."""
+    from .fileio import atomic_write_text
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import call_limit
     from .mlir.importer import import_layer
+    from .reference import DEFAULT_TIMEOUT_S
 
-    res = import_layer(layer_onnx, mlir)
+    try:
+        res = run_isolated(import_layer, (layer_onnx, mlir), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                           what="the MLIR import of the layer")
+        res.setdefault("stage", "import" if res["status"] != "ok" else None)
+    except (WorkerTimeout, WorkerCrash) as e:
+        atomic_write_text(mlir, "")
+        res = {"status": "error", "stage": "timeout" if isinstance(e, WorkerTimeout) else "crash",
+               "message": str(e), "import_ms": None}
     write_json(status, res)
     _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
 
@@ -330,6 +408,25 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     ``collect_timing``) also measures the runtime after a run that produced outputs
     (see :func:`~torq_gen_config.layer_test.run_layer_test`).
     """
+    import traceback
+
+    from .layer_test import error_result, one_line_summary
+
+    try:
+        _test_layer_job(layer=layer, executor=executor, layer_onnx=layer_onnx, reference=reference, mlir=mlir,
+                        import_status=import_status, result=result, tolerance=tolerance, timeout_s=timeout_s,
+                        log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing)
+    except Exception as e:  # a bug on one layer must not stop the others (nor the report)
+        message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+        res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
+                           tolerance=tolerance)
+        _log(log, message)
+        sys.stdout.write(one_line_summary(res) + "\n")
+
+
+def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
+                    import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
+                    log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None) -> None:
     from .layer_test import one_line_summary, run_layer_test, skipped_result
 
     if log:
@@ -608,7 +705,15 @@ _dist_version = _module_version
 
 
 @records_failure
-def calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float_range: list[float],
+def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
+    """:func:`_calibrate_job` in a supervised worker (ONNX Runtime runs the model; :func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_calibrate_job, "the calibration", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S), **kwargs)
+
+
+def _calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float_range: list[float],
                   data: str | None = None, log: str | None = None) -> None:
     """Rule ``calibrate_model``: the calibration samples (``data`` .npz, else ``samples``
     seeded random ones in ``float_range``) run through the FP32 prepared model in
@@ -640,7 +745,15 @@ def _quantize_settings(settings: dict) -> dict:
 
 
 @records_failure
-def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info: str, settings: dict,
+def quantize_full_model_job(*, timeout_s: float | None = None, **kwargs) -> None:
+    """:func:`_quantize_full_model_job` in a supervised worker (ONNX Runtime runs the model; :func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_quantize_full_model_job, "the quantization of the full model", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S), **kwargs)
+
+
+def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info: str, settings: dict,
                             samples: int, seed: int, float_range: list[float], data: str | None = None,
                             log: str | None = None) -> None:
     """Rule ``quantize_full_model``: the whole FP32 prepared model quantized once
@@ -676,7 +789,25 @@ def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info:
 
 
 @records_failure
-def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
+def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
+    """:func:`_quantize_layer_job` in a supervised worker; a hang or a crash of the
+    quantizer is recorded like a failed quantization (the layer's tests report it at
+    stage ``quantize``, the other layers go on)."""
+    from .fileio import write_bytes_if_changed
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import call_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    try:
+        run_isolated(_quantize_layer_job, kwargs=kwargs, limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                     what="the quantization of the layer")
+    except (WorkerTimeout, WorkerCrash) as e:
+        write_bytes_if_changed(kwargs["quantized"], Path(kwargs["layer_onnx"]).read_bytes())
+        write_json(kwargs["info"], {"status": "error", "message": str(e), "quant_format": None})
+        _log(kwargs.get("log"), f"quantization of {kwargs['layer_onnx']} stopped: {e}")
+
+
+def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
                        full_model_info: str | None = None, log: str | None = None) -> None:
     """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
     whole model's calibration ranges on its inputs and outputs, in the format the

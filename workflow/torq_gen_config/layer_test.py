@@ -134,7 +134,8 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     if backend.needs_mlir:
         st = json.loads(Path(import_status).read_text()) if import_status else {"status": "ok"}
         if st.get("status") != "ok":
-            return fail("import", st.get("message") or "MLIR import failed")
+            stage = st.get("stage") or "import"
+            return fail(stage, st.get("message") or "MLIR import failed", "import" if stage != "import" else None)
     try:
         artifact = backend.compile(onnx_path=layer_onnx, mlir_path=layer_mlir, work_dir=work_dir,
                                    timeout_s=timeout_s, log_path=log_path)
@@ -232,8 +233,9 @@ def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, 
 
 def error_result(*, layer: dict, executor: dict, stage: str, message: str, result_path: str,
                  tolerance: dict) -> dict:
-    """Write and return an ``error`` verdict found before compiling (e.g. stage
-    ``quantize``: the layer could not be quantized, ``--quantize``)."""
+    """Write and return an ``error`` verdict found before compiling (stage ``quantize``:
+    the layer could not be quantized, ``--quantize``) or outside the test itself (stage
+    ``internal``: torq-gen-config failed on this layer; the message has the traceback)."""
     from .tools import bounded_message, first_error_line
 
     result = {

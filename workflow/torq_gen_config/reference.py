@@ -23,6 +23,8 @@ from typing import Any
 
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
 
+#: Time limit of an engine when the caller gives none (the config's default ``timeout_s``), seconds.
+DEFAULT_TIMEOUT_S = 300.0
 #: Default value ranges per dtype class, [low, high) (config ``inputs``).
 DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range": [-40, 40], "uint8_range": [0, 80]}
 
@@ -99,7 +101,9 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     import onnx
 
     from .compare import compare_on_model
-    from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import call_limit
+    from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
 
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
@@ -126,16 +130,21 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     bf16 = has_bfloat16(layer)
 
     def run(eng: str) -> tuple[dict, list]:
+        """One engine on the layer, in a supervised worker (a hang or crash of the engine
+        stops only the worker: its status is then "timeout" or "crash")."""
         info: dict[str, Any] = {"engine": eng, "engine_version": engine_version(eng), "status": "ok",
                                 "message": None, "run_ms": None}
-        t0 = time.perf_counter()
+        limit = call_limit(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S)
         try:
-            outs = run_reference(layer, inputs, output_names, engine=eng, timeout_s=timeout_s,
-                                 model_path=layer_path, intra_op_num_threads=intra_op_num_threads)
-            info["run_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+            outs, run_ms = run_isolated(run_reference_file, (str(layer_path), inputs, output_names, eng, timeout_s,
+                                                             intra_op_num_threads),
+                                        limit_s=limit, what=f"{engine_label(eng)} on the layer")
+            info["run_ms"] = round(run_ms, 3)
             return info, outs
-        except ReferenceTimeout as e:
+        except (ReferenceTimeout, WorkerTimeout) as e:
             info["status"], info["message"] = "timeout", f"{engine_label(eng)} failed on the layer: {e}"
+        except WorkerCrash as e:
+            info["status"], info["message"] = "crash", f"{engine_label(eng)} failed on the layer: {e}"
         except Exception as e:  # each engine raises its own exception types
             info["status"] = "error"
             info["message"] = f"{engine_label(eng)} failed on the layer: {str(e).strip()[:2000]}"

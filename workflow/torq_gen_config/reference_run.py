@@ -100,6 +100,26 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
     return outs
 
 
+def run_reference_file(model_path: str, feeds: dict, output_names: list[str], engine: str,
+                       timeout_s: float | None, intra_op_num_threads: int | None = 1) -> tuple[list, float]:
+    """:func:`run_reference` on the model file ``model_path`` (for a worker process:
+    the path crosses the process boundary, not the model): ``(outputs, run_ms)``,
+    ``run_ms`` the engine's wall time in milliseconds.
+
+    Raises:
+        as :func:`run_reference`.
+    """
+    import time
+
+    import onnx
+
+    model = onnx.load(model_path)
+    t0 = time.perf_counter()
+    outs = run_reference(model, feeds, output_names, engine=engine, timeout_s=timeout_s, model_path=model_path,
+                         intra_op_num_threads=intra_op_num_threads)
+    return outs, (time.perf_counter() - t0) * 1000.0
+
+
 def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
                      model_path, intra_op_num_threads: int | None) -> list:
     import onnxruntime as ort

@@ -87,6 +87,13 @@ class StageError(Exception):
         during = f", during={self.during!r}" if self.during else ""
         return f"StageError({self.stage!r}, {self.summary!r}{during})"
 
+    def __reduce__(self):  # pickled across the worker boundary (torq_gen_config.isolation)
+        return (_stage_error, (self.stage, self.message, self.during))
+
+
+def _stage_error(stage: str, message: str, during: str | None) -> StageError:
+    return StageError(stage, message, during=during)
+
 
 @dataclass
 class CompiledArtifact:

@@ -221,7 +221,7 @@ class OnnxRuntimeBackend(Backend):
             )
         return session, wall_ms
 
-    def compile(
+    def _compile_here(
         self,
         *,
         onnx_path: str,
@@ -312,7 +312,7 @@ class OnnxRuntimeBackend(Backend):
         feed = {n: np.asarray(inputs[n]) for n in input_names}
         return session, ort_io.prepare_feed(session, feed, list(output_names or []))
 
-    def run(
+    def _run_here(
         self,
         artifact: CompiledArtifact,
         *,
@@ -394,7 +394,7 @@ class OnnxRuntimeBackend(Backend):
         _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- ok; wall {wall_ms:.3f} ms")
         return dict(zip(output_names, results)), wall_ms
 
-    def benchmark(
+    def _benchmark_here(
         self,
         artifact: CompiledArtifact,
         *,
@@ -487,6 +487,53 @@ class OnnxRuntimeBackend(Backend):
                               f"min {stats['min_ms']} ms")
         return stats
 
+    # Public methods: the work runs in a supervised worker process (a hang or a crash of
+    # onnxruntime must not take the run with it; torq_gen_config.isolation).
+    def compile(self, *, onnx_path: str, mlir_path: str | None, work_dir: str, timeout_s: float,
+                log_path: str | None) -> CompiledArtifact:
+        """:meth:`_compile_here` in a supervised worker; the artifact comes back without
+        its session (:meth:`run` creates one from ``info["onnx_path"]``).
+
+        Raises:
+            StageError: as :meth:`_compile_here`; ``"timeout"``/``"crash"`` with
+                ``during="compile"`` when the worker had to be stopped or died.
+        """
+        return self._in_worker("compile", "compile", timeout_s, onnx_path=onnx_path, mlir_path=mlir_path,
+                               work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+
+    def run(self, artifact: CompiledArtifact, *, inputs: dict, input_names: list[str], output_names: list[str],
+            work_dir: str, timeout_s: float, log_path: str | None) -> tuple[dict, float]:
+        """:meth:`_run_here` in a supervised worker (see :meth:`compile`).
+
+        Raises:
+            StageError: as :meth:`_run_here`; ``"timeout"``/``"crash"`` with
+                ``during="run"`` when the worker had to be stopped or died.
+        """
+        return self._in_worker("run", "run", timeout_s, _artifact(artifact), inputs=inputs, input_names=input_names,
+                               output_names=output_names, work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+
+    def benchmark(self, artifact: CompiledArtifact, *, inputs: dict, input_names: list[str], output_names: list[str],
+                  work_dir: str, runs: int, warmup: int, timeout_s: float, log_path: str | None) -> dict:
+        """:meth:`_benchmark_here` in a supervised worker (see :meth:`compile`)."""
+        return self._in_worker("benchmark", "run", timeout_s, _artifact(artifact), inputs=inputs,
+                               input_names=input_names, output_names=output_names, work_dir=work_dir, runs=runs,
+                               warmup=warmup, timeout_s=timeout_s, log_path=log_path)
+
+    def _in_worker(self, method: str, during: str, call_timeout_s: float, *args, **kwargs):
+        from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
+        from ..limits import call_limit
+
+        limit = call_limit(call_timeout_s)
+        try:
+            return run_isolated(_call_in_worker, (self.name, self.options, method, args, kwargs), limit_s=limit,
+                                what=f"onnxruntime {method} of executor {self.name}")
+        except WorkerTimeout:
+            raise StageError("timeout", f"onnxruntime {method} did not finish within {limit:g} s (the worker "
+                                        "process was stopped)", during=during) from None
+        except WorkerCrash as e:
+            raise StageError("crash", f"onnxruntime crashed during {method} ({e.signal_name or 'no signal'}): {e}",
+                             during=during) from None
+
     def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
         """Provenance of this executor.
 
@@ -511,3 +558,18 @@ class OnnxRuntimeBackend(Backend):
             d["onnxruntime_version"] = ort.__version__
             d["available_providers"] = ort.get_available_providers()
         return d
+
+
+def _artifact(artifact: CompiledArtifact) -> CompiledArtifact:
+    """The artifact without its session (a session cannot cross processes)."""
+    return CompiledArtifact(path=artifact.path, compile_ms=artifact.compile_ms, info=dict(artifact.info or {}))
+
+
+def _call_in_worker(name: str, options: dict, method: str, args: tuple, kwargs: dict):
+    """In a worker: the backend's in-process ``_<method>_here``; a compiled artifact
+    comes back without its session."""
+    backend = OnnxRuntimeBackend(name, options)
+    result = getattr(backend, f"_{method}_here")(*args, **kwargs)
+    if isinstance(result, CompiledArtifact):
+        result.handle = None
+    return result

@@ -1,0 +1,243 @@
+"""Supervised worker processes for the in-process work: ONNX Runtime, onnx's reference
+evaluator and the IREE importer run in a child process with a time limit.
+
+Jobs are threads of the Snakemake process (``profiles/default``: a thread costs
+milliseconds, a Python process with numpy, onnx and onnxruntime imported costs ~0.3 s).
+But a library call that never returns (a ``Loop`` of 2**40 iterations in ONNX Runtime)
+or that crashes (a segfault in a kernel) would hang or kill the whole run. So every
+such call goes through :func:`run_isolated`: a worker forked from a *forkserver* that
+imported the heavy modules once (so a worker starts in ~10 ms), given the call, killed
+when it runs past its limit (:class:`WorkerTimeout`), reported with its signal when it
+dies (:class:`WorkerCrash`). Its exception comes back as it was raised (or as
+:class:`WorkerError` when it cannot be pickled).
+
+No worker outlives the run: every live worker is killed when the run stops
+(:func:`kill_all`, called on SIGINT/SIGTERM and at exit), and each worker asks the
+kernel to kill it when the forkserver goes away (``PR_SET_PDEATHSIG``; the forkserver
+exits when the Snakemake process does, also after ``kill -9``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import signal
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+from .errors import TorqGenConfigError
+
+#: Modules the forkserver imports once, so that workers start with them loaded.
+PRELOAD = ["numpy", "ml_dtypes", "onnx", "onnx.reference", "onnxruntime", "torq_gen_config.reference",
+           "torq_gen_config.model_run", "torq_gen_config.input_generation"]
+#: Seconds between checks of a worker while waiting for it.
+_POLL_S = 0.05
+#: Environment variable that runs calls in this process instead (debugging; tests of the library).
+INLINE_ENV = "TORQ_GEN_CONFIG_INLINE"
+
+_lock = threading.Lock()
+_context = None
+_in_worker = False
+_live: set = set()
+_stopping = threading.Event()
+
+
+class WorkerTimeout(TimeoutError):
+    """The worker ran past its limit and was killed."""
+
+
+class WorkerCrash(RuntimeError):
+    """The worker died without a result (a signal, or ``os._exit``)."""
+
+    def __init__(self, message: str, signal_name: str | None = None):
+        super().__init__(message)
+        self.signal_name = signal_name
+
+
+class WorkerError(RuntimeError):
+    """The worker raised an exception that could not be sent back as it was."""
+
+
+class RunStopped(TorqGenConfigError):
+    """The run is stopping (Ctrl-C, SIGTERM): no new worker is started."""
+
+
+def _ctx():
+    global _context
+    with _lock:
+        if _context is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(list(PRELOAD))
+            _context = ctx
+        return _context
+
+
+def _set_parent_death_signal() -> None:
+    """Ask the kernel to SIGKILL this process when its parent (the forkserver) exits."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # not Linux: the forkserver still kills nothing, kill_all does at exit
+        pass
+
+
+def _worker_main(conn, fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Body of a worker: run ``fn`` and send ``("ok", value)`` or the exception back."""
+    import pickle
+
+    global _in_worker
+    _in_worker = True  # calls made from here run inline: a worker is already isolated
+    _set_parent_death_signal()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
+    try:
+        value = fn(*args, **kwargs)
+        conn.send(("ok", value))
+    except BaseException as e:  # sent back, re-raised in the caller
+        text = traceback.format_exc()
+        try:
+            pickle.dumps(e)
+            conn.send(("raise", e, text))
+        except Exception:
+            conn.send(("error", f"{type(e).__name__}: {e}", text))
+    finally:
+        conn.close()
+
+
+def run_isolated(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, limit_s: float,
+                 what: str = "the call") -> Any:
+    """Call ``fn(*args, **kwargs)`` in a supervised worker process and return its result.
+
+    Args:
+        fn: a module-level function (it is pickled by name); its arguments and result
+            must be picklable (numpy arrays are).
+        limit_s: wall-clock limit in seconds; the worker is killed (SIGKILL) after it.
+        what: what the call does, for messages ("the layer reference").
+
+    Returns:
+        ``fn``'s return value.
+
+    Raises:
+        WorkerTimeout: the limit was reached (the worker was killed).
+        WorkerCrash: the worker died without a result; ``signal_name`` is set when a
+            signal killed it (a segfault: ``SIGSEGV``).
+        RunStopped: the run is stopping (Ctrl-C).
+        Exception: whatever ``fn`` raised (or :class:`WorkerError` with its text when it
+            cannot be pickled).
+    """
+    kwargs = dict(kwargs or {})
+    if _in_worker or os.environ.get(INLINE_ENV):
+        return fn(*args, **kwargs)
+    if _stopping.is_set():
+        raise RunStopped(f"the run is stopping; {what} was not started")
+    ctx = _ctx()
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_worker_main, args=(sender, fn, args, kwargs), daemon=True,
+                       name=f"tgc-worker {what}"[:60])
+    with _lock:
+        _start_without_main(proc)
+        _live.add(proc)
+    sender.close()
+    deadline = time.monotonic() + float(limit_s)
+    try:
+        while True:
+            if receiver.poll(_POLL_S):
+                try:
+                    message = receiver.recv()
+                except EOFError:  # died while sending
+                    message = None
+                break
+            if not proc.is_alive() and not receiver.poll(0):
+                message = None
+                break
+            if _stopping.is_set():
+                raise RunStopped(f"the run is stopping; {what} was stopped")
+            if time.monotonic() > deadline:
+                raise WorkerTimeout(f"{what} did not finish within {limit_s:g} s and was stopped")
+    finally:
+        _stop(proc)
+        receiver.close()
+    if message is None:
+        code = proc.exitcode
+        sig = _signal_name(-code) if code is not None and code < 0 else None
+        raise WorkerCrash(f"{what} crashed ({'signal ' + sig if sig else f'exit status {code}'}) without a result",
+                          signal_name=sig)
+    kind = message[0]
+    if kind == "ok":
+        return message[1]
+    if kind == "raise":
+        raise message[1]
+    raise WorkerError(f"{message[1]}\n{message[2]}")
+
+
+def _start_without_main(proc) -> None:
+    """``proc.start()`` without the worker re-importing the parent's ``__main__``:
+    multiprocessing prepares a child by importing the parent's main module (for
+    Snakemake its whole command line layer, ~0.3 s per worker). A main module whose
+    spec name ends in ``.__main__`` is skipped by that step (``multiprocessing.spawn``),
+    so the spec is swapped for the start. Callers hold ``_lock``."""
+    import sys
+    import types
+
+    main = sys.modules.get("__main__")
+    if main is None:
+        proc.start()
+        return
+    had = "__spec__" in vars(main)
+    saved = getattr(main, "__spec__", None)
+    main.__spec__ = types.SimpleNamespace(name="torq_gen_config.__main__")
+    try:
+        proc.start()
+    finally:
+        if had:
+            main.__spec__ = saved
+        else:
+            del main.__spec__
+
+
+def _stop(proc) -> None:
+    """Kill a worker if it still runs, reap it, forget it."""
+    try:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(5)
+    except Exception:  # already gone
+        pass
+    with _lock:
+        _live.discard(proc)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def kill_all() -> int:
+    """Stop the run's workers: no new one starts, every live one is killed.
+
+    Returns:
+        The number of workers that were still running.
+    """
+    _stopping.set()
+    with _lock:
+        live = list(_live)
+    for proc in live:
+        try:
+            if proc.is_alive():
+                proc.kill()
+        except Exception:
+            pass
+    return len(live)
+
+
+def reset() -> None:
+    """Allow workers again after :func:`kill_all` (a new run in the same process)."""
+    _stopping.clear()
+
+
+atexit.register(kill_all)
