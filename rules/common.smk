@@ -6,7 +6,7 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import jobs
+from torq_gen_config import isolation, jobs, layout, run_lock
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import PRECISION_KEYS, check_save_bf16_path, model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
@@ -19,6 +19,11 @@ try:
     config.update(validate_config(config))
 except TorqGenConfigError as e:
     raise WorkflowError(str(e))
+
+# in-process work runs in supervised workers (torq_gen_config.isolation): a new run may
+# start them, and Ctrl-C / SIGTERM stop them and the tools at once
+isolation.reset()
+isolation.install_stop_handlers()
 
 MODEL_PATH = str(resolve_model_path(config["model"]))
 if MODEL_PATH.lower().endswith(".tflite"):
@@ -35,8 +40,9 @@ OUT = os.path.normpath(config["output_dir"] or os.path.join("results", model_nam
 if "{" in OUT or "}" in OUT:
     raise WorkflowError(f"output_dir must not contain braces (Snakemake wildcards): {OUT}")
 # Subgraph mode (subgraph_from/subgraph_to; docs/subgraph.md): the range resolved in
-# the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>") and
-# their own work directory, so they never mix with the full model's files.
+# the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>"); every
+# file is keyed by MODEL_NAME (torq_gen_config.layout), so models and subgraphs can
+# share an output directory.
 try:
     SUBGRAPH = subgraph_of_config(config, MODEL_PATH, labels=SUBGRAPH_KEYS)
 except TorqGenConfigError as e:
@@ -45,7 +51,7 @@ NAME_SUFFIX = SUBGRAPH["suffix"] if SUBGRAPH else ""
 # The name in the report/compiler JSON file names and in the reports: the model's
 # file stem (plus NAME_SUFFIX in subgraph mode).
 MODEL_NAME = model_name(MODEL_PATH) + NAME_SUFFIX
-WORK = os.path.normpath(os.path.join(OUT, SUBGRAPH["work_dir"] if SUBGRAPH else "work"))
+WORK = os.path.normpath(os.path.join(OUT, layout.work_dir(MODEL_NAME)))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
 EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
@@ -59,8 +65,9 @@ QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_in
 # what a layer's tests depend on besides its files: a param of the reference, import
 # and test jobs, so switching quantize (another model file, maybe older) reruns them
 LAYER_PRECISION = {"quantize": QUANT_SETTINGS}
-REPORT = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json"))
-COMPILER_JSON = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json"))
+RUN_LOCK = os.path.join(OUT, layout.lock_file(MODEL_NAME))
+REPORT = os.path.normpath(os.path.join(OUT, layout.report_file(MODEL_NAME)))
+COMPILER_JSON = os.path.normpath(os.path.join(OUT, layout.compiler_file(MODEL_NAME)))
 
 
 wildcard_constraints:
@@ -240,7 +247,8 @@ def run_options():
         "save_bf16_model": config["save_bf16_model"],
         # subgraph mode only (the options of a full-model run stay as they were)
         **({"subgraph_from": config["subgraph_from"], "subgraph_to": config["subgraph_to"],
-            "subgraph": {k: SUBGRAPH[k] for k in ("from", "to", "suffix", "work_dir")}} if SUBGRAPH else {}),
+            "subgraph": {**{k: SUBGRAPH[k] for k in ("from", "to", "suffix")},
+                         "work_dir": layout.work_dir(MODEL_NAME)}} if SUBGRAPH else {}),
     }
 
 

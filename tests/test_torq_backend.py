@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi
+from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.backends import NEEDS_MLIR, StageError, backend_class, make_backend
@@ -528,7 +528,7 @@ def test_discover_with_fake_tools(fake_torq, tmp_path):
     for rec in compiles:
         argv = rec["argv"]
         slug, executor = Path(rec["cwd"]).parent.name, Path(rec["cwd"]).name
-        layer_dir = out / "work" / "layers" / slug
+        layer_dir = work(out) / "layers" / slug
         assert argv == [FAKE_COMPILE, str(layer_dir / "model.mlir"), "-o", str(layer_dir / executor / "module.vmfb"),
                         "--torq-hw=default", "--torq-target-host-triple=native", *FORCING_FLAGS[executor]]
         assert rec["forced_executor"] == executor

@@ -73,10 +73,6 @@ RESULT_SCHEMA = "torq-gen-config/full-model-result/1"
 #: the model preparation and split only when they are missing or out of date).
 RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_model", "compile_partition",
              "full_reference", "run_full_model")
-#: Paths relative to the output directory.
-ASSIGNMENT_FILE = "work/full/assignment.json"
-RESULT_FILE = "work/full/result.json"
-PLAN_FILE = "work/full/plan.json"
 #: Marker of the full-model part of ``final_report_text``.
 TEXT_MARKER = "--- Full Model Comparison ---"
 #: Backend kinds that cannot be the executor of one partition of a chain (torq

@@ -85,13 +85,47 @@ def _set_parent_death_signal() -> None:
         pass
 
 
-def _worker_main(conn, fn: Callable, args: tuple, kwargs: dict) -> None:
+def _release_inherited_fds() -> None:
+    """Close the forkserver's "alive" pipe and the resource tracker's pipe that
+    multiprocessing hands every child: while a worker holds them, neither helper
+    process sees the run end (and the forkserver's exit is what kills the workers)."""
+    try:
+        from multiprocessing import forkserver, resource_tracker
+
+        for owner, attr in ((forkserver._forkserver, "_forkserver_alive_fd"),
+                            (resource_tracker._resource_tracker, "_fd")):
+            fd = getattr(owner, attr, None)
+            if fd is not None:
+                setattr(owner, attr, None)
+                os.close(fd)
+    except Exception:  # another Python's internals: the watchdog still ends the worker
+        pass
+
+
+def _watch_run(run_pid: int) -> None:
+    """End this worker when the run's process is gone (``kill -9`` of the run)."""
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(run_pid, 0)
+            except ProcessLookupError:
+                os._exit(137)
+            except PermissionError:  # pragma: no cover - pid reused by another user
+                os._exit(137)
+
+    threading.Thread(target=watch, daemon=True, name="tgc-watch-run").start()
+
+
+def _worker_main(conn, run_pid: int, fn: Callable, args: tuple, kwargs: dict) -> None:
     """Body of a worker: run ``fn`` and send ``("ok", value)`` or the exception back."""
     import pickle
 
     global _in_worker
     _in_worker = True  # calls made from here run inline: a worker is already isolated
+    _release_inherited_fds()
     _set_parent_death_signal()
+    _watch_run(run_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
     try:
         value = fn(*args, **kwargs)
@@ -135,7 +169,7 @@ def run_isolated(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, 
         raise RunStopped(f"the run is stopping; {what} was not started")
     ctx = _ctx()
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_worker_main, args=(sender, fn, args, kwargs), daemon=True,
+    proc = ctx.Process(target=_worker_main, args=(sender, os.getpid(), fn, args, kwargs), daemon=True,
                        name=f"tgc-worker {what}"[:60])
     with _lock:
         _start_without_main(proc)
@@ -218,10 +252,11 @@ def _signal_name(signum: int) -> str:
 
 
 def kill_all() -> int:
-    """Stop the run's workers: no new one starts, every live one is killed.
+    """Stop the run's workers and tools: no new worker starts, every live worker and
+    every running tool's process group (:func:`torq_gen_config.tools.run_tool`) is killed.
 
     Returns:
-        The number of workers that were still running.
+        The number of workers and tools that were still running.
     """
     _stopping.set()
     with _lock:
@@ -232,12 +267,40 @@ def kill_all() -> int:
                 proc.kill()
         except Exception:
             pass
-    return len(live)
+    from .tools import kill_all_tools
+
+    return len(live) + kill_all_tools()
 
 
 def reset() -> None:
     """Allow workers again after :func:`kill_all` (a new run in the same process)."""
     _stopping.clear()
+
+
+def install_stop_handlers() -> None:
+    """On SIGINT and SIGTERM, stop the workers and tools first (:func:`kill_all`), then do
+    what the signal did before (Ctrl-C: ``KeyboardInterrupt``, which Snakemake turns into
+    "stopping": the job threads now end at once instead of waiting for their tools).
+    Idempotent; only from the main thread (elsewhere it does nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(signum)
+        if getattr(previous, "_tgc_stop_handler", False):
+            continue
+
+        def handler(sig, frame, _previous=previous):
+            kill_all()
+            if callable(_previous):
+                return _previous(sig, frame)
+            if _previous == signal.SIG_IGN:
+                return None
+            signal.signal(sig, signal.SIG_DFL)  # the default action, now that nothing is left running
+            os.kill(os.getpid(), sig)
+            return None
+
+        handler._tgc_stop_handler = True
+        signal.signal(signum, handler)
 
 
 atexit.register(kill_all)

@@ -145,7 +145,14 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
     from .ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
 
     try:
-        return run_session(sess, list(output_names), dict(feeds), run_options)
+        if timeout_s is None:
+            return run_session(sess, list(output_names), dict(feeds), run_options)
+        # terminate is checked between kernels only: a kernel that never returns (a Loop
+        # of 2**40 iterations) is abandoned after a grace period instead
+        return call_with_deadline(lambda: run_session(sess, list(output_names), dict(feeds), run_options),
+                                  float(timeout_s) + min(5.0, float(timeout_s)), what="ONNX Runtime")
+    except ReferenceTimeout:
+        raise
     except Exception:
         if fired.is_set():
             raise ReferenceTimeout(f"ONNX Runtime did not finish within {timeout_s:g} s (terminated)") from None

@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,6 +41,14 @@ __all__ = [
 
 # Seconds to wait for the pipes to close after the process group was killed.
 _DRAIN_AFTER_KILL_S = 5.0
+# Tools started by this process and still running (killed when the run stops).
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+# util-linux's setpriv makes the kernel kill a tool when the job that started it dies
+# (``kill -9`` of the run: no handler of ours runs then); without it, tools are still
+# killed when the run stops normally or on a signal (kill_all_tools).
+_SETPRIV = shutil.which("setpriv")
+_PDEATHSIG = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
 
 
 class ToolNotFoundError(FileNotFoundError):
@@ -153,10 +162,19 @@ def run_tool(
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"run_tool: timeout_s must be > 0 (got {timeout_s!r})")
 
+    prefix = _PDEATHSIG
+    if prefix:  # setpriv would report a missing or non-executable tool as its own failure
+        exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=(env or os.environ).get("PATH"))
+        if not exe or not os.path.exists(exe):
+            raise ToolNotFoundError(f"cannot run {argv[0]!r}: executable not found (No such file or directory)")
+        if not os.access(exe, os.X_OK) or os.path.isdir(exe):
+            raise PermissionError(f"cannot run {argv[0]!r}: not executable")
+        if cwd is not None and not os.path.isdir(cwd):
+            raise ToolNotFoundError(f"working directory does not exist: {cwd}")
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(
-            argv,
+            prefix + argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -169,6 +187,8 @@ def run_tool(
             raise ToolNotFoundError(f"working directory does not exist: {cwd}") from None
         raise ToolNotFoundError(f"cannot run {argv[0]!r}: executable not found ({e.strerror})") from None
 
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     timed_out = False
     try:
         try:
@@ -189,6 +209,9 @@ def run_tool(
         _kill_group(proc)
         proc.wait()
         raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
     wall_ms = (time.perf_counter() - start) * 1000.0
 
     rc = proc.returncode
@@ -205,6 +228,19 @@ def run_tool(
     if log_path is not None:
         _append_log(log_path, result, cwd=cwd, timeout_s=timeout_s)
     return result
+
+
+def kill_all_tools() -> int:
+    """Kill the process group of every tool still running (the run is stopping).
+
+    Returns:
+        The number of tools killed.
+    """
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
+    return len(live)
 
 
 def _append_log(log_path: str | os.PathLike, res: ToolResult, *, cwd, timeout_s: float) -> None:

@@ -49,7 +49,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     """
     if not SNAKEFILE.exists():
         raise WorkflowFailed(f"Snakefile not found at {SNAKEFILE}; install the package from a checkout with `pip install -e .`")
-    from filelock import FileLock, Timeout
+    from . import run_lock
 
     workdir = Path(workdir).resolve()
     try:
@@ -58,14 +58,13 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
     if not os.access(workdir, os.W_OK):
         raise WorkflowFailed(f"cannot use output directory {workdir}: not writable")
-    # An OS-level lock (released by the kernel if this process dies) tells whether
-    # another torq-gen-config run uses this directory. If we hold it, any Snakemake
-    # lock left there is stale (a killed run) and is removed, so the rerun resumes.
-    run_lock = FileLock(str(workdir / ".torq-gen-config.lock"))
+    # An OS-level lock per discovery (released by the kernel if this process dies),
+    # the same the workflow takes in its onstart handler (torq_gen_config.run_lock).
+    lock_path = workdir / _lock_name(config)
     try:
-        run_lock.acquire(timeout=0)
-    except Timeout:
-        raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
+    except run_lock.RunLocked as e:
+        raise WorkflowFailed(str(e)) from None
     interrupted = []
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -84,7 +83,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        run_lock.release()
+        run_lock.release(lock_path)
 
 
 def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose,
@@ -103,7 +102,12 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
     from snakemake.scheduling.greedy import SchedulerSettings as GreedySchedulerSettings
     from snakemake_interface_common.exceptions import WorkflowError
 
-    if any((workdir / ".snakemake" / "locks").glob("*")):
+    from . import run_lock
+
+    # a Snakemake lock left by a killed run is stale when no other torq-gen-config run
+    # (of another model: they share this .snakemake) is active here
+    if any((workdir / ".snakemake" / "locks").glob("*")) and not run_lock.others_active(
+            workdir, workdir / _lock_name(config)):
         with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
             api.workflow(snakefile=SNAKEFILE, workdir=workdir, resource_settings=ResourceSettings(cores=cores),
                          config_settings=ConfigSettings(config=config)).dag().unlock()
@@ -142,6 +146,24 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
         raise
 
 
+def _report_name(config: dict) -> str:
+    """The report name of a config: the model's stem, plus the subgraph suffix."""
+    from .config import model_name, resolve_model_path
+    from .model.subgraph import subgraph_of_config
+
+    try:
+        sub = subgraph_of_config(config)
+    except TorqGenConfigError:  # reported by the workflow itself, with its context
+        sub = None
+    return model_name(resolve_model_path(config["model"])) + (sub["suffix"] if sub else "")
+
+
+def _lock_name(config: dict) -> str:
+    from .layout import lock_file
+
+    return lock_file(_report_name(config))
+
+
 def _with_job_failures(message: str, failures: list[str]) -> str:
     """Snakemake's message, led by the first bad-input error a job raised (its
     reason, e.g. the int64 tensor out of int32 range), if any."""
@@ -164,7 +186,6 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
     """
     import yaml
-    from filelock import FileLock, Timeout
     from snakemake.cli import args_to_api, parse_args
 
     from .fileio import atomic_write_text
@@ -183,11 +204,13 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         argv += ["--quiet", "rules", "host", "reason"]
     if forceall:
         argv.append("--forceall")
-    run_lock = FileLock(str(workdir / ".torq-gen-config.lock"))
+    from . import run_lock
+
+    lock_path = workdir / _lock_name(config)
     try:
-        run_lock.acquire(timeout=0)
-    except Timeout:
-        raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
+    except run_lock.RunLocked as e:
+        raise WorkflowFailed(str(e)) from None
     try:
         try:
             parser, args = parse_args(argv + list(extra_args))
@@ -200,7 +223,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         if not ok:
             raise WorkflowFailed("Snakemake reported a failure (see its messages above)")
     finally:
-        run_lock.release()
+        run_lock.release(lock_path)
 
 
 def _one_line(e: BaseException) -> str:

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError, ReportError
+from ..layout import compiler_file, report_file
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     layout = output_layout(config)
     out = Path(args.output_dir).expanduser().resolve()
-    report_path = out / f"torq_gen_config_{layout['name']}.json"
+    report_path = out / report_file(layout["name"])
     if report_path.is_file():
         from ..fileio import read_json
 
@@ -175,8 +176,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     from .discover import subgraph_flags
 
     name = layout["name"]
-    report_path = out / f"torq_gen_config_{name}.json"
-    compiler_path = out / f"torq_gen_config_{name}_compiler.json"
+    report_path = out / report_file(name)
+    compiler_path = out / compiler_file(name)
     full_dir = f"{layout['work']}/full"
     assignment_file, result_file = f"{full_dir}/assignment.json", f"{full_dir}/result.json"
 

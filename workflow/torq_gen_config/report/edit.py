@@ -8,7 +8,7 @@ compiler JSON next to it is regenerated from it.
 
 Person-made choices (a recommendation chosen by a person, a per-layer
 tolerance override) are also kept in a sidecar file,
-``<report dir>/work/user_choices.json``, shaped like a report's ``ops``::
+``<report dir>/work/<name>/user_choices.json``, shaped like a report's ``ops``::
 
     {"model_name": "...",
      "ops": {"<layer_id>": {"recommended_executor": "ort" | null,
@@ -98,13 +98,17 @@ _LINE_COL = re.compile(r"^\d+:\d+$")
 
 
 def report_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>.json``."""
-    return Path(output_dir).expanduser() / f"torq_gen_config_{Path(model).stem}.json"
+    """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.layout`)."""
+    from ..layout import report_file
+
+    return Path(output_dir).expanduser() / report_file(Path(model).stem)
 
 
 def compiler_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>_compiler.json``."""
-    return Path(output_dir).expanduser() / f"torq_gen_config_{Path(model).stem}_compiler.json"
+    """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.layout`)."""
+    from ..layout import compiler_file
+
+    return Path(output_dir).expanduser() / compiler_file(Path(model).stem)
 
 
 def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
@@ -114,12 +118,16 @@ def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
 
 
 def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = None) -> Path:
-    """The user-choices sidecar of a report: ``<report dir>/work/user_choices.json``;
-    for a subgraph report (``report["subgraph"]``), in the subgraph's own work
-    directory, so that its choices never reach the full model's report."""
-    sub = report.get("subgraph") if isinstance(report, Mapping) else None
-    work = sub.get("work_dir") if isinstance(sub, Mapping) else None
-    return Path(report_path).parent / (work or "work") / "user_choices.json"
+    """The user-choices sidecar of a report: ``<report dir>/work/<name>/user_choices.json``
+    (:mod:`torq_gen_config.layout`; ``name`` the report's ``model_name``, else the name in
+    the report's file name), so that the choices of one model (or subgraph) never reach
+    another's report in the same directory."""
+    from ..layout import REPORT_PREFIX, user_choices_file
+
+    name = report.get("model_name") if isinstance(report, Mapping) else None
+    if not isinstance(name, str) or not name:
+        name = Path(report_path).stem.removeprefix(REPORT_PREFIX)
+    return Path(report_path).parent / user_choices_file(name)
 
 
 def resolve_report_path(report: str | None, model: str | None, output_dir: str | None) -> Path:
