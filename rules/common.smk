@@ -66,6 +66,15 @@ QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_in
 # and test jobs, so switching quantize (another model file, maybe older) reruns them
 LAYER_PRECISION = {"quantize": QUANT_SETTINGS}
 RUN_LOCK = os.path.join(OUT, layout.lock_file(MODEL_NAME))
+# Set by every job that changes what the report is made from, removed when the report
+# is written again: while it exists, view/edit/run say the report is out of date
+# (a failed or stopped rerun leaves it; torq_gen_config.report.staleness).
+REPORT_OUTDATED = os.path.join(WORK, layout.OUTDATED_MARKER)
+
+
+def report_outdated():
+    """Mark the report as out of date (called first by the jobs that feed it)."""
+    layout.mark_outdated(REPORT_OUTDATED)
 REPORT = os.path.normpath(os.path.join(OUT, layout.report_file(MODEL_NAME)))
 COMPILER_JSON = os.path.normpath(os.path.join(OUT, layout.compiler_file(MODEL_NAME)))
 
@@ -154,6 +163,19 @@ def get_reference_inputs(wildcards):
         inputs["calibration"] = os.path.join(QUANT, "calibration.json")
     if config["layer_inputs"] == "propagate":  # written by the split checkpoint with the layer's model
         inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
+    rerun = jobs.rerun_after_timeout(os.path.join(LAYERS, wildcards.layer, "reference.npz"), config["timeout_s"])
+    if rerun:  # timed out under a smaller --timeout than now
+        inputs["rerun"] = rerun
+    return inputs
+
+
+def get_import_inputs(wildcards):
+    """Inputs of a layer's MLIR import: its model (and a rerun marker when the import
+    timed out under a smaller --timeout than now)."""
+    inputs = {"model": get_layer_model(wildcards)}
+    rerun = jobs.rerun_after_timeout(os.path.join(LAYERS, wildcards.layer, "import.json"), config["timeout_s"])
+    if rerun:
+        inputs["rerun"] = rerun
     return inputs
 
 
@@ -176,6 +198,9 @@ def get_test_inputs(wildcards):
     elif jobs.was_skipped(result_dir):
         # a verdict skipped in an earlier skip-mode run is produced now
         inputs["rerun"] = jobs.mark_for_rerun(result_dir)
+    rerun = jobs.rerun_after_timeout(os.path.join(result_dir, "result.json"), config["timeout_s"])
+    if rerun:  # timed out under a smaller --timeout than now
+        inputs["timed_out"] = rerun
     return inputs
 
 

@@ -100,13 +100,18 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """Read a JSON file with a one-line error for the user.
 
     Raises:
-        ReportError: the file is missing or is not valid JSON.
+        ReportError: the file is missing, a directory, not UTF-8 text, or not valid JSON.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ReportError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise ReportError(f"{what} {path} is a directory, not a file") from None
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{what} {path} is not a UTF-8 text file (byte {e.start}: {e.reason}); "
+                          "is it a JSON file?") from None
     except OSError as e:
         raise ReportError(f"cannot read {what} {path}: {e.strerror}") from None
     try:

@@ -363,6 +363,7 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
         save_npz(reference, {}, meta)
         _log(log, f"{message}\n{traceback.format_exc()}")
     second = meta.get("second") or {}
+    record_timeout(reference, "timeout" in (meta.get("status"), second.get("status")), timeout_s)
     _log(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
               f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
               f"{second.get('message') or ''}; inputs: {meta.get('layer_inputs')}")
@@ -389,6 +390,7 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
         res = {"status": "error", "stage": "timeout" if isinstance(e, WorkerTimeout) else "crash",
                "message": str(e), "import_ms": None}
     write_json(status, res)
+    record_timeout(status, res.get("stage") == "timeout", timeout_s)
     _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
 
 
@@ -453,6 +455,7 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
                          timing=timing)
+    record_timeout(result, (res.get("failure_report") or {}).get("stage") == "timeout", timeout_s)
     # one write per line: jobs are threads, and print() writes text and newline separately
     text = one_line_summary(res) + "\n"
     if verbose and res.get("failure_report"):
@@ -477,8 +480,46 @@ def mark_for_rerun(result_dir: str) -> str:
     """Return a marker file newer than the result in ``result_dir`` (touching it when
     needed), used as an extra input so that Snakemake reruns that job: a verdict
     skipped in skip mode is produced by the next run without skip mode."""
-    marker = os.path.join(result_dir, _RERUN_MARKER)
-    result = os.path.join(result_dir, "result.json")
+    return _newer_marker(os.path.join(result_dir, "result.json"), os.path.join(result_dir, _RERUN_MARKER))
+
+
+#: Suffix of the file beside a job's output when that output records a timeout: it
+#: holds the limit (s) in force, so that a run with a larger ``--timeout`` redoes the
+#: job instead of keeping a verdict a longer limit might change.
+TIMED_OUT_SUFFIX = ".timed-out"
+
+
+def record_timeout(output: str, timed_out: bool, timeout_s: float | None) -> None:
+    """Write (``timed_out``) or remove the timeout record of ``output`` (see
+    :data:`TIMED_OUT_SUFFIX`); ``timeout_s`` in seconds (None: the default limit)."""
+    from .reference import DEFAULT_TIMEOUT_S
+
+    record = Path(output + TIMED_OUT_SUFFIX)
+    if timed_out:
+        record.write_text(f"{float(timeout_s or DEFAULT_TIMEOUT_S):g}\n")
+    else:
+        record.unlink(missing_ok=True)
+
+
+def rerun_after_timeout(output: str, timeout_s: float | None) -> str | None:
+    """A marker input that reruns the job of ``output`` when that output records a
+    timeout under a smaller limit than ``timeout_s`` (seconds) now; None otherwise.
+    A stat per output when nothing timed out."""
+    from .reference import DEFAULT_TIMEOUT_S
+
+    record = output + TIMED_OUT_SUFFIX
+    try:
+        limit = float(Path(record).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if limit >= float(timeout_s or DEFAULT_TIMEOUT_S):
+        return None
+    return _newer_marker(output, output + _RERUN_MARKER)
+
+
+def _newer_marker(output: str, marker: str) -> str:
+    """``marker``, touched when needed so that it is newer than ``output``."""
+    result = output
     try:
         if os.stat(marker).st_mtime_ns > os.stat(result).st_mtime_ns:
             return marker
@@ -680,12 +721,19 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
         "executors": executors,
         "executor_tools": tools,
         "options": options,
-        "model": {"source": info.get("source"), "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
+        "model": {"source": info.get("source"), "sha256": _model_digest(info.get("source")),
+                  "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
                   "warnings": info.get("warnings"), "shapes": info.get("shapes"),
                   "model_inputs": info.get("model_inputs"), "model_run": info.get("model_run")},
         "mlir": {"status": locations.get("status"), "message": locations.get("message"),
                  "unverified_nodes": locations.get("n_unverified")},
     }
+
+
+def _model_digest(path: str | None) -> str | None:
+    from .report.staleness import model_digest
+
+    return model_digest(path) if path else None
 
 
 def _module_version(name: str) -> str | None:

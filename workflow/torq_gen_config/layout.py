@@ -17,6 +17,9 @@ from pathlib import Path
 
 #: Folder of the per-name work directories, relative to the output directory.
 WORK_ROOT = "work"
+#: File in a work directory that exists while the report is older than the work files
+#: (a job that feeds the report ran after it was written; removed when it is written).
+OUTDATED_MARKER = ".report-outdated"
 REPORT_PREFIX = "torq_gen_config_"
 
 
@@ -51,3 +54,18 @@ def output_paths(output_dir: str | os.PathLike, name: str) -> dict[str, Path]:
     out = Path(output_dir)
     return {"report": out / report_file(name), "compiler": out / compiler_file(name), "work": out / work_dir(name),
             "lock": out / lock_file(name), "user_choices": out / user_choices_file(name)}
+
+
+def mark_outdated(marker: str | os.PathLike) -> None:
+    """Create the out-of-date marker (:data:`OUTDATED_MARKER`) with the time it was set."""
+    import time
+
+    p = Path(marker)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if not p.exists():
+        p.write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
+
+
+def clear_outdated(marker: str | os.PathLike) -> None:
+    """Remove the out-of-date marker (the report was just written)."""
+    Path(marker).unlink(missing_ok=True)

@@ -233,6 +233,35 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
                          model_path=model_path, intra_op_num_threads=intra_op_num_threads)
 
 
+def open_input_data(path: str | os.PathLike):
+    """Open an ``--input-data`` file (``.npz``, arrays by input name) without unpickling.
+
+    Returns:
+        The ``numpy.lib.npyio.NpzFile`` (a context manager).
+
+    Raises:
+        ModelError: the file is missing or unreadable, or it is not an ``.npz`` archive
+            (a single ``.npy`` array has no input names).
+    """
+    import zipfile
+
+    import numpy as np
+
+    from .errors import ModelError
+
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as e:
+        raise ModelError(f"cannot read input data {path}: {e.strerror or e}") from None
+    if not is_zip:
+        raise ModelError(f"input data {path} is not an .npz archive (write one with numpy.savez(path, "
+                         "<input name>=array, ...))")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ModelError(f"cannot read input data {path}: {e}") from None
+
+
 def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: F821
                     notes: list[str] | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
     """Model inputs from a user's ``.npz`` (``--input-data``), keyed by input name.
@@ -262,10 +291,7 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
 
     from .errors import ModelError
 
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read input data {path}: {e}") from None
+    data = open_input_data(path)
     feeds = {}
     with data:
         taken = {vi.name for vi in model.graph.input}

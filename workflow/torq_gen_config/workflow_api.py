@@ -55,7 +55,8 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
+        reason = "it is a file" if workdir.is_file() else (e.strerror or e)
+        raise WorkflowFailed(f"cannot use output directory {workdir}: {reason}") from None
     if not os.access(workdir, os.W_OK):
         raise WorkflowFailed(f"cannot use output directory {workdir}: not writable")
     # An OS-level lock per discovery (released by the kernel if this process dies),
@@ -194,7 +195,8 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
+        reason = "it is a file" if workdir.is_file() else (e.strerror or e)
+        raise WorkflowFailed(f"cannot use output directory {workdir}: {reason}") from None
     cfg_path = workdir / ".torq-gen-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
     argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores),

@@ -169,6 +169,9 @@ def build_config(args: argparse.Namespace) -> dict:
         data = Path(args.input_data).expanduser().resolve()
         if not data.is_file():
             raise ConfigError(f"--input-data {data}: no such file")
+        from ..reference import open_input_data
+
+        open_input_data(data).close()  # not an .npz: say so before the workflow starts
         config["input_data"] = str(data)
     if getattr(args, "input_shapes", None):
         config["input_shapes"] = list(args.input_shapes)

@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     except TorqGenConfigError as e:
         print(f"torq-gen-config: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a read-only or full output directory, a vanished file
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"torq-gen-config: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("torq-gen-config: interrupted; finished layers are kept, rerun the same command to resume", file=sys.stderr)
         return 130

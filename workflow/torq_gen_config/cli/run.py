@@ -74,9 +74,15 @@ def run(args: argparse.Namespace) -> int:
     report_path = out / report_file(layout["name"])
     if report_path.is_file():
         from ..fileio import read_json
+        from ..report.build import check_report
+        from ..report.staleness import staleness
 
-        config = with_discovery_inputs(config, read_json(report_path, "report JSON"), args, layout,
-                                       report_name=report_path.name)
+        recorded = read_json(report_path, "report JSON")
+        check_report(recorded, str(report_path))
+        stale = staleness(report_path, recorded, args.model)
+        if stale:
+            raise ReportError(f"{report_path.name}: {stale[0]}")
+        config = with_discovery_inputs(config, recorded, args, layout, report_name=report_path.name)
     debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
     status, _ = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
                              verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,

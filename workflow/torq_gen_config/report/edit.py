@@ -43,7 +43,7 @@ from typing import Any, Mapping
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
 from ..fileio import read_json, write_json
-from .build import build_compiler_json, summarize, trust_lists
+from .build import build_compiler_json, check_report, summarize, trust_lists
 from .recommend import recommend_with_reason, rederive_statuses
 from .text import render_final_report_text
 
@@ -182,6 +182,7 @@ def load_report(path: str | os.PathLike) -> dict:
         )
     if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
         raise ReportError(f"{path} is not a torq-gen-config report JSON: it has no 'ops' object")
+    check_report(data, str(path))
     return data
 
 
