@@ -110,3 +110,43 @@ def test_workflow_found_error(tmp_path, case, extra, words):
     assert p.returncode == 2, p.stderr[-2000:]
     assert last.startswith("torq-gen-config: error: ") and words in last, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EACCES", "EROFS"])
+def test_edit_on_full_or_read_only_disk_changes_nothing(tmp_path, capsys, monkeypatch, errno_name):
+    """A full disk or a read-only directory: one line, and the report, the compiler JSON
+    and the user choices are all as before (no half-written edit)."""
+    import errno
+    import tempfile
+
+    from test_edit import make_report
+
+    from torq_gen_config.report.build import build_compiler_json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    rep = make_report()
+    report = out / "torq_gen_config_tiny.json"
+    report.write_text(json.dumps(rep, indent=2))
+    compiler = out / "torq_gen_config_tiny_compiler.json"
+    compiler.write_text(json.dumps(build_compiler_json(rep), indent=2))
+    before = {p: p.read_bytes() for p in (report, compiler)}
+    real_mkstemp = tempfile.mkstemp
+    calls = []
+
+    def failing_mkstemp(*a, **k):  # the second file of the edit cannot be written
+        calls.append(k.get("prefix"))
+        if len(calls) >= 2:
+            code = getattr(errno, errno_name)
+            raise OSError(code, os.strerror(code), str(k.get("dir")))
+        return real_mkstemp(*a, **k)
+
+    monkeypatch.setattr(tempfile, "mkstemp", failing_mkstemp)
+    layer = next(iter(rep["ops"]))
+    code = main(["edit", str(report), "--layer", layer, "--executor", "null"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("torq-gen-config: error: "), err
+    assert os.strerror(getattr(errno, errno_name)) in lines[0]
+    assert {p: p.read_bytes() for p in (report, compiler)} == before
+    assert not list(out.glob(".*.tmp")) and not (out / "work").exists()

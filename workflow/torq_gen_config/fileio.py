@@ -48,6 +48,37 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def atomic_write_files(files: dict[str | os.PathLike, bytes]) -> None:
+    """Write several files so that a failure leaves all of them as they were: every
+    temporary file is written and synced first (a full disk or a read-only directory
+    fails here, before any file is replaced), then each is renamed into place.
+
+    Raises:
+        OSError: a directory cannot be created or written (no file was replaced).
+    """
+    staged = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, _FILE_MODE)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        raise
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically. See :func:`atomic_write_bytes`."""
     atomic_write_bytes(path, text.encode("utf-8"))

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
-from ..fileio import read_json, write_json
+from ..fileio import atomic_write_files, json_bytes, read_json
 from .build import build_compiler_json, check_report, summarize, trust_lists
 from .recommend import recommend_with_reason, rederive_statuses
 from .text import render_final_report_text
@@ -592,9 +592,9 @@ def edit_report_file(
     compiler = refresh_report(report)
     choices = merge_user_choices(existing, report, layer_ids)
     compiler_path = compiler_path_for_report(path)
-    write_json(path, report)
-    write_json(compiler_path, compiler)
+    files = {path: json_bytes(report), compiler_path: json_bytes(compiler)}
     if existing is not None or choices["ops"]:
-        write_json(sidecar, choices)
+        files[sidecar] = json_bytes(choices)
+    atomic_write_files(files)  # all three or none (a full disk, a read-only directory)
     return EditResult(report_path=path, compiler_path=compiler_path, user_choices_path=sidecar,
                       changes=changes, report=report)
