@@ -68,7 +68,7 @@ def test_hang_is_stopped_at_the_limit():
     with pytest.raises(WorkerTimeout, match="the nap did not finish within 1 s"):
         run_isolated(_sleep, (60,), limit_s=1, what="the nap")
     assert time.monotonic() - t0 < 10
-    assert not isolation._live  # the worker is gone
+    assert isolation.busy_workers() == 0  # the worker is gone
 
 
 def test_crash_names_the_signal():
@@ -96,6 +96,42 @@ def test_unpicklable_exception_comes_back_as_text():
 def test_inline_mode_runs_here(monkeypatch):
     monkeypatch.setenv(isolation.INLINE_ENV, "1")
     assert run_isolated(_pid, limit_s=60) == os.getpid()
+
+
+def test_each_call_of_a_sequence_has_its_own_limit_and_a_hang_does_not_stop_the_rest():
+    t0 = time.monotonic()
+    outcomes = isolation.run_isolated_each(
+        [(_add, (1, 2), {}), (_sleep, (60,), {}), (_raise_value_error, (), {}), (_segfault, (), {}),
+         (_pid, (), {})],
+        limit_s=2, what=["the sum", "the nap", "the check", "the kernel", "the pid"])
+    assert outcomes[0] == 3
+    assert isinstance(outcomes[1], WorkerTimeout) and "the nap did not finish within 2 s" in str(outcomes[1])
+    assert isinstance(outcomes[2], ValueError) and "bad value 42" in str(outcomes[2])
+    assert isinstance(outcomes[3], WorkerCrash) and outcomes[3].signal_name == "SIGSEGV"
+    assert outcomes[4] != os.getpid()
+    assert time.monotonic() - t0 < 20
+    assert isolation.busy_workers() == 0
+
+
+def test_calls_of_a_sequence_share_one_worker_and_a_worker_is_reused():
+    pids = isolation.run_isolated_each([(_pid, (), {}), (_pid, (), {})], limit_s=60, what=["a", "b"])
+    assert pids[0] == pids[1] != os.getpid()
+    assert run_isolated(_pid, limit_s=60) == pids[0]  # the idle worker took the next call
+
+
+def test_a_worker_that_hung_or_crashed_is_not_reused():
+    first = run_isolated(_pid, limit_s=60)
+    with pytest.raises(WorkerCrash):
+        run_isolated(_segfault, limit_s=60)
+    assert run_isolated(_pid, limit_s=60) != first
+
+
+def test_a_function_of_main_is_refused_with_a_clear_error():
+    def local():  # noqa: pretend __main__
+        return 1
+    local.__module__ = "__main__"
+    with pytest.raises(ValueError, match="defined in __main__"):
+        run_isolated(local, limit_s=5)
 
 
 def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):

@@ -9,7 +9,9 @@ such call goes through :func:`run_isolated`: a worker forked from a *forkserver*
 imported the heavy modules once (so a worker starts in ~10 ms), given the call, killed
 when it runs past its limit (:class:`WorkerTimeout`), reported with its signal when it
 dies (:class:`WorkerCrash`). Its exception comes back as it was raised (or as
-:class:`WorkerError` when it cannot be pickled).
+:class:`WorkerError` when it cannot be pickled). A worker whose calls came back waits
+for the next ones (a small pool), so the libraries' first-use costs (an ONNX Runtime
+session's set-up, onnx's operator tables) are paid once per worker, not once per job.
 
 No worker outlives the run: every live worker is killed when the run stops
 (:func:`kill_all`, called on SIGINT/SIGTERM and at exit), and each worker asks the
@@ -42,6 +44,12 @@ _lock = threading.Lock()
 _context = None
 _in_worker = False
 _live: set = set()
+_idle: list = []  # _Worker objects waiting for calls
+#: A worker runs at most this many call sequences, then it is replaced (bounds what a
+#: library may leak into a long-lived process).
+MAX_USES = 50
+#: Idle workers kept for later calls (one per job thread that may need one).
+MAX_IDLE = max(2, os.cpu_count() or 2)
 _stopping = threading.Event()
 
 
@@ -117,8 +125,15 @@ def _watch_run(run_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="tgc-watch-run").start()
 
 
-def _worker_main(conn, run_pid: int, fn: Callable, args: tuple, kwargs: dict) -> None:
-    """Body of a worker: run ``fn`` and send ``("ok", value)`` or the exception back."""
+#: One call of a sequence: ``(fn, args, kwargs)``.
+Call = tuple  # (Callable, tuple, dict)
+
+
+def _worker_main(conn, run_pid: int) -> None:
+    """Body of a worker: receive call sequences until the pipe closes (or ``None``);
+    run each sequence's calls in order, sending ``("start", i)`` before and
+    ``("ok", i, value)`` or the exception after each (a later call's hang does not
+    lose them)."""
     import pickle
 
     global _in_worker
@@ -128,15 +143,24 @@ def _worker_main(conn, run_pid: int, fn: Callable, args: tuple, kwargs: dict) ->
     _watch_run(run_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when a worker stops
     try:
-        value = fn(*args, **kwargs)
-        conn.send(("ok", value))
-    except BaseException as e:  # sent back, re-raised in the caller
-        text = traceback.format_exc()
-        try:
-            pickle.dumps(e)
-            conn.send(("raise", e, text))
-        except Exception:
-            conn.send(("error", f"{type(e).__name__}: {e}", text))
+        while True:
+            try:
+                calls = conn.recv()
+            except (EOFError, OSError):
+                break
+            if calls is None:
+                break
+            for i, (fn, args, kwargs) in enumerate(calls):
+                conn.send(("start", i))
+                try:
+                    conn.send(("ok", i, fn(*args, **kwargs)))
+                except BaseException as e:  # sent back, re-raised in the caller
+                    text = traceback.format_exc()
+                    try:
+                        pickle.dumps(e)
+                        conn.send(("raise", i, e, text))
+                    except Exception:
+                        conn.send(("error", i, f"{type(e).__name__}: {e}", text))
     finally:
         conn.close()
 
@@ -146,8 +170,9 @@ def run_isolated(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, 
     """Call ``fn(*args, **kwargs)`` in a supervised worker process and return its result.
 
     Args:
-        fn: a module-level function (it is pickled by name); its arguments and result
-            must be picklable (numpy arrays are).
+        fn: a module-level function of an importable module (it is pickled by name;
+            not one of ``__main__``); its arguments and result must be picklable
+            (numpy arrays are).
         limit_s: wall-clock limit in seconds; the worker is killed (SIGKILL) after it.
         what: what the call does, for messages ("the layer reference").
 
@@ -159,52 +184,161 @@ def run_isolated(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, 
         WorkerCrash: the worker died without a result; ``signal_name`` is set when a
             signal killed it (a segfault: ``SIGSEGV``).
         RunStopped: the run is stopping (Ctrl-C).
+        ValueError: ``fn`` is defined in ``__main__``.
         Exception: whatever ``fn`` raised (or :class:`WorkerError` with its text when it
             cannot be pickled).
     """
-    kwargs = dict(kwargs or {})
+    (outcome,) = run_isolated_each([(fn, args, kwargs or {})], limit_s=limit_s, what=[what])
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def run_isolated_each(calls: list[Call], *, limit_s: float, what: list[str]) -> list:
+    """Run several calls in order in one supervised worker, each with its own limit: a
+    call that hangs or crashes ends that worker, and the calls after it go on in a new
+    one. A worker whose calls all came back is kept for later calls (at most
+    :data:`MAX_IDLE` idle, each reused up to :data:`MAX_USES` times), so a job pays
+    neither a process start nor the libraries' first-use costs.
+
+    Args:
+        calls: ``(fn, args, kwargs)`` triples, as for :func:`run_isolated`.
+        limit_s: wall-clock limit of each call in seconds.
+        what: what each call does, for messages.
+
+    Returns:
+        One outcome per call, in order: its return value, or the exception it ended
+        with (:class:`WorkerTimeout`, :class:`WorkerCrash`, :class:`WorkerError`, or
+        what the call raised) as a value, not raised.
+
+    Raises:
+        RunStopped: the run is stopping (Ctrl-C).
+        ValueError: a function is defined in ``__main__``.
+    """
+    calls = [(fn, tuple(args), dict(kwargs or {})) for fn, args, kwargs in calls]
     if _in_worker or os.environ.get(INLINE_ENV):
-        return fn(*args, **kwargs)
-    if _stopping.is_set():
-        raise RunStopped(f"the run is stopping; {what} was not started")
+        outcomes = []
+        for fn, args, kwargs in calls:
+            try:
+                outcomes.append(fn(*args, **kwargs))
+            except Exception as e:
+                outcomes.append(e)
+        return outcomes
+    for fn, _, _ in calls:
+        if getattr(fn, "__module__", None) == "__main__":  # workers do not import the main module
+            raise ValueError(f"run_isolated: {getattr(fn, '__qualname__', fn)} is defined in __main__; "
+                             "pass a function of an importable module")
+    outcomes: list = []
+    while len(outcomes) < len(calls):
+        outcomes.extend(_run_in_one_worker(calls[len(outcomes):], limit_s, what[len(outcomes):]))
+    return outcomes
+
+
+class _Worker:
+    """A worker process and the parent's end of its pipe."""
+
+    def __init__(self, proc, conn):
+        self.proc, self.conn, self.uses = proc, conn, 0
+
+
+def _take_worker() -> _Worker:
+    """An idle worker that is still alive, or a new one."""
+    while True:
+        with _lock:
+            worker = _idle.pop() if _idle else None
+        if worker is None:
+            break
+        if worker.proc.is_alive():
+            return worker
+        _stop(worker)
     ctx = _ctx()
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_worker_main, args=(sender, os.getpid(), fn, args, kwargs), daemon=True,
-                       name=f"tgc-worker {what}"[:60])
+    mine, theirs = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_worker_main, args=(theirs, os.getpid()), daemon=True, name="tgc-worker")
     with _lock:
         _start_without_main(proc)
         _live.add(proc)
-    sender.close()
+    theirs.close()
+    return _Worker(proc, mine)
+
+
+def _give_back(worker: _Worker) -> None:
+    """Keep a worker whose calls all came back for the next calls, or stop it."""
+    worker.uses += 1
+    if worker.uses < MAX_USES and not _stopping.is_set():
+        with _lock:
+            if len(_idle) < MAX_IDLE:
+                _idle.append(worker)
+                return
+    _stop(worker)
+
+
+def _run_in_one_worker(calls: list, limit_s: float, what: list[str]) -> list:
+    """The outcomes of ``calls`` in one worker, up to and including the first that
+    hangs or crashes (the worker is then gone)."""
+    if _stopping.is_set():
+        raise RunStopped(f"the run is stopping; {what[0]} was not started")
+    worker = _take_worker()
+    try:
+        worker.conn.send(calls)
+    except (BrokenPipeError, EOFError, OSError):  # an idle worker that just died: a new one
+        _stop(worker)
+        worker = _take_worker()
+        worker.conn.send(calls)
+    outcomes: list = []
+    finished = False
     deadline = time.monotonic() + float(limit_s)
     try:
-        while True:
-            if receiver.poll(_POLL_S):
+        while len(outcomes) < len(calls):
+            current = what[len(outcomes)]
+            message = None
+            if worker.conn.poll(_POLL_S):
                 try:
-                    message = receiver.recv()
-                except EOFError:  # died while sending
-                    message = None
+                    message = worker.conn.recv()
+                except (EOFError, OSError):  # died while sending
+                    outcomes.append(_crash(worker.proc, current))
+                    break
+            elif not worker.proc.is_alive() and not worker.conn.poll(0):
+                outcomes.append(_crash(worker.proc, current))
                 break
-            if not proc.is_alive() and not receiver.poll(0):
-                message = None
-                break
+            if message is not None:
+                kind = message[0]
+                if kind == "start":
+                    deadline = time.monotonic() + float(limit_s)
+                elif kind in ("ok", "raise"):
+                    outcomes.append(message[2])
+                else:
+                    outcomes.append(WorkerError(f"{message[2]}\n{message[3]}"))
+                continue
             if _stopping.is_set():
-                raise RunStopped(f"the run is stopping; {what} was stopped")
+                raise RunStopped(f"the run is stopping; {current} was stopped")
             if time.monotonic() > deadline:
-                raise WorkerTimeout(f"{what} did not finish within {limit_s:g} s and was stopped")
+                outcomes.append(WorkerTimeout(f"{current} did not finish within {limit_s:g} s and was stopped"))
+                break
+        finished = len(outcomes) == len(calls) and not isinstance(outcomes[-1], (WorkerTimeout, WorkerCrash))
     finally:
-        _stop(proc)
-        receiver.close()
-    if message is None:
-        code = proc.exitcode
-        sig = _signal_name(-code) if code is not None and code < 0 else None
-        raise WorkerCrash(f"{what} crashed ({'signal ' + sig if sig else f'exit status {code}'}) without a result",
-                          signal_name=sig)
-    kind = message[0]
-    if kind == "ok":
-        return message[1]
-    if kind == "raise":
-        raise message[1]
-    raise WorkerError(f"{message[1]}\n{message[2]}")
+        if finished:
+            _give_back(worker)
+        else:
+            _stop(worker)
+    return outcomes
+
+
+def _crash(proc, what: str) -> WorkerCrash:
+    """The :class:`WorkerCrash` of a worker that died without a result (reaped first)."""
+    try:
+        proc.join(5)
+    except Exception:
+        pass
+    code = proc.exitcode
+    sig = _signal_name(-code) if code is not None and code < 0 else None
+    return WorkerCrash(f"{what} crashed ({'signal ' + sig if sig else f'exit status {code}'}) without a result",
+                       signal_name=sig)
+
+
+def busy_workers() -> int:
+    """Workers started and not idle (running a call, or not yet reaped)."""
+    with _lock:
+        return len(_live) - len(_idle)
 
 
 def _start_without_main(proc) -> None:
@@ -233,7 +367,13 @@ def _start_without_main(proc) -> None:
 
 
 def _stop(proc) -> None:
-    """Kill a worker if it still runs, reap it, forget it."""
+    """Kill a worker (a process or a :class:`_Worker`) if it still runs, reap it, forget it."""
+    if isinstance(proc, _Worker):
+        try:
+            proc.conn.close()
+        except Exception:
+            pass
+        proc = proc.proc
     try:
         if proc.is_alive():
             proc.kill()
@@ -261,6 +401,7 @@ def kill_all() -> int:
     _stopping.set()
     with _lock:
         live = list(_live)
+        _idle.clear()
     for proc in live:
         try:
             if proc.is_alive():

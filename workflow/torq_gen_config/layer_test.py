@@ -137,14 +137,14 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             stage = st.get("stage") or "import"
             return fail(stage, st.get("message") or "MLIR import failed", "import" if stage != "import" else None)
     try:
-        artifact = backend.compile(onnx_path=layer_onnx, mlir_path=layer_mlir, work_dir=work_dir,
-                                   timeout_s=timeout_s, log_path=log_path)
+        artifact, outputs, run_ms = backend.compile_and_run(
+            onnx_path=layer_onnx, mlir_path=layer_mlir, inputs=inputs, input_names=meta["input_names"],
+            output_names=meta["output_names"], work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
         result["timing"]["compile_ms"] = _round(artifact.compile_ms)
-        outputs, run_ms = backend.run(artifact, inputs=inputs, input_names=meta["input_names"],
-                                      output_names=meta["output_names"], work_dir=work_dir,
-                                      timeout_s=timeout_s, log_path=log_path)
         result["timing"]["run_ms"] = _round(run_ms)
     except StageError as e:
+        if getattr(e, "compile_ms", None) is not None:  # compiled, then the run failed
+            result["timing"]["compile_ms"] = _round(e.compile_ms)
         during = getattr(e, "during", None)
         at_run = e.stage == "run" or (e.stage in ("timeout", "crash") and during == "run")
         if at_run and meta["status"] != "ok":

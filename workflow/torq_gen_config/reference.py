@@ -101,7 +101,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     import onnx
 
     from .compare import compare_on_model
-    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated_each
     from .limits import call_limit
     from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
 
@@ -129,31 +129,35 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
             return meta
     bf16 = has_bfloat16(layer)
 
-    def run(eng: str) -> tuple[dict, list]:
-        """One engine on the layer, in a supervised worker (a hang or crash of the engine
-        stops only the worker: its status is then "timeout" or "crash")."""
+    second_engine = next(e for e in ENGINES if e != engine)
+    engines = [engine, second_engine] if second_opinion else [engine]
+    limit = call_limit(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S)
+    # both engines in one supervised worker, each bounded on its own (a hang or crash
+    # of one stops that worker: its status is then "timeout" or "crash")
+    outcomes = run_isolated_each(
+        [(run_reference_file, (str(layer_path), inputs, output_names, eng, timeout_s, intra_op_num_threads), {})
+         for eng in engines],
+        limit_s=limit, what=[f"{engine_label(eng)} on the layer" for eng in engines])
+
+    def engine_result(eng: str, outcome) -> tuple[dict, list]:
         info: dict[str, Any] = {"engine": eng, "engine_version": engine_version(eng), "status": "ok",
                                 "message": None, "run_ms": None}
-        limit = call_limit(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S)
-        try:
-            outs, run_ms = run_isolated(run_reference_file, (str(layer_path), inputs, output_names, eng, timeout_s,
-                                                             intra_op_num_threads),
-                                        limit_s=limit, what=f"{engine_label(eng)} on the layer")
+        if not isinstance(outcome, BaseException):
+            outs, run_ms = outcome
             info["run_ms"] = round(run_ms, 3)
             return info, outs
-        except (ReferenceTimeout, WorkerTimeout) as e:
-            info["status"], info["message"] = "timeout", f"{engine_label(eng)} failed on the layer: {e}"
-        except WorkerCrash as e:
-            info["status"], info["message"] = "crash", f"{engine_label(eng)} failed on the layer: {e}"
-        except Exception as e:  # each engine raises its own exception types
+        if isinstance(outcome, (ReferenceTimeout, WorkerTimeout)):
+            info["status"] = "timeout"
+        elif isinstance(outcome, WorkerCrash):
+            info["status"] = "crash"
+        else:  # each engine raises its own exception types
             info["status"] = "error"
-            info["message"] = f"{engine_label(eng)} failed on the layer: {str(e).strip()[:2000]}"
+        info["message"] = f"{engine_label(eng)} failed on the layer: {str(outcome).strip()[:2000]}"
         return info, []
 
-    primary, outputs = run(engine)
-    second_engine = next(e for e in ENGINES if e != engine)
+    primary, outputs = engine_result(engine, outcomes[0])
     if second_opinion:
-        second, second_outputs = run(second_engine)
+        second, second_outputs = engine_result(second_engine, outcomes[1])
     else:
         second, second_outputs = {"engine": second_engine, "status": "not run", "message": None, "run_ms": None}, []
     meta: dict[str, Any] = {
