@@ -29,6 +29,7 @@ onstart:
         run_lock.acquire(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
     except run_lock.RunLocked as e:
         raise WorkflowError(str(e))
+    isolation.install_stop_handlers()  # again: the scheduler has put its own SIGTERM handler in place
 
 
 onsuccess:

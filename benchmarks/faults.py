@@ -1115,7 +1115,7 @@ def sc_model_changed(ctx: Ctx) -> None:
     """The model file changed after discovery: view flags the report; run refuses it."""
     model, out = baseline(ctx)
     m_convrelu(model.parent, weight=0.3)  # same name, other weights
-    v = ctx.cli("view", _report_of(out), "--model", model, bound=QUICK_S, expect=0, label="view")
+    v = ctx.cli("view", "--model", model, "--output-dir", out, bound=QUICK_S, expect=0, label="view")
     ctx.expect_warning(v, "changed since")
     ru = ctx.cli("run", "--model", model, "--output-dir", out, "-j", "1", bound=QUICK_S, expect=2, label="run")
     ctx.expect_error(ru, "changed since")
@@ -1183,13 +1183,12 @@ def sc_full_edit(ctx: Ctx) -> None:
         raise NotMeasured("not measured here: needs root to mount a tmpfs")
     out, files = _report_in_tmpfs(ctx, "size=1m")
     filler = out.parent / "filler"
-    with open(filler, "wb") as f:  # fill the rest of the disk
-        try:
+    try:
+        with open(filler, "wb", buffering=0) as f:  # fill the rest of the disk
             while True:
                 f.write(b"\0" * 4096)
-                f.flush()
-        except OSError:
-            pass
+    except OSError:  # ENOSPC: full
+        pass
     step = ctx.cli("edit", _report_of(out), "--layer", "Conv_*", "--executor", "vmvx", bound=QUICK_S, expect=2)
     ctx.expect_error(step, "no space left", only_line=True)
     _unchanged(ctx, files)

@@ -66,6 +66,10 @@ QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_in
 # and test jobs, so switching quantize (another model file, maybe older) reruns them
 LAYER_PRECISION = {"quantize": QUANT_SETTINGS}
 RUN_LOCK = os.path.join(OUT, layout.lock_file(MODEL_NAME))
+# a Snakemake lock that a killed run left on this output directory would make this run
+# refuse ("Directory cannot be locked"); it is removed when no run holds the directory
+if os.path.isdir(OUT):
+    run_lock.clear_stale_snakemake_locks(os.getcwd(), OUT)
 # Set by every job that changes what the report is made from, removed when the report
 # is written again: while it exists, view/edit/run say the report is out of date
 # (a failed or stopped rerun leaves it; torq_gen_config.report.staleness).

@@ -35,6 +35,8 @@ KINDS = [
     "hanging compiler",
     "Ctrl-C mid-run",
     "kill -9 mid-run",
+    "kill -9, wrapper-script compiler",
+    "SIGTERM mid-run",
     "concurrent: CLI, then Snakemake form",
     "timeout raised 5 -> 60 s",
     "stale report after a stopped rerun",

@@ -134,6 +134,52 @@ def test_a_function_of_main_is_refused_with_a_clear_error():
         run_isolated(local, limit_s=5)
 
 
+def _prepare_like(*, model_run_failed=None):
+    if not model_run_failed:
+        os.kill(os.getpid(), signal.SIGSEGV)  # the whole-model run crashes the worker
+    return f"done without the run: {model_run_failed}"
+
+
+def test_model_job_is_done_again_without_the_whole_model_run_after_a_crash(capsys):
+    result = jobs.in_worker(_prepare_like, "the model preparation", 60, without_run="model_run_failed")
+    assert result.startswith("done without the run: the model preparation crashed")
+    assert "SIGSEGV" in result
+    assert "done again without the whole-model reference run" in capsys.readouterr().err
+
+
+def test_model_job_crash_without_a_fallback_is_one_model_error():
+    from torq_gen_config.errors import ModelError
+
+    with pytest.raises(ModelError, match="the model preparation crashed"):
+        jobs.in_worker(_prepare_like, "the model preparation", 60)
+
+
+def test_stale_snakemake_lock_of_this_output_dir_is_removed(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text(f"{out}/work/m/a.json\nout/torq_gen_config_m.json\n")
+    (locks / "0.input.lock").write_text(f"{tmp_path}/m.onnx\n")
+    (locks / "1.output.lock").write_text(f"{tmp_path}/elsewhere/x.json\n")  # another run's outputs
+    (locks / "1.input.lock").write_text("")
+    held = out / ".torq-gen-config-m.lock"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from torq_gen_config import run_lock; "
+        "run_lock.acquire(sys.argv[2]); print('held', flush=True); time.sleep(60)"),
+        str(Path(isolation.__file__).parents[1]), str(held)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        assert run_lock.clear_stale_snakemake_locks(tmp_path, out) == 0  # a live run holds the directory
+        assert (locks / "0.output.lock").exists()
+    finally:
+        child.kill()
+        child.wait()
+    assert run_lock.clear_stale_snakemake_locks(tmp_path, out) == 1
+    assert not (locks / "0.output.lock").exists() and not (locks / "0.input.lock").exists()
+    assert (locks / "1.output.lock").exists()
+
+
 def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):
     lock = tmp_path / ".torq-gen-config-m.lock"
     run_lock.acquire(lock)

@@ -51,6 +51,7 @@ MAX_USES = 50
 #: Idle workers kept for later calls (one per job thread that may need one).
 MAX_IDLE = max(2, os.cpu_count() or 2)
 _stopping = threading.Event()
+_stop_signal: int | None = None
 
 
 class WorkerTimeout(TimeoutError):
@@ -151,18 +152,26 @@ def _worker_main(conn, run_pid: int) -> None:
             if calls is None:
                 break
             for i, (fn, args, kwargs) in enumerate(calls):
-                conn.send(("start", i))
+                _send(conn, ("start", i))
                 try:
-                    conn.send(("ok", i, fn(*args, **kwargs)))
+                    _send(conn, ("ok", i, fn(*args, **kwargs)))  # an unpicklable result: an error
                 except BaseException as e:  # sent back, re-raised in the caller
                     text = traceback.format_exc()
                     try:
                         pickle.dumps(e)
-                        conn.send(("raise", i, e, text))
+                        _send(conn, ("raise", i, e, text))
                     except Exception:
-                        conn.send(("error", i, f"{type(e).__name__}: {e}", text))
+                        _send(conn, ("error", i, f"{type(e).__name__}: {e}", text))
     finally:
         conn.close()
+
+
+def _send(conn, message) -> None:
+    """Send to the parent; when the parent is gone (``kill -9`` of the run), end quietly."""
+    try:
+        conn.send(message)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        os._exit(0)
 
 
 def run_isolated(fn: Callable, args: tuple = (), kwargs: dict | None = None, *, limit_s: float,
@@ -415,13 +424,22 @@ def kill_all() -> int:
 
 def reset() -> None:
     """Allow workers again after :func:`kill_all` (a new run in the same process)."""
+    global _stop_signal
     _stopping.clear()
+    _stop_signal = None
+
+
+def stop_signal() -> int | None:
+    """The signal (SIGINT, SIGTERM) that stopped this run, or None."""
+    return _stop_signal
 
 
 def install_stop_handlers() -> None:
     """On SIGINT and SIGTERM, stop the workers and tools first (:func:`kill_all`), then do
     what the signal did before (Ctrl-C: ``KeyboardInterrupt``, which Snakemake turns into
-    "stopping": the job threads now end at once instead of waiting for their tools).
+    "stopping": the job threads now end at once instead of waiting for their tools;
+    SIGTERM: Snakemake's scheduler stops, so call this again once it has installed its
+    handler, e.g. in ``onstart``). The signal is kept for :func:`stop_signal`.
     Idempotent; only from the main thread (elsewhere it does nothing)."""
     if threading.current_thread() is not threading.main_thread():
         return
@@ -431,6 +449,8 @@ def install_stop_handlers() -> None:
             continue
 
         def handler(sig, frame, _previous=previous):
+            global _stop_signal
+            _stop_signal = _stop_signal or sig
             kill_all()
             if callable(_previous):
                 return _previous(sig, frame)

@@ -44,14 +44,18 @@ def records_failure(fn):
     return wrapper
 
 
-def in_worker(impl, what: str, limit: float, **kwargs):
+def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, **kwargs):
     """Run the job body ``impl(**kwargs)`` in a supervised worker process
     (:mod:`torq_gen_config.isolation`) with the time limit ``limit`` (seconds): a hang
     or a crash of ONNX Runtime, onnx's reference evaluator or the IREE importer stops
-    only the worker. For model-level jobs: the run then stops with one line.
+    only the worker. For model-level jobs: the run then stops with one line, unless
+    ``without_run`` names a keyword of ``impl`` that skips its whole-model reference run
+    (what hangs or crashes there): then the job is done again with that keyword set to
+    the reason, and says so.
 
     Raises:
-        ModelError: the worker had to be stopped or died (naming ``what``).
+        ModelError: the worker had to be stopped or died (naming ``what``), also when
+            done again without the whole-model run.
         Exception: whatever the job body raised.
     """
     from .errors import ModelError
@@ -60,10 +64,14 @@ def in_worker(impl, what: str, limit: float, **kwargs):
     try:
         return run_isolated(impl, kwargs=kwargs, limit_s=limit, what=what)
     except WorkerTimeout:
-        raise ModelError(f"{what} did not finish within {limit:g} s and was stopped (raise --timeout if the model "
-                         "is big; a hang in ONNX Runtime or onnx's reference evaluator also ends this way)") from None
+        reason = (f"{what} did not finish within {limit:g} s and was stopped (raise --timeout if the model "
+                  "is big; a hang in ONNX Runtime or onnx's reference evaluator also ends this way)")
     except WorkerCrash as e:
-        raise ModelError(f"{what} crashed: {e}") from None
+        reason = f"{what} crashed: {e}"
+    if without_run is None or kwargs.get(without_run):
+        raise ModelError(reason)
+    print(f"warning: {reason}; done again without the whole-model reference run", file=sys.stderr)
+    return in_worker(impl, what, limit, without_run=without_run, **{**kwargs, without_run: reason})
 
 
 def _log(log_path: str | None, text: str) -> None:
@@ -82,14 +90,15 @@ def prepare_model_job(**kwargs) -> None:
     from .reference import DEFAULT_TIMEOUT_S
 
     in_worker(_prepare_model_job, "the model preparation", model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S),
-              **kwargs)
+              without_run="model_run_failed", **kwargs)
 
 
 def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
                       subgraph: tuple[str, str] | None = None, precision: dict | None = None,
                       model_inputs: str | None = None, input_settings: dict | None = None,
                       input_data: str | None = None, input_shapes: dict | None = None,
-                      timeout_s: float | None = None, log: str | None = None) -> None:
+                      timeout_s: float | None = None, log: str | None = None,
+                      model_run_failed: str | None = None) -> None:
     """Rule ``prepare_model``: load, check and prepare the user's model (in subgraph
     mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph), with
     every tensor's shape and dtype completed (static inference, folding fed back, then
@@ -101,7 +110,9 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     ranges of generated values; ``input_data``: the user's model inputs (.npz);
     ``input_shapes``: name -> shape for symbolic dims (``--input-shapes``); the
     ``input_data`` arrays' shapes fill in the others. ``timeout_s``: budget of the
-    whole-model run (seconds).
+    whole-model run (seconds). ``model_run_failed``: why that run is skipped (it
+    crashed or hung the worker in a first attempt; shapes then come from static
+    inference alone, recorded in ``info["model_run"]["error"]``).
 
     Raises:
         ModelError: the model is missing, corrupt or unsupported, or the opset upgrade
@@ -135,6 +146,9 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     def observe(whole, *, want, unknown):
         feeds, source = model_input_values(whole, input_settings, input_data, notes)
         run_state.update(feeds=feeds, source=source)
+        if model_run_failed:
+            return {"types": {}, "info": {"ran": False, "inputs": source, "error": model_run_failed,
+                                          "unknown_to_static_inference": unknown[:200]}}
         from .model_run import run_model_by_node, run_summary
 
         res = run_model_by_node(whole, feeds, timeout_s=timeout_s, keep=want)
@@ -289,17 +303,21 @@ def split_layers_job(**kwargs) -> None:
     from .reference import DEFAULT_TIMEOUT_S
 
     in_worker(_split_layers_job, "the layer split and its whole-model run",
-              model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), **kwargs)
+              model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), without_run="model_run_failed",
+              **kwargs)
 
 
 def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
-                     layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None) -> None:
+                     layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None,
+                     model_run_failed: str | None = None) -> None:
     """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest, and with
     ``layer_inputs`` ``propagate`` (the default) the whole-model reference run on the
     model's input values (``model_inputs``) that writes each layer's ``inputs.npz``
     (:func:`~torq_gen_config.reference.propagate_layer_inputs`; its summary goes to
     ``manifest["layer_inputs"]``). One checkpoint for both: the layer files and their
     inputs are known together, and a rerun rewrites only the files that changed.
+    ``model_run_failed``: why the whole-model run is skipped (it crashed or hung the
+    worker in a first attempt); every layer then gets generated inputs and says why.
 
     Raises:
         ModelError: the model input values do not fit the model.
@@ -320,16 +338,22 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
     if layer_inputs == "propagate" and model_inputs:
         from .reference import propagate_layer_inputs
 
-        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s)
+        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s,
+                                     failed=model_run_failed)
         man["layer_inputs"] = res
         run = res["run"]
         _log(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in {run['seconds']} s "
                   f"(engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); {res['rewritten']} of "
                   f"{res['layers']} layer input files changed; {len(res['fallback'])} layer(s) fall back to "
                   f"generated inputs: {res['fallback']}")
-        print(f"layer inputs: whole-model reference run on {res['model_inputs']} ({run['nodes_run']} nodes, "
-              f"{run['seconds']:.1f} s)" + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run could "
-                                            "not produce theirs)" if res["fallback"] else ""), file=sys.stderr)
+        if run.get("error"):
+            print(f"layer inputs: generated for all {len(res['fallback'])} layer(s) (the whole-model reference run "
+                  f"failed: {run['error'][:300]})", file=sys.stderr)
+        else:
+            print(f"layer inputs: whole-model reference run on {res['model_inputs']} ({run['nodes_run']} nodes, "
+                  f"{run['seconds']:.1f} s)" + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run "
+                                                "could not produce theirs)" if res["fallback"] else ""),
+                  file=sys.stderr)
         for f in run["fallback_nodes"]:
             print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
                   f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",

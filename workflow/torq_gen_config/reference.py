@@ -448,7 +448,8 @@ def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> tupl
 
 
 def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, layers_dir: str | os.PathLike,
-                           model_inputs: str | os.PathLike, *, timeout_s: float | None = None) -> dict:
+                           model_inputs: str | os.PathLike, *, timeout_s: float | None = None,
+                           failed: str | None = None) -> dict:
     """The whole-model reference run, and each layer's inputs from it (``--layer-inputs
     propagate``, the default): every layer sees the values it gets in the model.
 
@@ -459,11 +460,14 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     changed, so unchanged layers are not retested). A layer whose inputs the run could
     not produce (a node upstream that neither engine can evaluate) gets an
     ``inputs.npz`` without arrays whose ``__meta__["fallback"]`` says why; its reference
-    job then generates its inputs (:func:`compute_reference`) and says so.
+    job then generates its inputs (:func:`compute_reference`) and says so. ``failed``:
+    the run is not done (it crashed or hung in an earlier attempt, this reason): every
+    layer falls back so.
 
     Returns:
         JSON-safe ``{"model_inputs": source, "layers": N, "rewritten": M,
-        "fallback": {slug: reason}, "run": run summary}``.
+        "fallback": {slug: reason}, "run": run summary}`` (the summary has ``error``
+        when ``failed``).
 
     Raises:
         ModelError: ``model_inputs`` lacks an input of the model.
@@ -510,6 +514,14 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
         if not names:
             write(slug, {}, {"source": source})
             got.pop(slug)
+    if failed:
+        fallback = {slug: f"the whole-model run failed: {failed}" for slug in got}
+        for slug, reason in fallback.items():
+            write(slug, {}, {"fallback": reason})
+        run = {"engines": [], "nodes_run": 0, "seconds": 0.0, "peak_live_bytes": 0, "fallback_nodes": [],
+               "failed_nodes": [], "unavailable": {}, "num_unavailable": 0, "error": failed}
+        return {"model_inputs": meta.get("source"), "layers": len(layers), "rewritten": rewritten,
+                "fallback": fallback, "run": run}
     res = run_model_by_node(model, feeds, on_value=on_value, timeout_s=timeout_s)
     fallback = {}
     for slug, have in got.items():

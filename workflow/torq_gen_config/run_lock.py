@@ -113,3 +113,39 @@ def others_active(directory: str | os.PathLike, mine: str | os.PathLike | None =
         except Timeout:
             active.append(holder(p))
     return active
+
+
+def clear_stale_snakemake_locks(workdir: str | os.PathLike, output_dir: str | os.PathLike) -> int:
+    """Remove the Snakemake locks a killed run left in ``workdir/.snakemake/locks`` for
+    files of ``output_dir`` (Snakemake's own lock is a pair of files naming the run's
+    inputs and outputs, never removed after ``kill -9``; the next run would refuse with
+    "Directory cannot be locked"). A lock pair is stale when every output it names is
+    in ``output_dir`` and no torq-gen-config run lock there is held: any live run of
+    this workflow on ``output_dir`` holds one (the command line before Snakemake starts,
+    the Snakemake form from ``onstart``; a run that passes between its Snakemake lock and
+    ``onstart`` still cannot go on, the run lock admits one).
+
+    Returns:
+        The number of lock pairs removed.
+    """
+    locks = Path(workdir) / ".snakemake" / "locks"
+    if not locks.is_dir() or others_active(output_dir):
+        return 0
+    out = Path(output_dir).resolve()
+    removed = 0
+    for output_lock in sorted(locks.glob("*.output.lock")):
+        try:
+            paths = [ln.strip() for ln in output_lock.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            continue
+        if not paths or not all(_inside((Path(workdir) / p).resolve(), out) for p in paths):
+            continue
+        n = output_lock.name.split(".", 1)[0]
+        for f in (output_lock, locks / f"{n}.input.lock"):
+            f.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    return path == directory or directory in path.parents

@@ -51,6 +51,41 @@ _SETPRIV = shutil.which("setpriv")
 _PDEATHSIG = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
 
 
+# Tool process groups outlive a ``kill -9`` of the run (setpriv's PDEATHSIG reaches the
+# tool itself, not what a wrapper script started): a small reaper process per run holds
+# the groups of the running tools and kills them when its pipe from the run closes.
+_REAPER_CODE = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_reaper: subprocess.Popen | None = None
+_reaper_pid = None
+
+
+def _tell_reaper(line: str) -> None:
+    """Send ``+pgid`` / ``-pgid`` to this process's reaper (started on first use)."""
+    global _reaper, _reaper_pid
+    with _LIVE_LOCK:
+        try:
+            if _reaper is None or _reaper_pid != os.getpid() or _reaper.poll() is not None:
+                _reaper = subprocess.Popen([sys.executable, "-S", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True, text=True, bufsize=1)
+                _reaper_pid = os.getpid()
+            _reaper.stdin.write(line + "\n")
+        except OSError:  # no reaper: tools are still killed on a normal stop or a signal
+            _reaper = None
+
+
 class ToolNotFoundError(FileNotFoundError):
     """An external tool could not be found; the message lists where it was searched."""
 
@@ -189,6 +224,7 @@ def run_tool(
 
     with _LIVE_LOCK:
         _LIVE.add(proc)
+    _tell_reaper(f"+{proc.pid}")
     timed_out = False
     try:
         try:
@@ -212,6 +248,7 @@ def run_tool(
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(proc)
+        _tell_reaper(f"-{proc.pid}")
     wall_ms = (time.perf_counter() - start) * 1000.0
 
     rc = proc.returncode

@@ -19,6 +19,14 @@ from .errors import TorqGenConfigError
 SNAKEFILE = REPO_ROOT / "Snakefile"
 
 
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (``signum``: SIGINT for Ctrl-C, or SIGTERM)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
 class WorkflowFailed(TorqGenConfigError):
     """Snakemake reported failed jobs or could not build the workflow."""
 
@@ -78,8 +86,10 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
                     forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
     except WorkflowFailed:
-        if interrupted:
-            raise KeyboardInterrupt from None
+        from . import isolation
+
+        if interrupted or isolation.stop_signal():
+            raise Interrupted(interrupted[0] if interrupted else isolation.stop_signal()) from None
         raise
     finally:
         if previous is not None:
@@ -105,13 +115,8 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
 
     from . import run_lock
 
-    # a Snakemake lock left by a killed run is stale when no other torq-gen-config run
-    # (of another model: they share this .snakemake) is active here
-    if any((workdir / ".snakemake" / "locks").glob("*")) and not run_lock.others_active(
-            workdir, workdir / _lock_name(config)):
-        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-            api.workflow(snakefile=SNAKEFILE, workdir=workdir, resource_settings=ResourceSettings(cores=cores),
-                         config_settings=ConfigSettings(config=config)).dag().unlock()
+    # a Snakemake lock left by a killed run is removed when the workflow is parsed
+    # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
     quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
     from . import jobs
 
