@@ -217,7 +217,7 @@ def test_interrupted_run_resumes(tmp_path, squeezenet_path, form, sig):
     else:
         cmd = [str(bindir / "snakemake"), "--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    layers = work(out) / "layers"
+    layers = work(out, squeezenet_path.stem) / "layers"
     deadline = time.time() + 300
     while time.time() < deadline and len(list(layers.glob("*/*/result.json"))) < 12:
         time.sleep(0.2)

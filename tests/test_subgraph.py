@@ -245,7 +245,8 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     after = _snapshot(out)
     assert {k: v for k, v in after.items() if k in before} == before
     new = sorted(set(after) - set(before))
-    assert all(k.startswith((f"work/{NAME}{SUFFIX}/", f"torq_gen_config_{NAME}{SUFFIX}")) for k in new), new
+    assert all(k.startswith((f"work/{NAME}{SUFFIX}/", f"torq_gen_config_{NAME}{SUFFIX}",
+                             f".torq-gen-config-{NAME}{SUFFIX}.lock")) for k in new), new
 
     # the Snakemake form gives the same file names (and runs the full-subgraph test)
     sm = tmp_path / "sm"
@@ -254,4 +255,6 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     assert r.returncode == 0, r.stderr[-3000:]
     _check_subgraph_outputs(sm)
     assert (sm / "work" / f"{NAME}{SUFFIX}" / "full" / "result.json").is_file()
-    assert sorted(os.listdir(sm)) == sorted(n for n in os.listdir(out) if n.startswith(f"torq_gen_config_{NAME}{SUFFIX}")) + ["work"]
+    lock = f".torq-gen-config-{NAME}{SUFFIX}.lock"  # the run lock's file (torq_gen_config.run_lock)
+    assert sorted(os.listdir(sm)) == sorted([lock] + [n for n in os.listdir(out)
+                                                      if n.startswith(f"torq_gen_config_{NAME}{SUFFIX}")]) + ["work"]

@@ -535,10 +535,10 @@ def test_discover_with_fake_tools(fake_torq, tmp_path):
         seen.add((slug, executor))
     assert len(seen) == 9
     for rec in runs:
-        work = Path(rec["cwd"])
-        assert rec["argv"] == [FAKE_RUN, f"--module={work / 'module.vmfb'}", "--function=main",
-                               f"--output=@{work}/outputs/output_0.bin", "--torq_hw_type=sim",
-                               f"--input=1x{3 if work.parent.name.startswith('Conv') else 4}x8x8xf32=@{work}/inputs/input_0.bin"]
+        cwd = Path(rec["cwd"])
+        assert rec["argv"] == [FAKE_RUN, f"--module={cwd / 'module.vmfb'}", "--function=main",
+                               f"--output=@{cwd}/outputs/output_0.bin", "--torq_hw_type=sim",
+                               f"--input=1x{3 if cwd.parent.name.startswith('Conv') else 4}x8x8xf32=@{cwd}/inputs/input_0.bin"]
 
 
 def _no_torq_tools(monkeypatch, tmp_path):
