@@ -22,6 +22,24 @@ include: "rules/report.smk"
 include: "rules/full_model.smk"
 
 
+# One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),
+# taken when the jobs start (not for dry runs), so both forms exclude each other.
+onstart:
+    try:
+        run_lock.acquire(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
+    except run_lock.RunLocked as e:
+        raise WorkflowError(str(e))
+    isolation.install_stop_handlers()  # again: the scheduler has put its own SIGTERM handler in place
+
+
+onsuccess:
+    run_lock.release(RUN_LOCK)
+
+
+onerror:
+    run_lock.release(RUN_LOCK)
+
+
 rule all:
     input:
         final_outputs(),

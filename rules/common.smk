@@ -6,7 +6,7 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import jobs
+from torq_gen_config import isolation, jobs, layout, run_lock
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import PRECISION_KEYS, check_save_bf16_path, model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
@@ -19,6 +19,11 @@ try:
     config.update(validate_config(config))
 except TorqGenConfigError as e:
     raise WorkflowError(str(e))
+
+# in-process work runs in supervised workers (torq_gen_config.isolation): a new run may
+# start them, and Ctrl-C / SIGTERM stop them and the tools at once
+isolation.reset()
+isolation.install_stop_handlers()
 
 MODEL_PATH = str(resolve_model_path(config["model"]))
 if MODEL_PATH.lower().endswith(".tflite"):
@@ -35,8 +40,9 @@ OUT = os.path.normpath(config["output_dir"] or os.path.join("results", model_nam
 if "{" in OUT or "}" in OUT:
     raise WorkflowError(f"output_dir must not contain braces (Snakemake wildcards): {OUT}")
 # Subgraph mode (subgraph_from/subgraph_to; docs/subgraph.md): the range resolved in
-# the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>") and
-# their own work directory, so they never mix with the full model's files.
+# the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>"); every
+# file is keyed by MODEL_NAME (torq_gen_config.layout), so models and subgraphs can
+# share an output directory.
 try:
     SUBGRAPH = subgraph_of_config(config, MODEL_PATH, labels=SUBGRAPH_KEYS)
 except TorqGenConfigError as e:
@@ -45,7 +51,7 @@ NAME_SUFFIX = SUBGRAPH["suffix"] if SUBGRAPH else ""
 # The name in the report/compiler JSON file names and in the reports: the model's
 # file stem (plus NAME_SUFFIX in subgraph mode).
 MODEL_NAME = model_name(MODEL_PATH) + NAME_SUFFIX
-WORK = os.path.normpath(os.path.join(OUT, SUBGRAPH["work_dir"] if SUBGRAPH else "work"))
+WORK = os.path.normpath(os.path.join(OUT, layout.work_dir(MODEL_NAME)))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
 EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
@@ -59,8 +65,22 @@ QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_in
 # what a layer's tests depend on besides its files: a param of the reference, import
 # and test jobs, so switching quantize (another model file, maybe older) reruns them
 LAYER_PRECISION = {"quantize": QUANT_SETTINGS}
-REPORT = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}.json"))
-COMPILER_JSON = os.path.normpath(os.path.join(OUT, f"torq_gen_config_{MODEL_NAME}_compiler.json"))
+RUN_LOCK = os.path.join(OUT, layout.lock_file(MODEL_NAME))
+# a Snakemake lock that a killed run left on this output directory would make this run
+# refuse ("Directory cannot be locked"); it is removed when no run holds the directory
+if os.path.isdir(OUT):
+    run_lock.clear_stale_snakemake_locks(os.getcwd(), OUT)
+# Set by every job that changes what the report is made from, removed when the report
+# is written again: while it exists, view/edit/run say the report is out of date
+# (a failed or stopped rerun leaves it; torq_gen_config.report.staleness).
+REPORT_OUTDATED = os.path.join(WORK, layout.OUTDATED_MARKER)
+
+
+def report_outdated():
+    """Mark the report as out of date (called first by the jobs that feed it)."""
+    layout.mark_outdated(REPORT_OUTDATED)
+REPORT = os.path.normpath(os.path.join(OUT, layout.report_file(MODEL_NAME)))
+COMPILER_JSON = os.path.normpath(os.path.join(OUT, layout.compiler_file(MODEL_NAME)))
 
 
 wildcard_constraints:
@@ -147,6 +167,19 @@ def get_reference_inputs(wildcards):
         inputs["calibration"] = os.path.join(QUANT, "calibration.json")
     if config["layer_inputs"] == "propagate":  # written by the split checkpoint with the layer's model
         inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
+    rerun = jobs.rerun_after_timeout(os.path.join(LAYERS, wildcards.layer, "reference.npz"), config["timeout_s"])
+    if rerun:  # timed out under a smaller --timeout than now
+        inputs["rerun"] = rerun
+    return inputs
+
+
+def get_import_inputs(wildcards):
+    """Inputs of a layer's MLIR import: its model (and a rerun marker when the import
+    timed out under a smaller --timeout than now)."""
+    inputs = {"model": get_layer_model(wildcards)}
+    rerun = jobs.rerun_after_timeout(os.path.join(LAYERS, wildcards.layer, "import.json"), config["timeout_s"])
+    if rerun:
+        inputs["rerun"] = rerun
     return inputs
 
 
@@ -169,6 +202,9 @@ def get_test_inputs(wildcards):
     elif jobs.was_skipped(result_dir):
         # a verdict skipped in an earlier skip-mode run is produced now
         inputs["rerun"] = jobs.mark_for_rerun(result_dir)
+    rerun = jobs.rerun_after_timeout(os.path.join(result_dir, "result.json"), config["timeout_s"])
+    if rerun:  # timed out under a smaller --timeout than now
+        inputs["timed_out"] = rerun
     return inputs
 
 
@@ -240,7 +276,8 @@ def run_options():
         "save_bf16_model": config["save_bf16_model"],
         # subgraph mode only (the options of a full-model run stay as they were)
         **({"subgraph_from": config["subgraph_from"], "subgraph_to": config["subgraph_to"],
-            "subgraph": {k: SUBGRAPH[k] for k in ("from", "to", "suffix", "work_dir")}} if SUBGRAPH else {}),
+            "subgraph": {**{k: SUBGRAPH[k] for k in ("from", "to", "suffix")},
+                         "work_dir": layout.work_dir(MODEL_NAME)}} if SUBGRAPH else {}),
     }
 
 

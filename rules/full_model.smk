@@ -107,7 +107,7 @@ checkpoint plan_full_model:
         full_model_jobs.plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
                                  locations=input.locations, executors=params.executors, plan=output.plan,
                                  compiler_options=params.compiler_options, runtime_options=params.runtime_options,
-                                 full_mlir=input.mlir, log=log[0])
+                                 full_mlir=input.mlir, timeout_s=config["timeout_s"], log=log[0])
 
 
 rule compile_partition:

@@ -18,6 +18,7 @@ rule test_layer:
     log:
         os.path.join(LOGS, "test_layer", "{layer}.{executor}.log"),
     run:
+        report_outdated()
         jobs.test_layer_job(layer=params.layer, executor=params.executor, layer_onnx=input.model,
                             reference=input.reference, mlir=input.get("mlir"),
                             import_status=input.get("import_status"), result=output.result,

@@ -25,6 +25,7 @@ rule prepare_model:
     # subgraph mode: prepare_model cuts out the subgraph (subgraph_range()); the range
     # is not a param, its node indices are part of the output paths (WORK)
     run:
+        report_outdated()
         jobs.prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
                                target_opset=params.target_opset, subgraph=subgraph_range(),
                                precision=params.precision, model_inputs=output.model_inputs,
@@ -45,4 +46,6 @@ rule import_full_model:
     log:
         os.path.join(LOGS, "import_full_model.log"),
     run:
-        jobs.import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations, log=log[0])
+        report_outdated()
+        jobs.import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations,
+                                   timeout_s=config["timeout_s"], log=log[0])

@@ -20,8 +20,10 @@ rule calibrate_model:
     log:
         os.path.join(LOGS, "calibrate_model.log"),
     run:
+        report_outdated()
         jobs.calibrate_job(prepared=input.model, ranges=output.ranges, samples=params.samples, seed=params.seed,
-                           float_range=params.float_range, data=input.data[0] if input.data else None, log=log[0])
+                           float_range=params.float_range, data=input.data[0] if input.data else None,
+                           timeout_s=config["timeout_s"], log=log[0])
 
 
 rule quantize_full_model:
@@ -41,10 +43,12 @@ rule quantize_full_model:
     log:
         os.path.join(LOGS, "quantize_full_model.log"),
     run:
+        report_outdated()
         jobs.quantize_full_model_job(prepared=input.model, ranges=input.ranges, quantized=output.model,
                                      info=output.info, settings=params.settings, samples=params.samples,
                                      seed=params.seed, float_range=params.float_range,
-                                     data=input.data[0] if input.data else None, log=log[0])
+                                     data=input.data[0] if input.data else None,
+                                     timeout_s=config["timeout_s"], log=log[0])
 
 
 # each layer in the format the whole model got (hybrid decides once, for the model)
@@ -61,9 +65,10 @@ rule quantize_layer:
     log:
         os.path.join(LOGS, "quantize_layer", "{layer}.log"),
     run:
+        report_outdated()
         jobs.quantize_layer_job(layer_onnx=input.model, ranges=input.ranges, quantized=output.model,
                                 info=output.info, settings=params.settings, full_model_info=input.full,
-                                log=log[0])
+                                timeout_s=config["timeout_s"], log=log[0])
 
 
 rule map_quantized_layers:
@@ -75,5 +80,6 @@ rule map_quantized_layers:
     log:
         os.path.join(LOGS, "map_quantized_layers.log"),
     run:
+        report_outdated()
         jobs.map_quantized_layers_job(manifest=input.manifest, quantized=input.model, mapped=output.manifest,
                                       log=log[0])

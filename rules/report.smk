@@ -36,6 +36,7 @@ rule aggregate_report:
                                  recommend_by_timing=params.recommend_by_timing,
                                  quantized_manifest=input.quant[0] if input.quant else None,
                                  quantize_info=input.quant[1] if input.quant else None, log=log[0])
+        layout.clear_outdated(REPORT_OUTDATED)
         summary = rep["discovery_report"]["summary"]
         print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "
               f"{summary['status_counts']})")

@@ -17,6 +17,7 @@ checkpoint split_layers:
     log:
         os.path.join(LOGS, "split_layers.log"),
     run:
+        report_outdated()
         jobs.split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest,
                               model_inputs=input.model_inputs, layer_inputs=params.layer_inputs,
                               timeout_s=config["timeout_s"], log=log[0])
@@ -37,6 +38,7 @@ rule layer_reference:
     log:
         os.path.join(LOGS, "layer_reference", "{layer}.log"),
     run:
+        report_outdated()
         jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
                            inputs_path=input.get("inputs"), calibration=input.get("calibration"),
                            engine=params.engine, timeout_s=config["timeout_s"], log=log[0])
@@ -44,7 +46,7 @@ rule layer_reference:
 
 rule import_layer:
     input:
-        model=get_layer_model,
+        unpack(get_import_inputs),
     output:
         mlir=os.path.join(LAYERS, "{layer}", "model.mlir"),
         status=os.path.join(LAYERS, "{layer}", "import.json"),
@@ -53,4 +55,6 @@ rule import_layer:
     log:
         os.path.join(LOGS, "import_layer", "{layer}.log"),
     run:
-        jobs.import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status, log=log[0])
+        report_outdated()
+        jobs.import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status,
+                              timeout_s=config["timeout_s"], log=log[0])

@@ -39,6 +39,17 @@ def tvi(name, dtype, shape):
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
+def work(out, name: str | None = None) -> Path:
+    """The work directory of a discovery in ``out``: ``out/work/<name>``
+    (torq_gen_config.layout); without ``name``, the only one there."""
+    root = Path(out) / "work"
+    if name is not None:
+        return root / name
+    found = [d for d in root.iterdir() if d.is_dir()] if root.is_dir() else []
+    assert len(found) == 1, f"expected one work directory in {root}, found {found}"
+    return found[0]
+
+
 def run_cli(*args, cwd=None, timeout=900):
     """Run the torq-gen-config console script; returns CompletedProcess (text)."""
     exe = shutil.which("torq-gen-config") or str(Path(sys.executable).parent / "torq-gen-config")
@@ -51,4 +62,4 @@ def run_snakemake(*args, cwd=REPO, timeout=900):
     return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-__all__ = ["make_model", "tvi", "run_cli", "run_snakemake", "TensorProto", "helper", "REPO", "LIGHT", "SQUEEZENET", "os"]
+__all__ = ["make_model", "tvi", "work", "run_cli", "run_snakemake", "TensorProto", "helper", "REPO", "LIGHT", "SQUEEZENET", "os"]

@@ -478,13 +478,13 @@ def test_ort_backend_matches_reference(models, tmp_path, level, layer):
     assert isinstance(backend, OnnxRuntimeBackend) and not backend.needs_mlir
     log = tmp_path / "ort.log"
     art = backend.compile(onnx_path=models[layer], mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=str(log))
-    assert art.path is None and art.compile_ms > 0 and art.handle is not None
+    # the session was made in a worker process: it does not come back (run makes its own)
+    assert art.path is None and art.compile_ms > 0 and art.handle is None
     assert art.info["providers"] == ["CPUExecutionProvider"]
     assert art.info["graph_optimization_level"] == level
     json.dumps(art.info)
-    session = art.handle
     out, ms = _run(backend, art, INPUTS[layer], ["y"], tmp_path, log=log)
-    assert ms > 0 and art.handle is session  # the session is reused, not reloaded
+    assert ms > 0
     ref = _reference(models[layer], INPUTS[layer])["y"]
     np.testing.assert_allclose(out["y"], ref, rtol=0, atol=TOL)
     text = log.read_text()
@@ -500,7 +500,6 @@ def test_ort_backend_recreates_session_without_handle(models, tmp_path):
     ref = _reference(models["topk"], {"x": x})
     np.testing.assert_array_equal(out["indices"], ref["indices"])
     np.testing.assert_array_equal(out["values"], ref["values"])
-    assert art2.handle is not None
 
 
 def test_ort_backend_runs_op_iree_cannot_compile(models, tmp_path):

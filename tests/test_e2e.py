@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, TensorProto, helper, make_model, run_cli, run_snakemake, tvi
+from conftest import REPO, TensorProto, helper, make_model, run_cli, run_snakemake, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.mlir.importer import operator_at
@@ -81,7 +81,7 @@ def test_snakemake_form_squeezenet(tmp_path, squeezenet_path):
     assert r.returncode == 0 and "Nothing to be done" in (r.stdout + r.stderr), (r.stdout + r.stderr)[-2000:]
 
     # re-target one (layer, executor): only that job runs
-    target = out / "work" / "layers" / "Conv_r0" / "vmvx" / "result.json"
+    target = work(out) / "layers" / "Conv_r0" / "vmvx" / "result.json"
     before = json.loads(target.read_text())
     target.unlink()
     r = run_snakemake("--cores", "1", str(target), "--config", f"model={squeezenet_path}", f"output_dir={out}")
@@ -99,7 +99,7 @@ def test_cli_discover_squeezenet(tmp_path, squeezenet_path):
     report, compiler = load_outputs(out, "light_squeezenet")
     assert len(report["ops"]) == 66
     assert all(len(op["executors"]) == 3 for op in report["ops"].values())
-    assert report["mlir_file"] == "work/full.mlir"
+    assert report["mlir_file"] == "work/light_squeezenet/full.mlir"
     check_compiler_keys(out, report, compiler)
     assert "steps" in r.stderr  # Snakemake's progress lines
 
@@ -178,7 +178,7 @@ def test_model_change_reruns_only_affected_layers(tmp_path, layer_inputs, change
     cfg = ["--config", f"model={model}", f"output_dir={out}", f"layer_inputs={layer_inputs}"]
     r = run_snakemake("--cores", "2", *cfg)
     assert r.returncode == 0, r.stderr[-3000:]
-    kept = out / "work" / "layers" / kept_layer / "llvm-cpu" / "result.json"
+    kept = work(out) / "layers" / kept_layer / "llvm-cpu" / "result.json"
     kept_mtime = kept.stat().st_mtime_ns
     small_cnn(tmp_path / "cnn.onnx", **change)
     r = run_snakemake("--cores", "2", *cfg)
@@ -217,7 +217,7 @@ def test_interrupted_run_resumes(tmp_path, squeezenet_path, form, sig):
     else:
         cmd = [str(bindir / "snakemake"), "--cores", "2", "--config", f"model={squeezenet_path}", f"output_dir={out}"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    layers = out / "work" / "layers"
+    layers = work(out, squeezenet_path.stem) / "layers"
     deadline = time.time() + 300
     while time.time() < deadline and len(list(layers.glob("*/*/result.json"))) < 12:
         time.sleep(0.2)
@@ -272,7 +272,7 @@ def test_skip_executors_and_ops(tmp_path):
     assert "skip" in pool["skipped_reason"]
     assert pool["mlir_location"] not in compiler["op_assignments"]
     assert len(compiler["op_assignments"]) == 3
-    assert not (out / "work" / "layers" / "MaxPool_pool" / "llvm-cpu").exists()
+    assert not (work(out) / "layers" / "MaxPool_pool" / "llvm-cpu").exists()
     assert all(set(op["executors"]) == {"llvm-cpu", "ort"} for lid, op in report["ops"].items() if lid != "MaxPool_pool")
     assert report["provenance"]["options"]["skip_ops"] == ["maxpool"]
     r = run_cli("discover", "--model", model, "--output-dir", out, "--skip-executors", "nope")
@@ -296,7 +296,7 @@ def test_log_file_and_compiler_options(tmp_path):
     assert retested == ["[llvm-cpu]"] * 3 + ["[vmvx]"] * 3, r.stdout
     report, _ = load_outputs(out, "failing")
     assert report["provenance"]["options"]["compiler_options"] == ["--iree-opt-const-eval=false"]
-    log = (out / "work" / "logs" / "test_layer" / "Relu_a.llvm-cpu.log").read_text()
+    log = (work(out) / "logs" / "test_layer" / "Relu_a.llvm-cpu.log").read_text()
     assert "--iree-opt-const-eval=false" in log
 
 
@@ -318,7 +318,7 @@ def test_skip_mode(tmp_path):
         assert op["recommended_executor"] == "llvm-cpu"
         assert "llvm-cpu already succeeded" in op["executors"]["vmvx"]["failure_report"]["summary"]
     assert report["discovery_report"]["summary"]["status_counts"]["skipped"] == 8
-    assert not (out / "work" / "layers" / "Relu_relu" / "vmvx" / "module.vmfb").exists()
+    assert not (work(out) / "layers" / "Relu_relu" / "vmvx" / "module.vmfb").exists()
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--skip-mode")
     assert r.returncode == 0 and jobs_run(r) == [], r.stdout
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
@@ -347,7 +347,7 @@ def test_dedup_layers(tmp_path, squeezenet_path):
     assert len(report["ops"]) == 66 and len(compiler["op_assignments"]) == 66
     dups = {lid: op["duplicate_of"] for lid, op in report["ops"].items() if "duplicate_of" in op}
     assert len(dups) == 28
-    tested = {p.parent.parent.name for p in (out / "work" / "layers").glob("*/*/result.json")}
+    tested = {p.parent.parent.name for p in (work(out) / "layers").glob("*/*/result.json")}
     assert len(tested) == 38
     for lid, src in dups.items():
         assert src in report["ops"] and "duplicate_of" not in report["ops"][src]
@@ -368,7 +368,7 @@ def test_layer_inputs_propagate_and_input_data(tmp_path):
     np.savez(tmp_path / "x.npz", x=x)
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--input-data", tmp_path / "x.npz")
     assert r.returncode == 0, r.stderr[-3000:]
-    layers = out / "work" / "layers"
+    layers = work(out) / "layers"
     conv_dir = next(layers.glob("Conv_conv_out-*"))
     ins, outs, meta = load_reference(conv_dir / "reference.npz")
     np.testing.assert_array_equal(ins["x"], x)

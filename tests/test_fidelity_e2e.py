@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import run_cli
+from conftest import run_cli, work
 from fixtures.models import encoder_reference, loop_model, transformer_encoder_layer
 
 from torq_gen_config.reference import load_reference
@@ -40,7 +40,7 @@ def test_transformer_encoder_layer_gets_real_shapes_and_runs(tmp_path):
     out = tmp_path / "out"
     r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", "--skip-executors", "vmvx")
     assert r.returncode == 0, r.stderr[-3000:]
-    man = json.loads((out / "work" / "layers" / "manifest.json").read_text())
+    man = json.loads((work(out) / "layers" / "manifest.json").read_text())
     assert len(man["layers"]) == 29
     for layer in man["layers"]:  # no rank-0 stand-ins, no unknown dims
         for t in layer["inputs"] + layer["outputs"]:
@@ -54,7 +54,7 @@ def test_transformer_encoder_layer_gets_real_shapes_and_runs(tmp_path):
     assert not report["has_critical_failures"] and summary["not_testable_layers"] == 0
     assert summary["status_counts"]["success"] == 2 * 29, report["final_report_text"]
     # the layers see the values of a whole-model run
-    meta = load_reference(out / "work" / "layers" / by_id["Softmax_attn"]["slug"] / "reference.npz")[2]
+    meta = load_reference(work(out) / "layers" / by_id["Softmax_attn"]["slug"] / "reference.npz")[2]
     assert meta["layer_inputs"].startswith("propagate (whole-model run on generated")
     # --input-data reaches the full-model run
     src = np.random.default_rng(7).standard_normal((6, 1, 16)).astype(np.float32)
@@ -63,7 +63,7 @@ def test_transformer_encoder_layer_gets_real_shapes_and_runs(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert _report(out, "encoder")["full_model"]["status"] == "success"
     # ground truth not from ONNX Runtime: the full-model reference equals a numpy encoder layer
-    ins, outs, _ = load_reference(out / "work" / "full" / "reference.npz")
+    ins, outs, _ = load_reference(work(out) / "full" / "reference.npz")
     np.testing.assert_array_equal(ins["src"], src)
     truth = encoder_reference(model, src)
     np.testing.assert_allclose(outs["out"], truth["out"], atol=1e-4)
@@ -77,7 +77,7 @@ def test_loop_output_shape_comes_from_the_model_run(tmp_path):
     r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", *ONLY_LLVM)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "tensor shape(s) taken from the whole-model reference run" in r.stderr
-    man = json.loads((out / "work" / "layers" / "manifest.json").read_text())
+    man = json.loads((work(out) / "layers" / "manifest.json").read_text())
     relu = next(x for x in man["layers"] if x["op_type"] == "Relu")
     assert relu["inputs"][0]["shape"] == [3, 4]
     report = _report(out, "loop")
@@ -98,7 +98,7 @@ def test_an_opset_upgrade_that_would_change_the_signature_keeps_the_models_opset
     assert r.returncode == 0, r.stderr[-2000:]
     assert "would change the model's signature" in r.stderr
     assert "Opset: the model stays at opset 8: an upgrade would change its signature" in r.stdout
-    _, ref_out, _ = load_reference(next((out / "work" / "layers").glob("*/reference.npz")))
+    _, ref_out, _ = load_reference(next((work(out) / "layers").glob("*/reference.npz")))
     for n, e in zip([o.name for o in case.model.graph.output], case.data_sets[0][1]):
         np.testing.assert_allclose(ref_out[n], e, rtol=1e-6)  # the user's model, batch axis and all
 
@@ -121,7 +121,7 @@ def test_node_test_verdicts_follow_the_expected_outputs(tmp_path, name):
     gen = tmp_path / "generated"
     r = run_cli("discover", "--model", path, "--output-dir", gen, "-j", "1", *ONLY_LLVM)
     assert r.returncode == 0, r.stderr[-3000:]
-    for ref in (gen / "work" / "layers").glob("*/reference.npz"):
+    for ref in (work(gen) / "layers").glob("*/reference.npz"):
         meta = load_reference(ref)[2]
         assert meta["status"] == "ok", (name, meta["message"])
     # the test's own inputs: the reference equals the expected outputs, and the verdict says
@@ -129,10 +129,10 @@ def test_node_test_verdicts_follow_the_expected_outputs(tmp_path, name):
     out = tmp_path / "own"
     r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "1", "--input-data", data, *ONLY_LLVM)
     assert r.returncode == 0, r.stderr[-3000:]
-    man = json.loads((out / "work" / "layers" / "manifest.json").read_text())
+    man = json.loads((work(out) / "layers" / "manifest.json").read_text())
     assert len(man["layers"]) == 1, [x["layer_id"] for x in man["layers"]]
     layer = man["layers"][0]
-    layer_dir = out / "work" / "layers" / layer["slug"]
+    layer_dir = work(out) / "layers" / layer["slug"]
     _, ref_out, meta = load_reference(layer_dir / "reference.npz")
     names = [o.name for o in case.model.graph.output]
     for n, e in zip(names, expected):
@@ -173,13 +173,13 @@ def test_run_uses_the_inputs_discovery_tested(tmp_path):
     # run without the flags tests the model discovery tested, on its inputs
     r = run_cli("run", "--model", path, "--output-dir", out, "-j", "2")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    ins, _, _ = load_reference(out / "work" / "full" / "reference.npz")
+    ins, _, _ = load_reference(work(out) / "full" / "reference.npz")
     np.testing.assert_array_equal(ins["x"], x)
     # other input values reach the full-model reference only
     np.savez(tmp_path / "x2.npz", x=-x)
     r = run_cli("run", "--model", path, "--output-dir", out, "-j", "2", "--input-data", tmp_path / "x2.npz")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    ins, outs, _ = load_reference(out / "work" / "full" / "reference.npz")
+    ins, outs, _ = load_reference(work(out) / "full" / "reference.npz")
     np.testing.assert_array_equal(ins["x"], -x)
     assert "inconclusive: reference is all zero" in r.stdout  # Relu of negative values
     # other shapes are refused: the layers were tested on discovery's

@@ -417,6 +417,7 @@ def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypat
         raise quantization.QuantizationError("onnxruntime.quantization failed: test failure")
 
     monkeypatch.setattr(quantization, "quantize_model", boom)
+    monkeypatch.setenv("TORQ_GEN_CONFIG_INLINE", "1")  # the patched function runs in this process
     jobs.quantize_layer_job(layer_onnx=str(d / "model.onnx"), ranges=str(ranges), quantized=str(d / "quantized.onnx"),
                             info=str(d / "quantize.json"), settings={"quant_format": "hybrid", "per_channel": False,
                                                                      "full_integer": False},

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import TensorProto, helper, run_cli, tvi
+from conftest import TensorProto, helper, run_cli, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.mlir.importer import operator_at
@@ -50,7 +50,7 @@ def load(out: Path, name: str = NAME) -> tuple[dict, dict]:
 def check_quantized_keys(out: Path, report: dict, compiler: dict) -> dict:
     """Every compiler JSON key is the line:col of a compute op (never Q/DQ) of the
     quantized type of exactly the layer that owns it. Returns key -> layer ID."""
-    assert report["mlir_file"] == "work/full.mlir"
+    assert report["mlir_file"] == f"work/{report['model_name']}/full.mlir"
     lines = (out / report["mlir_file"]).read_text().splitlines()
     owners: dict[str, list[str]] = {}
     for lid, op in report["ops"].items():
@@ -109,9 +109,9 @@ def test_quantize_qdq_discovery(qdq):
     assert len(report["ops"]) == 66
     for lid, op in report["ops"].items():
         assert set(op["executors"]) == EXECUTORS, lid
-        assert (out / "work" / "layers" / op["layer_slug"] / "quantized.onnx").is_file()
+        assert (work(out) / "layers" / op["layer_slug"] / "quantized.onnx").is_file()
     by_key = check_quantized_keys(out, report, compiler)
-    lines = (out / "work" / "full.mlir").read_text().splitlines()
+    lines = (work(out) / "full.mlir").read_text().splitlines()
     for key, lid in by_key.items():  # qdq keeps the float op types
         assert operator_at(lines, key) == f"onnx.{report['ops'][lid]['op_type']}"
     check_fused_relus(report, compiler)
@@ -119,7 +119,7 @@ def test_quantize_qdq_discovery(qdq):
     convs = [op for op in report["ops"].values() if op["op_type"] == "Conv"]
     assert len(convs) == 26 and all(op["quantized_op_type"] == "Conv" for op in convs)
     # the compiler sees the quantized model (its MLIR has the Q/DQ wrappers)
-    q = onnx.load(out / "work" / "quant" / "quantized.onnx")
+    q = onnx.load(work(out) / "quant" / "quantized.onnx")
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.graph.node}
     assert sum('"onnx.DequantizeLinear"' in ln for ln in lines) > 26
     # quantized layers: all bit-exact enough to pass on llvm-cpu (measured)
@@ -145,12 +145,12 @@ def test_quantize_qdq_run(qdq, squeezenet_path):
     assert fm["assignment"]["layer_counts"] == {"llvm-cpu": 66}
     # the quantized model is partitioned: every node in a partition; the fused Relu
     # layers own no node, so only the other 40 layers are listed
-    q = onnx.load(out / "work" / "quant" / "quantized.onnx")
+    q = onnx.load(work(out) / "quant" / "quantized.onnx")
     assert sum(p["num_nodes"] for p in fm["partitions"]) == len(q.graph.node)
     assert sum(len(p["layer_ids"]) for p in fm["partitions"]) == 40
-    assert json.loads((out / "work" / "full" / "plan.json").read_text())["prepared_model"] == "work/quant/quantized.onnx"
+    assert json.loads((work(out) / "full" / "plan.json").read_text())["prepared_model"] == "work/light_squeezenet/quant/quantized.onnx"
     assert fm["metrics"]["num_elements"] == 1000
-    _, outputs, meta = load_reference(out / "work" / "full" / "reference.npz")
+    _, outputs, meta = load_reference(work(out) / "full" / "reference.npz")
     assert meta["status"] == "ok" and list(outputs) == ["softmaxout_1"]
     # one Conv on ONNX Runtime: its partition holds its DequantizeLinear nodes (activation,
     # weight, bias), the Conv and its output QuantizeLinear
@@ -186,12 +186,12 @@ def test_quantize_qoperator_full_integer_discovery(qop):
     assert prec["quantization"]["format_used"] == "qoperator"
     io = prec["quantization"]["io_quantization"]
     assert io["data_0"]["io_dtype"] == "int8" and io["softmaxout_1"]["io_dtype"] == "int8"
-    q = onnx.load(out / "work" / "quant" / "quantized.onnx")
+    q = onnx.load(work(out) / "quant" / "quantized.onnx")
     assert [i.type.tensor_type.elem_type for i in q.graph.input] == [TensorProto.INT8]
     assert [o.type.tensor_type.elem_type for o in q.graph.output] == [TensorProto.INT8]
     by_key = check_quantized_keys(out, report, compiler)
     check_fused_relus(report, compiler)
-    lines = (out / "work" / "full.mlir").read_text().splitlines()
+    lines = (work(out) / "full.mlir").read_text().splitlines()
     convs = {lid: op for lid, op in report["ops"].items() if op["op_type"] == "Conv"}
     assert len(convs) == 26
     for lid, op in convs.items():
@@ -199,7 +199,7 @@ def test_quantize_qoperator_full_integer_discovery(qop):
         assert by_key[op["mlir_location"]] == lid
         assert operator_at(lines, op["mlir_location"]) == "onnx.QLinearConv"
     # the first layer's quantized model takes the int8 graph input
-    first = onnx.load(out / "work" / "layers" / "Conv_r0" / "quantized.onnx")
+    first = onnx.load(work(out) / "layers" / "Conv_r0" / "quantized.onnx")
     assert first.graph.input[0].type.tensor_type.elem_type == TensorProto.INT8
     # IREE cannot compile QLinearSoftmax; ONNX Runtime runs it, so it gets the Softmax layer
     (sid, sm), = [(lid, op) for lid, op in report["ops"].items() if op["op_type"] == "Softmax"]
@@ -274,9 +274,9 @@ def test_bf16_discovery(bf16):
             assert op["executors"]["ort"]["status"] == "success", (lid, op["executors"]["ort"])
         assert op["recommended_executor"] == "llvm-cpu"
     assert len(compiler["op_assignments"]) == 66
-    layer = onnx.load(out / "work" / "layers" / "Conv_r0" / "model.onnx")
+    layer = onnx.load(work(out) / "layers" / "Conv_r0" / "model.onnx")
     assert layer.graph.input[0].type.tensor_type.elem_type == TensorProto.BFLOAT16
-    _, outputs, meta = load_reference(out / "work" / "layers" / "Conv_r0" / "reference.npz")
+    _, outputs, meta = load_reference(work(out) / "layers" / "Conv_r0" / "reference.npz")
     assert "bf16" in meta["reference_precision"]
     assert next(iter(outputs.values())).dtype.name == "bfloat16"
 
@@ -331,7 +331,7 @@ def test_int32_conversion(tmp_path):
     assert report["precision"]["flags"]["auto_convert_int32"] is True
     assert conv["clamped"] == [{"name": "offsets", "int64_min": 0, "int64_max": 1}]
     assert set(conv["io_converted"]) == {"x", "y"}
-    layers = out / "work" / "layers"
+    layers = work(out) / "layers"
     for slug, data_in in (("Add_s", "x"), ("Mul_p", "s"), ("Reshape_r", "p"), ("Slice_y", "r")):
         m = onnx.load(layers / slug / "model.onnx")
         types = {i.name: i.type.tensor_type.elem_type for i in m.graph.input}

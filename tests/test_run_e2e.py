@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import TensorProto, helper, make_model, run_cli, run_snakemake, tvi
+from conftest import TensorProto, helper, make_model, run_cli, run_snakemake, tvi, work
 from onnx import numpy_helper
 
 pytestmark = pytest.mark.slow
@@ -32,7 +32,7 @@ def compile_lines(r) -> list[str]:
 
 def load(out: Path) -> tuple[dict, dict]:
     report = json.loads((out / f"torq_gen_config_{NAME}.json").read_text())
-    result = json.loads((out / "work" / "full" / "result.json").read_text())
+    result = json.loads((work(out) / "full" / "result.json").read_text())
     return report, result
 
 
@@ -111,8 +111,8 @@ def test_mixed_assignment_runs_and_matches(mixed_run):
     # the run's reference is the full prepared model's, with the layer-test input settings
     import torq_gen_config.reference as ref
 
-    inputs, outputs, meta = ref.load_reference(out / "work" / "full" / "reference.npz")
-    prepared = onnx.load(out / "work" / "prepared.onnx")
+    inputs, outputs, meta = ref.load_reference(work(out) / "full" / "reference.npz")
+    prepared = onnx.load(work(out) / "prepared.onnx")
     expect = ref.make_inputs(prepared, {"seed": 1234})
     assert list(inputs) == list(expect) and all(np.array_equal(inputs[k], expect[k]) for k in expect)
     assert meta["graph_optimization_level"] == "disabled" and list(outputs) == ["softmaxout_1"]
@@ -120,12 +120,12 @@ def test_mixed_assignment_runs_and_matches(mixed_run):
 
 def test_rerun_with_unchanged_assignment_runs_no_job(mixed_run, squeezenet_path):
     out, _ = mixed_run
-    before = (out / "work" / "full" / "result.json").stat().st_mtime_ns
+    before = (work(out) / "full" / "result.json").stat().st_mtime_ns
     r = run_cmd("--model", squeezenet_path, "--output-dir", out, "-j", "2")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "Nothing to be done" in r.stdout + r.stderr
     assert compile_lines(r) == []
-    assert (out / "work" / "full" / "result.json").stat().st_mtime_ns == before
+    assert (work(out) / "full" / "result.json").stat().st_mtime_ns == before
     report, _ = load(out)
     assert report["final_report_text"].count("--- Full Model Comparison ---") == 1
 
@@ -134,7 +134,7 @@ def test_one_layer_change_recompiles_only_the_partitions_it_touches(mixed_run, s
     out, _ = mixed_run
     _, before = load(out)
     old = {p["pid"]: p for p in before["partitions"]}
-    parts_dir = out / "work" / "full" / "partitions"
+    parts_dir = work(out) / "full" / "partitions"
     mtimes = {pid: (parts_dir / pid / "compiled.json").stat().st_mtime_ns for pid in old}
     # Relu_r4 sits between two vmvx Convs: its move to vmvx merges three partitions into one
     set_assignment(out, lambda lid, op: "vmvx" if lid == "Relu_r4" else mixed(lid, op))
@@ -162,7 +162,7 @@ def test_run_with_only_the_compiler_json(mixed_run, squeezenet_path, tmp_path):
         r = run_cmd("--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q")
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         assert not report_path.exists()  # neither rerun discovery nor made up a report
-        result = json.loads((out / "work" / "full" / "result.json").read_text())
+        result = json.loads((work(out) / "full" / "result.json").read_text())
         assert result["status"] == "success" and result["source"] == "compiler_json"
         assert result["source_file"] == f"torq_gen_config_{NAME}_compiler.json"
         assert compile_lines(r) == []  # the same assignment: every partition was compiled already
@@ -203,7 +203,7 @@ def test_failing_partition_exits_1_with_the_stage(mixed_run, squeezenet_path, tm
     assert report["full_model"]["options"]["compiler_options"] == ["--no-such-iree-flag"]
     assert report["full_model"]["options"]["debug_ir"] == str(tmp_path / "ir")
     assert "Status: error" in report["final_report_text"]
-    plan = json.loads((out / "work" / "full" / "plan.json").read_text())
+    plan = json.loads((work(out) / "full" / "plan.json").read_text())
     p0 = next(p for p in plan["partitions"] if p["backend"] == "iree")
     assert f"--dump-compilation-phases-to={tmp_path / 'ir' / p0['pid']}" in p0["compile_def"]["options"]["compile_flags"]
 
@@ -230,7 +230,7 @@ def test_snakemake_form_full_model_target(tmp_path):
     cfg = ["--config", f"model={model}", f"output_dir={out}"]
     r = run_snakemake("--cores", "2", "full_model", *cfg)
     assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads((out / "work" / "full" / "result.json").read_text())
+    result = json.loads((work(out) / "full" / "result.json").read_text())
     assert result["status"] == "success" and result["source"] == "report" and result["num_partitions"] == 1
     r = run_snakemake("--cores", "2", "-n", "full_model", *cfg)
     assert "Nothing to be done" in r.stdout + r.stderr, r.stdout[-2000:]
@@ -241,6 +241,6 @@ def test_snakemake_form_full_model_target(tmp_path):
     r = run_snakemake("--cores", "2", "full_model", *cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "test_layer" not in r.stdout + r.stderr
-    result = json.loads((out / "work" / "full" / "result.json").read_text())
+    result = json.loads((work(out) / "full" / "result.json").read_text())
     assert result["status"] == "success" and result["num_partitions"] == 3
     assert [p["executor"] for p in result["partitions"]] == ["llvm-cpu", "vmvx", "llvm-cpu"]

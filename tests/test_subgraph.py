@@ -40,7 +40,7 @@ def test_resolve_layer_id_or_output_name(sq_nodes, a, b):
     rng = resolve_range(sq_nodes, a, b)
     assert rng["from"]["layer_id"] == "Conv_r10" and rng["from"]["node_index"] == 49
     assert rng["to"]["layer_id"] == "Concat_r16" and rng["to"]["node_index"] == 55
-    assert rng["suffix"] == SUFFIX and rng["work_dir"] == "work/subgraph_49_55"
+    assert rng["suffix"] == SUFFIX and "work_dir" not in rng
 
 
 def test_single_node_range(sq_nodes):
@@ -194,7 +194,7 @@ def _check_subgraph_outputs(out: Path) -> dict:
     assert report["model_name"] == f"{NAME}{SUFFIX}"
     assert list(report["ops"]) == FIRE3
     assert [op["_node_index"] for op in report["ops"].values()] == list(range(49, 56))
-    assert report["mlir_file"] == "work/subgraph_49_55/full.mlir"
+    assert report["mlir_file"] == f"work/{NAME}{SUFFIX}/full.mlir"
     lines = (out / report["mlir_file"]).read_text().splitlines()
     by_loc = {op["mlir_location"]: op for op in report["ops"].values()}
     assert len(compiler["op_assignments"]) == 7
@@ -203,7 +203,7 @@ def _check_subgraph_outputs(out: Path) -> dict:
         assert a["executor"] == by_loc[loc]["recommended_executor"]
     opts = report["provenance"]["options"]
     assert opts["subgraph_from"] == "Conv_r10" and opts["subgraph_to"] == "Concat_r16"
-    assert report["subgraph"]["work_dir"] == "work/subgraph_49_55"
+    assert report["subgraph"]["work_dir"] == f"work/{NAME}{SUFFIX}"
     return report
 
 
@@ -215,7 +215,7 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
                 "--skip-executors", "llvm-cpu,vmvx")
     assert r.returncode == 0, r.stderr[-3000:]
     before = _snapshot(out)
-    assert f"torq_gen_config_{NAME}.json" in before and "work/layers/manifest.json" in before
+    assert f"torq_gen_config_{NAME}.json" in before and f"work/{NAME}/layers/manifest.json" in before
 
     flags = ["--subgraph-from", "Conv_r10", "--subgraph-to", "Concat_r16"]
     r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", *flags)
@@ -225,14 +225,14 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     assert all(len(op["executors"]) == 3 for op in report["ops"].values())
     fm = report["full_model"]
     assert fm["status"] in ("success", "difference") and fm["metrics"]
-    assert fm["result_file"] == "work/subgraph_49_55/full/result.json"
+    assert fm["result_file"] == f"work/{NAME}{SUFFIX}/full/result.json"
     assert "--- Full Model Comparison ---" in report["final_report_text"]
 
     # an edit of the subgraph report keeps its choices in the subgraph's work directory
     rep_path = out / f"torq_gen_config_{NAME}{SUFFIX}.json"
     r = run_cli("edit", rep_path, "--layer", "Relu_r11", "--executor", "ort", timeout=120)
     assert r.returncode == 0, r.stderr
-    assert (out / "work" / "subgraph_49_55" / "user_choices.json").is_file()
+    assert (out / "work" / f"{NAME}{SUFFIX}" / "user_choices.json").is_file()
     r = run_cli("run", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q",
                 "--subgraph-from=r10", "--subgraph-to=r16")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -245,7 +245,8 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     after = _snapshot(out)
     assert {k: v for k, v in after.items() if k in before} == before
     new = sorted(set(after) - set(before))
-    assert all(k.startswith(("work/subgraph_49_55/", f"torq_gen_config_{NAME}{SUFFIX}")) for k in new), new
+    assert all(k.startswith((f"work/{NAME}{SUFFIX}/", f"torq_gen_config_{NAME}{SUFFIX}",
+                             f".torq-gen-config-{NAME}{SUFFIX}.lock")) for k in new), new
 
     # the Snakemake form gives the same file names (and runs the full-subgraph test)
     sm = tmp_path / "sm"
@@ -253,5 +254,7 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
                       "subgraph_from=Conv_r10", "subgraph_to=Concat_r16")
     assert r.returncode == 0, r.stderr[-3000:]
     _check_subgraph_outputs(sm)
-    assert (sm / "work" / "subgraph_49_55" / "full" / "result.json").is_file()
-    assert sorted(os.listdir(sm)) == sorted(n for n in os.listdir(out) if n.startswith(f"torq_gen_config_{NAME}{SUFFIX}")) + ["work"]
+    assert (sm / "work" / f"{NAME}{SUFFIX}" / "full" / "result.json").is_file()
+    lock = f".torq-gen-config-{NAME}{SUFFIX}.lock"  # the run lock's file (torq_gen_config.run_lock)
+    assert sorted(os.listdir(sm)) == sorted([lock] + [n for n in os.listdir(out)
+                                                      if n.startswith(f"torq_gen_config_{NAME}{SUFFIX}")]) + ["work"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi
+from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.backends import NEEDS_MLIR, StageError, backend_class, make_backend
@@ -528,17 +528,17 @@ def test_discover_with_fake_tools(fake_torq, tmp_path):
     for rec in compiles:
         argv = rec["argv"]
         slug, executor = Path(rec["cwd"]).parent.name, Path(rec["cwd"]).name
-        layer_dir = out / "work" / "layers" / slug
+        layer_dir = work(out) / "layers" / slug
         assert argv == [FAKE_COMPILE, str(layer_dir / "model.mlir"), "-o", str(layer_dir / executor / "module.vmfb"),
                         "--torq-hw=default", "--torq-target-host-triple=native", *FORCING_FLAGS[executor]]
         assert rec["forced_executor"] == executor
         seen.add((slug, executor))
     assert len(seen) == 9
     for rec in runs:
-        work = Path(rec["cwd"])
-        assert rec["argv"] == [FAKE_RUN, f"--module={work / 'module.vmfb'}", "--function=main",
-                               f"--output=@{work}/outputs/output_0.bin", "--torq_hw_type=sim",
-                               f"--input=1x{3 if work.parent.name.startswith('Conv') else 4}x8x8xf32=@{work}/inputs/input_0.bin"]
+        cwd = Path(rec["cwd"])
+        assert rec["argv"] == [FAKE_RUN, f"--module={cwd / 'module.vmfb'}", "--function=main",
+                               f"--output=@{cwd}/outputs/output_0.bin", "--torq_hw_type=sim",
+                               f"--input=1x{3 if cwd.parent.name.startswith('Conv') else 4}x8x8xf32=@{cwd}/inputs/input_0.bin"]
 
 
 def _no_torq_tools(monkeypatch, tmp_path):

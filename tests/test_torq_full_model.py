@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi
+from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ConfigError
@@ -319,12 +319,12 @@ def test_run_cli_compiles_the_whole_model_once(fake_torq, tmp_path):
     comp = [x for x in new if x["tool"] == "torq-compile" and x["argv"][1:] != ["--version"]]
     runs = [x for x in new if x["tool"] == "torq-run-module"]
     assert len(comp) == 1 and len(runs) == 1
-    plan = json.loads((out / "work" / "full" / "plan.json").read_text())
+    plan = json.loads((work(out) / "full" / "plan.json").read_text())
     pid = plan["partitions"][0]["pid"]
-    map_path = out / "work" / "full" / "partitions" / pid / TORQ_MAP_FILE
+    map_path = work(out) / "full" / "partitions" / pid / TORQ_MAP_FILE
     argv = comp[0]["argv"]
-    assert argv[1] == str(out / "work" / "full.mlir") and argv[-1] == f"--torq-executor-map={map_path}"
-    assert argv == [FAKE_COMPILE, str(out / "work" / "full.mlir"), "-o", str(map_path.parent / "module.vmfb"),
+    assert argv[1] == str(work(out) / "full.mlir") and argv[-1] == f"--torq-executor-map={map_path}"
+    assert argv == [FAKE_COMPILE, str(work(out) / "full.mlir"), "-o", str(map_path.parent / "module.vmfb"),
                     "--torq-hw=default", "--torq-target-host-triple=native", f"--torq-executor-map={map_path}"]
     # the map is the compiler JSON (same line:col keys, executors), which is keyed to the report's mlir_file
     assert json.loads(map_path.read_text())["op_assignments"] == json.loads(compiler_path.read_text())["op_assignments"]
@@ -333,12 +333,12 @@ def test_run_cli_compiles_the_whole_model_once(fake_torq, tmp_path):
     fm = report["full_model"]
     assert fm["status"] == "success", fm["summary"]
     assert fm["mode"] == "torq" and fm["num_partitions"] == 1 and fm["assignment"]["layer_counts"] == {"nss": 4}
-    assert fm["torq"]["num_map_entries"] == 4 and fm["result_file"] == "work/full/result.json"
+    assert fm["torq"]["num_map_entries"] == 4 and fm["result_file"] == "work/m4/full/result.json"
     assert "--- Full Model Comparison ---" in report["final_report_text"]
     assert "Executor map:" in r.stdout and "Status: success" in r.stdout
 
     # a rerun with the same assignment runs nothing
-    result_file = out / "work" / "full" / "result.json"
+    result_file = work(out) / "full" / "result.json"
     mtime = result_file.stat().st_mtime_ns
     n_log = len(read_log(fake_torq))
     r = run_cli("run", "--model", model, "--output-dir", out, "--config-file", cfg, "-j", "2", "-q")
@@ -358,8 +358,8 @@ def test_run_cli_compiles_the_whole_model_once(fake_torq, tmp_path):
     fm = json.loads(report_path.read_text())["full_model"]
     assert fm["status"] == "success" and fm["assignment"]["layer_counts"] == {"nss": 2, "css": 1}
     assert [f["layer_id"] for f in fm["assignment"]["layers_without_recommendation"]] == [lids[2]]
-    new_pid = json.loads((out / "work" / "full" / "plan.json").read_text())["partitions"][0]["pid"]
-    assert new_pid != pid and not (out / "work" / "full" / "partitions" / pid).exists()
+    new_pid = json.loads((work(out) / "full" / "plan.json").read_text())["partitions"][0]["pid"]
+    assert new_pid != pid and not (work(out) / "full" / "partitions" / pid).exists()
 
 
 @pytest.mark.slow

@@ -42,7 +42,10 @@ def load_config_file(path: str | os.PathLike) -> dict:
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping, not {type(data).__name__}")
     return data

@@ -48,6 +48,37 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
+def atomic_write_files(files: dict[str | os.PathLike, bytes]) -> None:
+    """Write several files so that a failure leaves all of them as they were: every
+    temporary file is written and synced first (a full disk or a read-only directory
+    fails here, before any file is replaced), then each is renamed into place.
+
+    Raises:
+        OSError: a directory cannot be created or written (no file was replaced).
+    """
+    staged = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, _FILE_MODE)
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        raise
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically. See :func:`atomic_write_bytes`."""
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -100,13 +131,18 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """Read a JSON file with a one-line error for the user.
 
     Raises:
-        ReportError: the file is missing or is not valid JSON.
+        ReportError: the file is missing, a directory, not UTF-8 text, or not valid JSON.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ReportError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise ReportError(f"{what} {path} is a directory, not a file") from None
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{what} {path} is not a UTF-8 text file (byte {e.start}: {e.reason}); "
+                          "is it a JSON file?") from None
     except OSError as e:
         raise ReportError(f"cannot read {what} {path}: {e.strerror}") from None
     try:

@@ -73,10 +73,6 @@ RESULT_SCHEMA = "torq-gen-config/full-model-result/1"
 #: the model preparation and split only when they are missing or out of date).
 RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_model", "compile_partition",
              "full_reference", "run_full_model")
-#: Paths relative to the output directory.
-ASSIGNMENT_FILE = "work/full/assignment.json"
-RESULT_FILE = "work/full/result.json"
-PLAN_FILE = "work/full/plan.json"
 #: Marker of the full-model part of ``final_report_text``.
 TEXT_MARKER = "--- Full Model Comparison ---"
 #: Backend kinds that cannot be the executor of one partition of a chain (torq
@@ -862,7 +858,7 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     res["compile_ms"] = _round(artifact.compile_ms)
     res["artifact"] = {"path": artifact.path, "info": artifact.info}
     try:
-        res["tool"] = backend.describe()
+        res["tool"] = backend.describe(probe_timeout_s=min(float(timeout_s), 60.0))
     except Exception:
         res["tool"] = None
     return res
@@ -940,7 +936,8 @@ def _compile_whole_model_torq(res: dict, fail, *, executor: Mapping, executor_ma
         "executors": executor.get("executors"), "function": function, "signature": signature,
         "torq_hw": opts.get("torq_hw"), "torq_hw_type": opts.get("torq_hw_type"), "vmfb_bytes": out.stat().st_size}}
     try:
-        tool = TorqBackend(TORQ_PARTITION, _torq_backend_options(opts)).describe()
+        tool = TorqBackend(TORQ_PARTITION, _torq_backend_options(opts)).describe(
+            probe_timeout_s=min(float(timeout_s), 60.0))
         res["tool"] = {k: v for k, v in tool.items() if k not in ("executor", "forcing_flags")}
     except Exception:
         res["tool"] = None
@@ -1079,7 +1076,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         row["run_ms"] = _round(run_ms)
         row["status"] = "ran"
         if check_partitions:
-            row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance)
+            row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance,
+                                                      timeout_s=timeout_s)
         if keep & set(p["outputs"]):
             part_levels = dequantized_outputs_of_file(str(pdir / PARTITION_MODEL))
             levels.update({n: q for n, q in part_levels.items() if n in keep})
@@ -1250,19 +1248,25 @@ def _artifact(compiled: Mapping, pdir: Path):
     return CompiledArtifact(path=path, compile_ms=compiled.get("compile_ms"), info=info)
 
 
-def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping) -> dict:
+def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping,
+                     timeout_s: float | None = None) -> dict:
     """This partition's outputs against ONNX Runtime (optimizations off; a bf16
-    partition widened to fp32, see :func:`~torq_gen_config.reference.reference_outputs`)
-    on the same inputs."""
+    partition widened to fp32, see :func:`~torq_gen_config.reference_run.run_reference`)
+    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.isolation`)."""
     try:
         import onnx
 
         from .compare import FULL_MODEL_MIN_COSINE, compare_on_model, derive_status
-        from .reference import reference_outputs
+        from .isolation import run_isolated
+        from .limits import call_limit
+        from .reference import DEFAULT_TIMEOUT_S
+        from .reference_run import run_reference_file
 
-        part_model = onnx.load(model_path)
-        outs_ref = reference_outputs(part_model, {n: feed[n] for n in p["inputs"]}, list(p["outputs"]),
-                                     model_path=model_path)
+        part_model = onnx.load(model_path, load_external_data=False)
+        outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
+                                                        list(p["outputs"]), "onnxruntime", timeout_s),
+                                   limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                                   what="ONNX Runtime on the partition")
         ref = dict(zip(p["outputs"], outs_ref))
     except Exception as e:
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",

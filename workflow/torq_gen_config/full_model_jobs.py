@@ -57,7 +57,18 @@ def assignment_job(*, report: str | None, compiler: str | None, assignment: str,
 
 
 @records_failure
-def plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
+def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
+    """Checkpoint ``plan_full_model``: :func:`_plan_job` in a supervised worker (it folds
+    the model's constants with onnx's reference evaluator; :func:`~torq_gen_config.jobs.in_worker`)."""
+    from .jobs import in_worker
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    return in_worker(_plan_job, "the full-model partition plan", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1),
+                     **kwargs)
+
+
+def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
              compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
              log: str | None = None) -> dict:
     """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one

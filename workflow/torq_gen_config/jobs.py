@@ -44,6 +44,36 @@ def records_failure(fn):
     return wrapper
 
 
+def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, **kwargs):
+    """Run the job body ``impl(**kwargs)`` in a supervised worker process
+    (:mod:`torq_gen_config.isolation`) with the time limit ``limit`` (seconds): a hang
+    or a crash of ONNX Runtime, onnx's reference evaluator or the IREE importer stops
+    only the worker. For model-level jobs: the run then stops with one line, unless
+    ``without_run`` names a keyword of ``impl`` that skips its whole-model reference run
+    (what hangs or crashes there): then the job is done again with that keyword set to
+    the reason, and says so.
+
+    Raises:
+        ModelError: the worker had to be stopped or died (naming ``what``), also when
+            done again without the whole-model run.
+        Exception: whatever the job body raised.
+    """
+    from .errors import ModelError
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+
+    try:
+        return run_isolated(impl, kwargs=kwargs, limit_s=limit, what=what)
+    except WorkerTimeout:
+        reason = (f"{what} did not finish within {limit:g} s and was stopped (raise --timeout if the model "
+                  "is big; a hang in ONNX Runtime or onnx's reference evaluator also ends this way)")
+    except WorkerCrash as e:
+        reason = f"{what} crashed: {e}"
+    if without_run is None or kwargs.get(without_run):
+        raise ModelError(reason)
+    print(f"warning: {reason}; done again without the whole-model reference run", file=sys.stderr)
+    return in_worker(impl, what, limit, without_run=without_run, **{**kwargs, without_run: reason})
+
+
 def _log(log_path: str | None, text: str) -> None:
     if not log_path:
         return
@@ -53,11 +83,22 @@ def _log(log_path: str | None, text: str) -> None:
 
 
 @records_failure
-def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
+def prepare_model_job(**kwargs) -> None:
+    """Rule ``prepare_model``: :func:`_prepare_model_job` in a supervised worker
+    (its whole-model reference run can hang or crash; :func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_prepare_model_job, "the model preparation", model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S),
+              without_run="model_run_failed", **kwargs)
+
+
+def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
                       subgraph: tuple[str, str] | None = None, precision: dict | None = None,
                       model_inputs: str | None = None, input_settings: dict | None = None,
                       input_data: str | None = None, input_shapes: dict | None = None,
-                      timeout_s: float | None = None, log: str | None = None) -> None:
+                      timeout_s: float | None = None, log: str | None = None,
+                      model_run_failed: str | None = None) -> None:
     """Rule ``prepare_model``: load, check and prepare the user's model (in subgraph
     mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph), with
     every tensor's shape and dtype completed (static inference, folding fed back, then
@@ -69,7 +110,9 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     ranges of generated values; ``input_data``: the user's model inputs (.npz);
     ``input_shapes``: name -> shape for symbolic dims (``--input-shapes``); the
     ``input_data`` arrays' shapes fill in the others. ``timeout_s``: budget of the
-    whole-model run (seconds).
+    whole-model run (seconds). ``model_run_failed``: why that run is skipped (it
+    crashed or hung the worker in a first attempt; shapes then come from static
+    inference alone, recorded in ``info["model_run"]["error"]``).
 
     Raises:
         ModelError: the model is missing, corrupt or unsupported, or the opset upgrade
@@ -103,6 +146,9 @@ def prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset
     def observe(whole, *, want, unknown):
         feeds, source = model_input_values(whole, input_settings, input_data, notes)
         run_state.update(feeds=feeds, source=source)
+        if model_run_failed:
+            return {"types": {}, "info": {"ran": False, "inputs": source, "error": model_run_failed,
+                                          "unknown_to_static_inference": unknown[:200]}}
         from .model_run import run_model_by_node, run_summary
 
         res = run_model_by_node(whole, feeds, timeout_s=timeout_s, keep=want)
@@ -223,11 +269,24 @@ def precision_summary(kind: str, report: dict) -> str:
 
 
 @records_failure
-def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str | None = None) -> None:
-    """Rule ``import_full_model``: full-model MLIR and the node -> line:col map."""
+def import_full_model_job(*, prepared: str, mlir: str, locations: str, timeout_s: float | None = None,
+                          log: str | None = None) -> None:
+    """Rule ``import_full_model``: full-model MLIR and the node -> line:col map; the
+    importer runs in a supervised worker (a hang or a crash is recorded as a failed
+    import: the layers then get no ``mlir_location``)."""
+    from .fileio import atomic_write_text
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import model_job_limit
     from .mlir.importer import import_full_model
+    from .reference import DEFAULT_TIMEOUT_S
 
-    res = import_full_model(prepared, mlir)
+    limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
+    try:
+        res = run_isolated(import_full_model, (prepared, mlir), limit_s=limit, what="the full-model MLIR import")
+    except (WorkerTimeout, WorkerCrash) as e:
+        atomic_write_text(mlir, "")
+        res = {"mlir_file": mlir, "status": "error", "message": str(e), "import_ms": None, "nodes": [],
+               "n_unverified": None}
     res["mlir_file"] = os.path.basename(mlir)
     write_json(locations, res)
     _log(log, f"imported full model: {res['status']}, {len(res['nodes'])} nodes, "
@@ -237,14 +296,28 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, log: str 
 
 
 @records_failure
-def split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
-                     layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None) -> None:
+def split_layers_job(**kwargs) -> None:
+    """Checkpoint ``split_layers``: :func:`_split_layers_job` in a supervised worker
+    (:func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_split_layers_job, "the layer split and its whole-model run",
+              model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), without_run="model_run_failed",
+              **kwargs)
+
+
+def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
+                     layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None,
+                     model_run_failed: str | None = None) -> None:
     """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest, and with
     ``layer_inputs`` ``propagate`` (the default) the whole-model reference run on the
     model's input values (``model_inputs``) that writes each layer's ``inputs.npz``
     (:func:`~torq_gen_config.reference.propagate_layer_inputs`; its summary goes to
     ``manifest["layer_inputs"]``). One checkpoint for both: the layer files and their
     inputs are known together, and a rerun rewrites only the files that changed.
+    ``model_run_failed``: why the whole-model run is skipped (it crashed or hung the
+    worker in a first attempt); every layer then gets generated inputs and says why.
 
     Raises:
         ModelError: the model input values do not fit the model.
@@ -265,16 +338,22 @@ def split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inpu
     if layer_inputs == "propagate" and model_inputs:
         from .reference import propagate_layer_inputs
 
-        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s)
+        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s,
+                                     failed=model_run_failed)
         man["layer_inputs"] = res
         run = res["run"]
         _log(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in {run['seconds']} s "
                   f"(engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); {res['rewritten']} of "
                   f"{res['layers']} layer input files changed; {len(res['fallback'])} layer(s) fall back to "
                   f"generated inputs: {res['fallback']}")
-        print(f"layer inputs: whole-model reference run on {res['model_inputs']} ({run['nodes_run']} nodes, "
-              f"{run['seconds']:.1f} s)" + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run could "
-                                            "not produce theirs)" if res["fallback"] else ""), file=sys.stderr)
+        if run.get("error"):
+            print(f"layer inputs: generated for all {len(res['fallback'])} layer(s) (the whole-model reference run "
+                  f"failed: {run['error'][:300]})", file=sys.stderr)
+        else:
+            print(f"layer inputs: whole-model reference run on {res['model_inputs']} ({run['nodes_run']} nodes, "
+                  f"{run['seconds']:.1f} s)" + (f"; {len(res['fallback'])} layer(s) get generated inputs (the run "
+                                                "could not produce theirs)" if res["fallback"] else ""),
+                  file=sys.stderr)
         for f in run["fallback_nodes"]:
             print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
                   f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",
@@ -291,26 +370,51 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     ``calibration``, see :func:`quantized_input_ranges`) and the outputs of both
     reference engines, ``engine`` first (:func:`~torq_gen_config.reference.compute_reference`),
     each bounded by ``timeout_s`` seconds."""
-    from .reference import compute_reference
+    import traceback
 
-    input_ranges = None
-    if calibration:
-        input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
-    meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
-                             input_ranges=input_ranges, engine=engine, timeout_s=timeout_s)
+    from .reference import compute_reference, save_npz
+
+    try:
+        input_ranges = None
+        if calibration:
+            input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
+        meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
+                                 input_ranges=input_ranges, engine=engine, timeout_s=timeout_s)
+    except Exception as e:  # one layer's failure never stops the others: its tests say why
+        message = f"the reference job failed on this layer: {type(e).__name__}: {str(e)[:1000]}"
+        meta = {"status": "error", "message": message, "engine": engine, "input_names": [], "output_names": [],
+                "inputs_missing": True, "layer_inputs": None, "second": {}, "engines_agreement": None}
+        save_npz(reference, {}, meta)
+        _log(log, f"{message}\n{traceback.format_exc()}")
     second = meta.get("second") or {}
+    record_timeout(reference, "timeout" in (meta.get("status"), second.get("status")), timeout_s)
     _log(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
               f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
               f"{second.get('message') or ''}; inputs: {meta.get('layer_inputs')}")
 
 
 @records_failure
-def import_layer_job(*, layer_onnx: str, mlir: str, status: str, log: str | None = None) -> None:
-    """Rule ``import_layer``: the layer's MLIR (an importer failure is recorded, not raised)."""
+def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: float | None = None,
+                     log: str | None = None) -> None:
+    """Rule ``import_layer``: the layer's MLIR, imported in a supervised worker. An
+    importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
+    timeout or crash), not raised: the layer's tests report it and the others go on."""
+    from .fileio import atomic_write_text
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import call_limit
     from .mlir.importer import import_layer
+    from .reference import DEFAULT_TIMEOUT_S
 
-    res = import_layer(layer_onnx, mlir)
+    try:
+        res = run_isolated(import_layer, (layer_onnx, mlir), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                           what="the MLIR import of the layer")
+        res.setdefault("stage", "import" if res["status"] != "ok" else None)
+    except (WorkerTimeout, WorkerCrash) as e:
+        atomic_write_text(mlir, "")
+        res = {"status": "error", "stage": "timeout" if isinstance(e, WorkerTimeout) else "crash",
+               "message": str(e), "import_ms": None}
     write_json(status, res)
+    record_timeout(status, res.get("stage") == "timeout", timeout_s)
     _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
 
 
@@ -330,6 +434,25 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     ``collect_timing``) also measures the runtime after a run that produced outputs
     (see :func:`~torq_gen_config.layer_test.run_layer_test`).
     """
+    import traceback
+
+    from .layer_test import error_result, one_line_summary
+
+    try:
+        _test_layer_job(layer=layer, executor=executor, layer_onnx=layer_onnx, reference=reference, mlir=mlir,
+                        import_status=import_status, result=result, tolerance=tolerance, timeout_s=timeout_s,
+                        log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing)
+    except Exception as e:  # a bug on one layer must not stop the others (nor the report)
+        message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+        res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
+                           tolerance=tolerance)
+        _log(log, message)
+        sys.stdout.write(one_line_summary(res) + "\n")
+
+
+def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
+                    import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
+                    log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None) -> None:
     from .layer_test import one_line_summary, run_layer_test, skipped_result
 
     if log:
@@ -356,6 +479,7 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
                          timing=timing)
+    record_timeout(result, (res.get("failure_report") or {}).get("stage") == "timeout", timeout_s)
     # one write per line: jobs are threads, and print() writes text and newline separately
     text = one_line_summary(res) + "\n"
     if verbose and res.get("failure_report"):
@@ -380,8 +504,46 @@ def mark_for_rerun(result_dir: str) -> str:
     """Return a marker file newer than the result in ``result_dir`` (touching it when
     needed), used as an extra input so that Snakemake reruns that job: a verdict
     skipped in skip mode is produced by the next run without skip mode."""
-    marker = os.path.join(result_dir, _RERUN_MARKER)
-    result = os.path.join(result_dir, "result.json")
+    return _newer_marker(os.path.join(result_dir, "result.json"), os.path.join(result_dir, _RERUN_MARKER))
+
+
+#: Suffix of the file beside a job's output when that output records a timeout: it
+#: holds the limit (s) in force, so that a run with a larger ``--timeout`` redoes the
+#: job instead of keeping a verdict a longer limit might change.
+TIMED_OUT_SUFFIX = ".timed-out"
+
+
+def record_timeout(output: str, timed_out: bool, timeout_s: float | None) -> None:
+    """Write (``timed_out``) or remove the timeout record of ``output`` (see
+    :data:`TIMED_OUT_SUFFIX`); ``timeout_s`` in seconds (None: the default limit)."""
+    from .reference import DEFAULT_TIMEOUT_S
+
+    record = Path(output + TIMED_OUT_SUFFIX)
+    if timed_out:
+        record.write_text(f"{float(timeout_s or DEFAULT_TIMEOUT_S):g}\n")
+    else:
+        record.unlink(missing_ok=True)
+
+
+def rerun_after_timeout(output: str, timeout_s: float | None) -> str | None:
+    """A marker input that reruns the job of ``output`` when that output records a
+    timeout under a smaller limit than ``timeout_s`` (seconds) now; None otherwise.
+    A stat per output when nothing timed out."""
+    from .reference import DEFAULT_TIMEOUT_S
+
+    record = output + TIMED_OUT_SUFFIX
+    try:
+        limit = float(Path(record).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if limit >= float(timeout_s or DEFAULT_TIMEOUT_S):
+        return None
+    return _newer_marker(output, output + _RERUN_MARKER)
+
+
+def _newer_marker(output: str, marker: str) -> str:
+    """``marker``, touched when needed so that it is newer than ``output``."""
+    result = output
     try:
         if os.stat(marker).st_mtime_ns > os.stat(result).st_mtime_ns:
             return marker
@@ -583,12 +745,19 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
         "executors": executors,
         "executor_tools": tools,
         "options": options,
-        "model": {"source": info.get("source"), "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
+        "model": {"source": info.get("source"), "sha256": _model_digest(info.get("source")),
+                  "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
                   "warnings": info.get("warnings"), "shapes": info.get("shapes"),
                   "model_inputs": info.get("model_inputs"), "model_run": info.get("model_run")},
         "mlir": {"status": locations.get("status"), "message": locations.get("message"),
                  "unverified_nodes": locations.get("n_unverified")},
     }
+
+
+def _model_digest(path: str | None) -> str | None:
+    from .report.staleness import model_digest
+
+    return model_digest(path) if path else None
 
 
 def _module_version(name: str) -> str | None:
@@ -608,7 +777,15 @@ _dist_version = _module_version
 
 
 @records_failure
-def calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float_range: list[float],
+def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
+    """:func:`_calibrate_job` in a supervised worker (ONNX Runtime runs the model; :func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_calibrate_job, "the calibration", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S), **kwargs)
+
+
+def _calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float_range: list[float],
                   data: str | None = None, log: str | None = None) -> None:
     """Rule ``calibrate_model``: the calibration samples (``data`` .npz, else ``samples``
     seeded random ones in ``float_range``) run through the FP32 prepared model in
@@ -640,7 +817,15 @@ def _quantize_settings(settings: dict) -> dict:
 
 
 @records_failure
-def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info: str, settings: dict,
+def quantize_full_model_job(*, timeout_s: float | None = None, **kwargs) -> None:
+    """:func:`_quantize_full_model_job` in a supervised worker (ONNX Runtime runs the model; :func:`in_worker`)."""
+    from .limits import model_job_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    in_worker(_quantize_full_model_job, "the quantization of the full model", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S), **kwargs)
+
+
+def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info: str, settings: dict,
                             samples: int, seed: int, float_range: list[float], data: str | None = None,
                             log: str | None = None) -> None:
     """Rule ``quantize_full_model``: the whole FP32 prepared model quantized once
@@ -676,7 +861,25 @@ def quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info:
 
 
 @records_failure
-def quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
+def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
+    """:func:`_quantize_layer_job` in a supervised worker; a hang or a crash of the
+    quantizer is recorded like a failed quantization (the layer's tests report it at
+    stage ``quantize``, the other layers go on)."""
+    from .fileio import write_bytes_if_changed
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from .limits import call_limit
+    from .reference import DEFAULT_TIMEOUT_S
+
+    try:
+        run_isolated(_quantize_layer_job, kwargs=kwargs, limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                     what="the quantization of the layer")
+    except (WorkerTimeout, WorkerCrash) as e:
+        write_bytes_if_changed(kwargs["quantized"], Path(kwargs["layer_onnx"]).read_bytes())
+        write_json(kwargs["info"], {"status": "error", "message": str(e), "quant_format": None})
+        _log(kwargs.get("log"), f"quantization of {kwargs['layer_onnx']} stopped: {e}")
+
+
+def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
                        full_model_info: str | None = None, log: str | None = None) -> None:
     """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
     whole model's calibration ranges on its inputs and outputs, in the format the

@@ -129,21 +129,22 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         backend = make_backend(executor)
     except Exception as e:
         return fail("compile", f"backend {executor['backend']!r} is not available: {e}")
-    result["tool"] = _safe_describe(backend)
+    result["tool"] = _safe_describe(backend, min(float(timeout_s), 60.0))
 
     if backend.needs_mlir:
         st = json.loads(Path(import_status).read_text()) if import_status else {"status": "ok"}
         if st.get("status") != "ok":
-            return fail("import", st.get("message") or "MLIR import failed")
+            stage = st.get("stage") or "import"
+            return fail(stage, st.get("message") or "MLIR import failed", "import" if stage != "import" else None)
     try:
-        artifact = backend.compile(onnx_path=layer_onnx, mlir_path=layer_mlir, work_dir=work_dir,
-                                   timeout_s=timeout_s, log_path=log_path)
+        artifact, outputs, run_ms = backend.compile_and_run(
+            onnx_path=layer_onnx, mlir_path=layer_mlir, inputs=inputs, input_names=meta["input_names"],
+            output_names=meta["output_names"], work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
         result["timing"]["compile_ms"] = _round(artifact.compile_ms)
-        outputs, run_ms = backend.run(artifact, inputs=inputs, input_names=meta["input_names"],
-                                      output_names=meta["output_names"], work_dir=work_dir,
-                                      timeout_s=timeout_s, log_path=log_path)
         result["timing"]["run_ms"] = _round(run_ms)
     except StageError as e:
+        if getattr(e, "compile_ms", None) is not None:  # compiled, then the run failed
+            result["timing"]["compile_ms"] = _round(e.compile_ms)
         during = getattr(e, "during", None)
         at_run = e.stage == "run" or (e.stage in ("timeout", "crash") and during == "run")
         if at_run and meta["status"] != "ok":
@@ -232,8 +233,9 @@ def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, 
 
 def error_result(*, layer: dict, executor: dict, stage: str, message: str, result_path: str,
                  tolerance: dict) -> dict:
-    """Write and return an ``error`` verdict found before compiling (e.g. stage
-    ``quantize``: the layer could not be quantized, ``--quantize``)."""
+    """Write and return an ``error`` verdict found before compiling (stage ``quantize``:
+    the layer could not be quantized, ``--quantize``) or outside the test itself (stage
+    ``internal``: torq-gen-config failed on this layer; the message has the traceback)."""
     from .tools import bounded_message, first_error_line
 
     result = {
@@ -303,9 +305,9 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 3)
 
 
-def _safe_describe(backend) -> dict:
+def _safe_describe(backend, probe_timeout_s: float) -> dict:
     try:
-        return backend.describe()
+        return backend.describe(probe_timeout_s=probe_timeout_s)
     except Exception as e:  # provenance must not fail a test
         return {"error": str(e)}
 

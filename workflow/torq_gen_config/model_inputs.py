@@ -33,10 +33,9 @@ def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict
 
     from .errors import ModelError
 
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read input data {path}: {e}") from None
+    from .reference import open_input_data
+
+    data = open_input_data(path)
     shapes = {}
     inits = {t.name for t in model.graph.initializer}
     with data:

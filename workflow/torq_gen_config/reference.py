@@ -23,6 +23,8 @@ from typing import Any
 
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
 
+#: Time limit of an engine when the caller gives none (the config's default ``timeout_s``), seconds.
+DEFAULT_TIMEOUT_S = 300.0
 #: Default value ranges per dtype class, [low, high) (config ``inputs``).
 DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range": [-40, 40], "uint8_range": [0, 80]}
 
@@ -99,7 +101,9 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     import onnx
 
     from .compare import compare_on_model
-    from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated_each
+    from .limits import call_limit
+    from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
 
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
@@ -125,26 +129,35 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
             return meta
     bf16 = has_bfloat16(layer)
 
-    def run(eng: str) -> tuple[dict, list]:
+    second_engine = next(e for e in ENGINES if e != engine)
+    engines = [engine, second_engine] if second_opinion else [engine]
+    limit = call_limit(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S)
+    # both engines in one supervised worker, each bounded on its own (a hang or crash
+    # of one stops that worker: its status is then "timeout" or "crash")
+    outcomes = run_isolated_each(
+        [(run_reference_file, (str(layer_path), inputs, output_names, eng, timeout_s, intra_op_num_threads), {})
+         for eng in engines],
+        limit_s=limit, what=[f"{engine_label(eng)} on the layer" for eng in engines])
+
+    def engine_result(eng: str, outcome) -> tuple[dict, list]:
         info: dict[str, Any] = {"engine": eng, "engine_version": engine_version(eng), "status": "ok",
                                 "message": None, "run_ms": None}
-        t0 = time.perf_counter()
-        try:
-            outs = run_reference(layer, inputs, output_names, engine=eng, timeout_s=timeout_s,
-                                 model_path=layer_path, intra_op_num_threads=intra_op_num_threads)
-            info["run_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        if not isinstance(outcome, BaseException):
+            outs, run_ms = outcome
+            info["run_ms"] = round(run_ms, 3)
             return info, outs
-        except ReferenceTimeout as e:
-            info["status"], info["message"] = "timeout", f"{engine_label(eng)} failed on the layer: {e}"
-        except Exception as e:  # each engine raises its own exception types
+        if isinstance(outcome, (ReferenceTimeout, WorkerTimeout)):
+            info["status"] = "timeout"
+        elif isinstance(outcome, WorkerCrash):
+            info["status"] = "crash"
+        else:  # each engine raises its own exception types
             info["status"] = "error"
-            info["message"] = f"{engine_label(eng)} failed on the layer: {str(e).strip()[:2000]}"
+        info["message"] = f"{engine_label(eng)} failed on the layer: {str(outcome).strip()[:2000]}"
         return info, []
 
-    primary, outputs = run(engine)
-    second_engine = next(e for e in ENGINES if e != engine)
+    primary, outputs = engine_result(engine, outcomes[0])
     if second_opinion:
-        second, second_outputs = run(second_engine)
+        second, second_outputs = engine_result(second_engine, outcomes[1])
     else:
         second, second_outputs = {"engine": second_engine, "status": "not run", "message": None, "run_ms": None}, []
     meta: dict[str, Any] = {
@@ -224,6 +237,35 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
                          model_path=model_path, intra_op_num_threads=intra_op_num_threads)
 
 
+def open_input_data(path: str | os.PathLike):
+    """Open an ``--input-data`` file (``.npz``, arrays by input name) without unpickling.
+
+    Returns:
+        The ``numpy.lib.npyio.NpzFile`` (a context manager).
+
+    Raises:
+        ModelError: the file is missing or unreadable, or it is not an ``.npz`` archive
+            (a single ``.npy`` array has no input names).
+    """
+    import zipfile
+
+    import numpy as np
+
+    from .errors import ModelError
+
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as e:
+        raise ModelError(f"cannot read input data {path}: {e.strerror or e}") from None
+    if not is_zip:
+        raise ModelError(f"input data {path} is not an .npz archive (write one with numpy.savez(path, "
+                         "<input name>=array, ...))")
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ModelError(f"cannot read input data {path}: {e}") from None
+
+
 def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: F821
                     notes: list[str] | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
     """Model inputs from a user's ``.npz`` (``--input-data``), keyed by input name.
@@ -253,10 +295,7 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
 
     from .errors import ModelError
 
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read input data {path}: {e}") from None
+    data = open_input_data(path)
     feeds = {}
     with data:
         taken = {vi.name for vi in model.graph.input}
@@ -409,7 +448,8 @@ def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> tupl
 
 
 def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, layers_dir: str | os.PathLike,
-                           model_inputs: str | os.PathLike, *, timeout_s: float | None = None) -> dict:
+                           model_inputs: str | os.PathLike, *, timeout_s: float | None = None,
+                           failed: str | None = None) -> dict:
     """The whole-model reference run, and each layer's inputs from it (``--layer-inputs
     propagate``, the default): every layer sees the values it gets in the model.
 
@@ -420,11 +460,14 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     changed, so unchanged layers are not retested). A layer whose inputs the run could
     not produce (a node upstream that neither engine can evaluate) gets an
     ``inputs.npz`` without arrays whose ``__meta__["fallback"]`` says why; its reference
-    job then generates its inputs (:func:`compute_reference`) and says so.
+    job then generates its inputs (:func:`compute_reference`) and says so. ``failed``:
+    the run is not done (it crashed or hung in an earlier attempt, this reason): every
+    layer falls back so.
 
     Returns:
         JSON-safe ``{"model_inputs": source, "layers": N, "rewritten": M,
-        "fallback": {slug: reason}, "run": run summary}``.
+        "fallback": {slug: reason}, "run": run summary}`` (the summary has ``error``
+        when ``failed``).
 
     Raises:
         ModelError: ``model_inputs`` lacks an input of the model.
@@ -471,6 +514,14 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
         if not names:
             write(slug, {}, {"source": source})
             got.pop(slug)
+    if failed:
+        fallback = {slug: f"the whole-model run failed: {failed}" for slug in got}
+        for slug, reason in fallback.items():
+            write(slug, {}, {"fallback": reason})
+        run = {"engines": [], "nodes_run": 0, "seconds": 0.0, "peak_live_bytes": 0, "fallback_nodes": [],
+               "failed_nodes": [], "unavailable": {}, "num_unavailable": 0, "error": failed}
+        return {"model_inputs": meta.get("source"), "layers": len(layers), "rewritten": rewritten,
+                "fallback": fallback, "run": run}
     res = run_model_by_node(model, feeds, on_value=on_value, timeout_s=timeout_s)
     fallback = {}
     for slug, have in got.items():

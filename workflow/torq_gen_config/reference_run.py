@@ -100,6 +100,26 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
     return outs
 
 
+def run_reference_file(model_path: str, feeds: dict, output_names: list[str], engine: str,
+                       timeout_s: float | None, intra_op_num_threads: int | None = 1) -> tuple[list, float]:
+    """:func:`run_reference` on the model file ``model_path`` (for a worker process:
+    the path crosses the process boundary, not the model): ``(outputs, run_ms)``,
+    ``run_ms`` the engine's wall time in milliseconds.
+
+    Raises:
+        as :func:`run_reference`.
+    """
+    import time
+
+    import onnx
+
+    model = onnx.load(model_path)
+    t0 = time.perf_counter()
+    outs = run_reference(model, feeds, output_names, engine=engine, timeout_s=timeout_s, model_path=model_path,
+                         intra_op_num_threads=intra_op_num_threads)
+    return outs, (time.perf_counter() - t0) * 1000.0
+
+
 def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
                      model_path, intra_op_num_threads: int | None) -> list:
     import onnxruntime as ort
@@ -125,7 +145,14 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
     from .ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
 
     try:
-        return run_session(sess, list(output_names), dict(feeds), run_options)
+        if timeout_s is None:
+            return run_session(sess, list(output_names), dict(feeds), run_options)
+        # terminate is checked between kernels only: a kernel that never returns (a Loop
+        # of 2**40 iterations) is abandoned after a grace period instead
+        return call_with_deadline(lambda: run_session(sess, list(output_names), dict(feeds), run_options),
+                                  float(timeout_s) + min(5.0, float(timeout_s)), what="ONNX Runtime")
+    except ReferenceTimeout:
+        raise
     except Exception:
         if fired.is_set():
             raise ReferenceTimeout(f"ONNX Runtime did not finish within {timeout_s:g} s (terminated)") from None

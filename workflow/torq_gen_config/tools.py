@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -35,10 +36,54 @@ __all__ = [
     "find_tool",
     "bounded_message",
     "first_error_line",
+    "tool_version",
 ]
 
 # Seconds to wait for the pipes to close after the process group was killed.
 _DRAIN_AFTER_KILL_S = 5.0
+# Tools started by this process and still running (killed when the run stops).
+_LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+# util-linux's setpriv makes the kernel kill a tool when the job that started it dies
+# (``kill -9`` of the run: no handler of ours runs then); without it, tools are still
+# killed when the run stops normally or on a signal (kill_all_tools).
+_SETPRIV = shutil.which("setpriv")
+_PDEATHSIG = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+
+
+# Tool process groups outlive a ``kill -9`` of the run (setpriv's PDEATHSIG reaches the
+# tool itself, not what a wrapper script started): a small reaper process per run holds
+# the groups of the running tools and kills them when its pipe from the run closes.
+_REAPER_CODE = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin:
+    (groups.add if line[0] == "+" else groups.discard)(int(line[1:]))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_reaper: subprocess.Popen | None = None
+_reaper_pid = None
+
+
+def _tell_reaper(line: str) -> None:
+    """Send ``+pgid`` / ``-pgid`` to this process's reaper (started on first use)."""
+    global _reaper, _reaper_pid
+    with _LIVE_LOCK:
+        try:
+            if _reaper is None or _reaper_pid != os.getpid() or _reaper.poll() is not None:
+                _reaper = subprocess.Popen([sys.executable, "-S", "-c", _REAPER_CODE], stdin=subprocess.PIPE,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True, text=True, bufsize=1)
+                _reaper_pid = os.getpid()
+            _reaper.stdin.write(line + "\n")
+        except OSError:  # no reaper: tools are still killed on a normal stop or a signal
+            _reaper = None
 
 
 class ToolNotFoundError(FileNotFoundError):
@@ -152,10 +197,19 @@ def run_tool(
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"run_tool: timeout_s must be > 0 (got {timeout_s!r})")
 
+    prefix = _PDEATHSIG
+    if prefix:  # setpriv would report a missing or non-executable tool as its own failure
+        exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=(env or os.environ).get("PATH"))
+        if not exe or not os.path.exists(exe):
+            raise ToolNotFoundError(f"cannot run {argv[0]!r}: executable not found (No such file or directory)")
+        if not os.access(exe, os.X_OK) or os.path.isdir(exe):
+            raise PermissionError(f"cannot run {argv[0]!r}: not executable")
+        if cwd is not None and not os.path.isdir(cwd):
+            raise ToolNotFoundError(f"working directory does not exist: {cwd}")
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(
-            argv,
+            prefix + argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -168,6 +222,9 @@ def run_tool(
             raise ToolNotFoundError(f"working directory does not exist: {cwd}") from None
         raise ToolNotFoundError(f"cannot run {argv[0]!r}: executable not found ({e.strerror})") from None
 
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
+    _tell_reaper(f"+{proc.pid}")
     timed_out = False
     try:
         try:
@@ -188,6 +245,10 @@ def run_tool(
         _kill_group(proc)
         proc.wait()
         raise
+    finally:
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
+        _tell_reaper(f"-{proc.pid}")
     wall_ms = (time.perf_counter() - start) * 1000.0
 
     rc = proc.returncode
@@ -204,6 +265,19 @@ def run_tool(
     if log_path is not None:
         _append_log(log_path, result, cwd=cwd, timeout_s=timeout_s)
     return result
+
+
+def kill_all_tools() -> int:
+    """Kill the process group of every tool still running (the run is stopping).
+
+    Returns:
+        The number of tools killed.
+    """
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for proc in live:
+        _kill_group(proc)
+    return len(live)
 
 
 def _append_log(log_path: str | os.PathLike, res: ToolResult, *, cwd, timeout_s: float) -> None:
@@ -387,3 +461,41 @@ def first_error_line(text: str, limit: int = 512) -> str:
     if len(line) > limit:
         line = line[: limit - 3] + "..."
     return line
+
+
+#: ``tool --version`` answers of this process, by (path, mtime): probed once per run.
+_VERSION_CACHE: dict[tuple, str | None] = {}
+_VERSION_LOCK = __import__("threading").Lock()
+
+
+def tool_version(tool: str, *, timeout_s: float, pick=None) -> str | None:
+    """The version line of ``tool --version``, probed once per process (jobs are
+    threads of one Snakemake process) and cached with failures too, so a hanging or
+    broken tool costs one bounded probe per run, not one per job.
+
+    Args:
+        tool: the executable's path.
+        timeout_s: limit of the probe in seconds (the run's ``--timeout``, capped by
+            the caller).
+        pick: ``pick(line) -> bool`` selects the line (default: the first non-blank one).
+
+    Returns:
+        The stripped line, or None when the tool times out, fails or prints none.
+    """
+    try:
+        key = (tool, os.stat(tool).st_mtime_ns)
+    except OSError:
+        return None
+    with _VERSION_LOCK:  # other jobs wait for the one probe instead of starting their own
+        if key in _VERSION_CACHE:
+            return _VERSION_CACHE[key]
+        version = None
+        try:
+            res = run_tool([tool, "--version"], timeout_s=timeout_s)
+            if res.ok:
+                version = next((ln.strip() for ln in res.stdout.splitlines()
+                                if ln.strip() and (pick is None or pick(ln))), None)
+        except OSError:
+            pass
+        _VERSION_CACHE[key] = version
+        return version

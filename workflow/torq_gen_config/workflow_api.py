@@ -19,6 +19,14 @@ from .errors import TorqGenConfigError
 SNAKEFILE = REPO_ROOT / "Snakefile"
 
 
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (``signum``: SIGINT for Ctrl-C, or SIGTERM)."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signum)
+        self.signum = int(signum)
+
+
 class WorkflowFailed(TorqGenConfigError):
     """Snakemake reported failed jobs or could not build the workflow."""
 
@@ -49,23 +57,23 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     """
     if not SNAKEFILE.exists():
         raise WorkflowFailed(f"Snakefile not found at {SNAKEFILE}; install the package from a checkout with `pip install -e .`")
-    from filelock import FileLock, Timeout
+    from . import run_lock
 
     workdir = Path(workdir).resolve()
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
+        reason = "it is a file" if workdir.is_file() else (e.strerror or e)
+        raise WorkflowFailed(f"cannot use output directory {workdir}: {reason}") from None
     if not os.access(workdir, os.W_OK):
         raise WorkflowFailed(f"cannot use output directory {workdir}: not writable")
-    # An OS-level lock (released by the kernel if this process dies) tells whether
-    # another torq-gen-config run uses this directory. If we hold it, any Snakemake
-    # lock left there is stale (a killed run) and is removed, so the rerun resumes.
-    run_lock = FileLock(str(workdir / ".torq-gen-config.lock"))
+    # An OS-level lock per discovery (released by the kernel if this process dies),
+    # the same the workflow takes in its onstart handler (torq_gen_config.run_lock).
+    lock_path = workdir / _lock_name(config)
     try:
-        run_lock.acquire(timeout=0)
-    except Timeout:
-        raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
+    except run_lock.RunLocked as e:
+        raise WorkflowFailed(str(e)) from None
     interrupted = []
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -78,13 +86,15 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
                     forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
     except WorkflowFailed:
-        if interrupted:
-            raise KeyboardInterrupt from None
+        from . import isolation
+
+        if interrupted or isolation.stop_signal():
+            raise Interrupted(interrupted[0] if interrupted else isolation.stop_signal()) from None
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        run_lock.release()
+        run_lock.release(lock_path)
 
 
 def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose,
@@ -103,10 +113,10 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
     from snakemake.scheduling.greedy import SchedulerSettings as GreedySchedulerSettings
     from snakemake_interface_common.exceptions import WorkflowError
 
-    if any((workdir / ".snakemake" / "locks").glob("*")):
-        with SnakemakeApi(OutputSettings(quiet={Quietness.ALL})) as api:
-            api.workflow(snakefile=SNAKEFILE, workdir=workdir, resource_settings=ResourceSettings(cores=cores),
-                         config_settings=ConfigSettings(config=config)).dag().unlock()
+    from . import run_lock
+
+    # a Snakemake lock left by a killed run is removed when the workflow is parsed
+    # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
     quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
     from . import jobs
 
@@ -142,6 +152,24 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
         raise
 
 
+def _report_name(config: dict) -> str:
+    """The report name of a config: the model's stem, plus the subgraph suffix."""
+    from .config import model_name, resolve_model_path
+    from .model.subgraph import subgraph_of_config
+
+    try:
+        sub = subgraph_of_config(config)
+    except TorqGenConfigError:  # reported by the workflow itself, with its context
+        sub = None
+    return model_name(resolve_model_path(config["model"])) + (sub["suffix"] if sub else "")
+
+
+def _lock_name(config: dict) -> str:
+    from .layout import lock_file
+
+    return lock_file(_report_name(config))
+
+
 def _with_job_failures(message: str, failures: list[str]) -> str:
     """Snakemake's message, led by the first bad-input error a job raised (its
     reason, e.g. the int64 tensor out of int32 range), if any."""
@@ -164,7 +192,6 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
     """
     import yaml
-    from filelock import FileLock, Timeout
     from snakemake.cli import args_to_api, parse_args
 
     from .fileio import atomic_write_text
@@ -173,7 +200,8 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     try:
         workdir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise WorkflowFailed(f"cannot use output directory {workdir}: {e.strerror or e}") from None
+        reason = "it is a file" if workdir.is_file() else (e.strerror or e)
+        raise WorkflowFailed(f"cannot use output directory {workdir}: {reason}") from None
     cfg_path = workdir / ".torq-gen-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
     argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores),
@@ -183,11 +211,13 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         argv += ["--quiet", "rules", "host", "reason"]
     if forceall:
         argv.append("--forceall")
-    run_lock = FileLock(str(workdir / ".torq-gen-config.lock"))
+    from . import run_lock
+
+    lock_path = workdir / _lock_name(config)
     try:
-        run_lock.acquire(timeout=0)
-    except Timeout:
-        raise WorkflowFailed(f"another torq-gen-config run is using {workdir}; wait for it to finish") from None
+        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
+    except run_lock.RunLocked as e:
+        raise WorkflowFailed(str(e)) from None
     try:
         try:
             parser, args = parse_args(argv + list(extra_args))
@@ -200,7 +230,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         if not ok:
             raise WorkflowFailed("Snakemake reported a failure (see its messages above)")
     finally:
-        run_lock.release()
+        run_lock.release(lock_path)
 
 
 def _one_line(e: BaseException) -> str:

@@ -87,6 +87,13 @@ class StageError(Exception):
         during = f", during={self.during!r}" if self.during else ""
         return f"StageError({self.stage!r}, {self.summary!r}{during})"
 
+    def __reduce__(self):  # pickled across the worker boundary (torq_gen_config.isolation)
+        return (_stage_error, (self.stage, self.message, self.during))
+
+
+def _stage_error(stage: str, message: str, during: str | None) -> StageError:
+    return StageError(stage, message, during=during)
+
 
 @dataclass
 class CompiledArtifact:
@@ -203,9 +210,48 @@ class Backend(ABC):
             ValueError: an input named in ``input_names`` is missing from ``inputs``.
         """
 
+    def compile_and_run(
+        self,
+        *,
+        onnx_path: str,
+        mlir_path: str | None,
+        inputs: dict[str, "np.ndarray"],
+        input_names: list[str],
+        output_names: list[str],
+        work_dir: str,
+        timeout_s: float,
+        log_path: str | None,
+    ) -> tuple[CompiledArtifact, dict[str, "np.ndarray"], float]:
+        """:meth:`compile` then one :meth:`run` (a layer test's verification run).
+
+        Backends whose work runs in a worker process override it to do both in one
+        worker (one process start per layer test instead of two).
+
+        Args:
+            as for :meth:`compile` and :meth:`run`; ``timeout_s`` bounds each of the two.
+
+        Returns:
+            ``(artifact, outputs, run_ms)``: as :meth:`compile` and :meth:`run` return.
+
+        Raises:
+            StageError: as :meth:`compile` or :meth:`run`; when the run failed, the
+                error carries the compile time as ``compile_ms`` (ms).
+            ValueError: as :meth:`run`.
+        """
+        artifact = self.compile(onnx_path=onnx_path, mlir_path=mlir_path, work_dir=work_dir, timeout_s=timeout_s,
+                                log_path=log_path)
+        try:
+            outputs, run_ms = self.run(artifact, inputs=inputs, input_names=input_names, output_names=output_names,
+                                       work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+        except StageError as e:
+            e.compile_ms = artifact.compile_ms
+            raise
+        return artifact, outputs, run_ms
+
     @abstractmethod
-    def describe(self) -> dict:
-        """Provenance: backend kind, executor name, effective options, tool paths and versions.
+    def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
+        """Provenance: backend kind, executor name, effective options, tool paths and versions
+        (a tool's ``--version`` probe bounded by ``probe_timeout_s`` seconds).
 
         Returns:
             A JSON-serialisable dict; it never raises for a missing tool (the problem

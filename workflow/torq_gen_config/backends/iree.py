@@ -58,9 +58,14 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..tools import ToolNotFoundError, bounded_message, find_tool, run_tool
+from ..tools import ToolNotFoundError, bounded_message, find_tool, run_tool, tool_version
 from .base import (Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args,
                    raise_for_tool_failure, runtime_stats)
+
+
+def _iree_version_line(line: str) -> bool:
+    """The line of ``iree-compile --version`` that names IREE's version."""
+    return "version" in line.lower() and "IREE" in line
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -285,7 +290,6 @@ class IreeBackend(Backend):
         self.run_flags: list[str] = list(self.options.get("run_flags") or [])
         self.compile_threads: bool = bool(self.options.get("compile_threads", False))
         self._tools: dict[str, str] = {}
-        self._compiler_version: str | None = None
 
     # ----------------------------------------------------------------- tools
     def _tool(self, name: str) -> str:
@@ -582,8 +586,9 @@ class IreeBackend(Backend):
         return flags
 
     # ------------------------------------------------------------- describe
-    def describe(self) -> dict:
-        """Provenance of this executor.
+    def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
+        """Provenance of this executor (the compiler's ``--version`` is probed once per
+        run, within ``probe_timeout_s`` seconds: :func:`torq_gen_config.tools.tool_version`).
 
         Returns:
             ``{"kind", "name", "target", "device", "target_cpu", "compile_flags",
@@ -608,26 +613,14 @@ class IreeBackend(Backend):
                 d[key] = self._tool(tool)
             except ToolNotFoundError as e:
                 d[key] = {"error": str(e)}
-        d["iree_compiler_version"] = self._compile_version(d["iree_compile"])
+        d["iree_compiler_version"] = (tool_version(d["iree_compile"], timeout_s=probe_timeout_s,
+                                                   pick=_iree_version_line)
+                                      if isinstance(d["iree_compile"], str) else None)
         try:
             d["iree_runtime_version"] = metadata.version("iree-base-runtime")
         except metadata.PackageNotFoundError:
             d["iree_runtime_version"] = None
         return d
-
-    def _compile_version(self, tool: Any) -> str | None:
-        """First line of ``iree-compile --version`` mentioning the version (cached)."""
-        if self._compiler_version is None and isinstance(tool, str):
-            try:
-                res = run_tool([tool, "--version"], timeout_s=60)
-            except OSError:
-                return None
-            for line in res.stdout.splitlines():
-                if "version" in line.lower() and "IREE" in line:
-                    self._compiler_version = line.strip()
-                    break
-        return self._compiler_version
-
 
 _TIME_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1000.0}
 

@@ -221,7 +221,7 @@ class OnnxRuntimeBackend(Backend):
             )
         return session, wall_ms
 
-    def compile(
+    def _compile_here(
         self,
         *,
         onnx_path: str,
@@ -312,7 +312,7 @@ class OnnxRuntimeBackend(Backend):
         feed = {n: np.asarray(inputs[n]) for n in input_names}
         return session, ort_io.prepare_feed(session, feed, list(output_names or []))
 
-    def run(
+    def _run_here(
         self,
         artifact: CompiledArtifact,
         *,
@@ -394,7 +394,7 @@ class OnnxRuntimeBackend(Backend):
         _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- ok; wall {wall_ms:.3f} ms")
         return dict(zip(output_names, results)), wall_ms
 
-    def benchmark(
+    def _benchmark_here(
         self,
         artifact: CompiledArtifact,
         *,
@@ -487,7 +487,96 @@ class OnnxRuntimeBackend(Backend):
                               f"min {stats['min_ms']} ms")
         return stats
 
-    def describe(self) -> dict:
+    # Public methods: the work runs in a supervised worker process (a hang or a crash of
+    # onnxruntime must not take the run with it; torq_gen_config.isolation).
+    def compile(self, *, onnx_path: str, mlir_path: str | None, work_dir: str, timeout_s: float,
+                log_path: str | None) -> CompiledArtifact:
+        """:meth:`_compile_here` in a supervised worker; the artifact comes back without
+        its session (:meth:`run` creates one from ``info["onnx_path"]``).
+
+        Raises:
+            StageError: as :meth:`_compile_here`; ``"timeout"``/``"crash"`` with
+                ``during="compile"`` when the worker had to be stopped or died.
+        """
+        return self._in_worker("compile", "compile", timeout_s, onnx_path=onnx_path, mlir_path=mlir_path,
+                               work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+
+    def run(self, artifact: CompiledArtifact, *, inputs: dict, input_names: list[str], output_names: list[str],
+            work_dir: str, timeout_s: float, log_path: str | None) -> tuple[dict, float]:
+        """:meth:`_run_here` in a supervised worker (see :meth:`compile`).
+
+        Raises:
+            StageError: as :meth:`_run_here`; ``"timeout"``/``"crash"`` with
+                ``during="run"`` when the worker had to be stopped or died.
+        """
+        return self._in_worker("run", "run", timeout_s, _artifact(artifact), inputs=inputs, input_names=input_names,
+                               output_names=output_names, work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+
+    def compile_and_run(self, *, onnx_path: str, mlir_path: str | None, inputs: dict, input_names: list[str],
+                        output_names: list[str], work_dir: str, timeout_s: float,
+                        log_path: str | None) -> tuple[CompiledArtifact, dict, float]:
+        """:meth:`_compile_here` then :meth:`_run_here` in one supervised worker, each
+        bounded on its own; the run uses the session the compile created there.
+
+        Returns / Raises: as :meth:`Backend.compile_and_run`; a worker that had to be
+        stopped or died is ``"timeout"``/``"crash"`` with ``during`` the step it was in.
+        """
+        from ..isolation import run_isolated_each
+        from ..limits import call_limit
+
+        limit = call_limit(timeout_s)
+        compiled, ran = run_isolated_each(
+            [(_call_in_worker, (self.name, self.options, "compile", (),
+                                dict(onnx_path=onnx_path, mlir_path=mlir_path, work_dir=work_dir,
+                                     timeout_s=timeout_s, log_path=log_path)), {}),
+             (_call_in_worker, (self.name, self.options, "run", (None,),
+                                dict(inputs=inputs, input_names=input_names, output_names=output_names,
+                                     work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)), {})],
+            limit_s=limit, what=[f"onnxruntime compile of executor {self.name}",
+                                 f"onnxruntime run of executor {self.name}"])
+        if isinstance(compiled, BaseException):
+            raise self._worker_failure(compiled, "compile", "compile", limit)
+        if isinstance(ran, BaseException):
+            error = self._worker_failure(ran, "run", "run", limit)
+            if isinstance(error, StageError):
+                error.compile_ms = compiled.compile_ms
+            raise error
+        outputs, run_ms = ran
+        return compiled, outputs, run_ms
+
+    def benchmark(self, artifact: CompiledArtifact, *, inputs: dict, input_names: list[str], output_names: list[str],
+                  work_dir: str, runs: int, warmup: int, timeout_s: float, log_path: str | None) -> dict:
+        """:meth:`_benchmark_here` in a supervised worker (see :meth:`compile`)."""
+        return self._in_worker("benchmark", "run", timeout_s, _artifact(artifact), inputs=inputs,
+                               input_names=input_names, output_names=output_names, work_dir=work_dir, runs=runs,
+                               warmup=warmup, timeout_s=timeout_s, log_path=log_path)
+
+    def _in_worker(self, method: str, during: str, call_timeout_s: float, *args, **kwargs):
+        from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
+        from ..limits import call_limit
+
+        limit = call_limit(call_timeout_s)
+        try:
+            return run_isolated(_call_in_worker, (self.name, self.options, method, args, kwargs), limit_s=limit,
+                                what=f"onnxruntime {method} of executor {self.name}")
+        except (WorkerTimeout, WorkerCrash) as e:
+            raise self._worker_failure(e, method, during, limit) from None
+
+    @staticmethod
+    def _worker_failure(error: BaseException, method: str, during: str, limit: float) -> BaseException:
+        """The exception to raise for a worker call's failure: a stopped or dead worker
+        becomes a ``"timeout"``/``"crash"`` StageError; anything else is itself."""
+        from ..isolation import WorkerCrash, WorkerTimeout
+
+        if isinstance(error, WorkerTimeout):
+            return StageError("timeout", f"onnxruntime {method} did not finish within {limit:g} s (the worker "
+                                         "process was stopped)", during=during)
+        if isinstance(error, WorkerCrash):
+            return StageError("crash", f"onnxruntime crashed during {method} ({error.signal_name or 'no signal'}): "
+                                       f"{error}", during=during)
+        return error
+
+    def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
         """Provenance of this executor.
 
         Returns:
@@ -511,3 +600,31 @@ class OnnxRuntimeBackend(Backend):
             d["onnxruntime_version"] = ort.__version__
             d["available_providers"] = ort.get_available_providers()
         return d
+
+
+def _artifact(artifact: CompiledArtifact) -> CompiledArtifact:
+    """The artifact without its session (a session cannot cross processes)."""
+    return CompiledArtifact(path=artifact.path, compile_ms=artifact.compile_ms, info=dict(artifact.info or {}))
+
+
+#: In a worker: the artifact (with its session) the compile just before created, taken
+#: by the run that follows it.
+_compiled_here: list[CompiledArtifact] = []
+
+
+def _call_in_worker(name: str, options: dict, method: str, args: tuple, kwargs: dict):
+    """In a worker: the backend's in-process ``_<method>_here``; a compiled artifact
+    comes back without its session (kept in the worker for a later call that passes
+    ``None`` as the artifact: :meth:`OnnxRuntimeBackend.compile_and_run`)."""
+    backend = OnnxRuntimeBackend(name, options)
+    if method == "compile":
+        _compiled_here.clear()  # a failed compile must not leave an earlier job's session
+    elif args and args[0] is None:
+        if not _compiled_here:
+            raise StageError("run", "internal: no session was created in this worker before the run")
+        args = (_compiled_here.pop(),) + tuple(args[1:])
+    result = getattr(backend, f"_{method}_here")(*args, **kwargs)
+    if isinstance(result, CompiledArtifact):
+        _compiled_here[:] = [result]
+        result = _artifact(result)
+    return result

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..errors import ConfigError
-from ..tools import ToolNotFoundError, bounded_message, run_tool
+from ..tools import ToolNotFoundError, bounded_message, run_tool, tool_version
 from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, raise_for_tool_failure
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -476,7 +476,6 @@ class TorqBackend(Backend):
         self.compile_flags: list[str] = o["compile_flags"]
         self.run_flags: list[str] = o["run_flags"]
         self._tools: dict[str, str] = {}
-        self._compiler_version: str | None = None
 
     # ----------------------------------------------------------------- tools
     def _tool(self, name: str) -> str:
@@ -653,8 +652,9 @@ class TorqBackend(Backend):
         return outputs, res.wall_ms
 
     # ------------------------------------------------------------- describe
-    def describe(self) -> dict:
-        """Provenance of this executor.
+    def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
+        """Provenance of this executor (the compiler's ``--version`` is probed once per
+        run, within ``probe_timeout_s`` seconds: :func:`torq_gen_config.tools.tool_version`).
 
         Returns:
             ``{"kind", "name", "executor", "torq_hw", "torq_hw_type", "forcing_flags",
@@ -677,23 +677,9 @@ class TorqBackend(Backend):
                 d[key] = self._tool(tool)
             except ToolNotFoundError as e:
                 d[key] = {"error": str(e)}
-        d["torq_compiler_version"] = self._compile_version(d["torq_compile"])
+        d["torq_compiler_version"] = (tool_version(d["torq_compile"], timeout_s=probe_timeout_s)
+                                      if isinstance(d["torq_compile"], str) else None)
         return d
-
-    def _compile_version(self, tool: Any) -> str | None:
-        """First non-blank line of ``torq-compile --version`` (cached; None when it fails)."""
-        if self._compiler_version is None and isinstance(tool, str):
-            try:
-                res = run_tool([tool, "--version"], timeout_s=60)
-            except OSError:
-                return None
-            if res.ok:
-                for line in res.stdout.splitlines():
-                    if line.strip():
-                        self._compiler_version = line.strip()
-                        break
-        return self._compiler_version
-
 
 def _log_line(log_path: str | None, text: str) -> None:
     if log_path:

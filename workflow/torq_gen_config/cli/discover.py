@@ -6,7 +6,7 @@ Exit status 0 when discovery completed, also when some layers failed on some
 executors: those failures are verdicts, recorded in the report.
 
 Subgraph mode (``--subgraph-from``/``--subgraph-to``, docs/subgraph.md): discovery of
-the range's layers under its own names (``_subgraph_<f>_<t>``, ``work/subgraph_<f>_<t>``),
+the range's layers under its own names (``_subgraph_<f>_<t>``, ``work/<model>_subgraph_<f>_<t>``),
 then the full-subgraph test (the code of ``torq-gen-config run``).
 """
 
@@ -169,6 +169,9 @@ def build_config(args: argparse.Namespace) -> dict:
         data = Path(args.input_data).expanduser().resolve()
         if not data.is_file():
             raise ConfigError(f"--input-data {data}: no such file")
+        from ..reference import open_input_data
+
+        open_input_data(data).close()  # not an .npz: say so before the workflow starts
         config["input_data"] = str(data)
     if getattr(args, "input_shapes", None):
         config["input_shapes"] = list(args.input_shapes)
@@ -236,9 +239,9 @@ def output_layout(config: dict) -> dict:
     """Names of the outputs of a (validated) config, as ``rules/common.smk`` makes them.
 
     Returns:
-        ``{"name": <model>[_subgraph_<f>_<t>], "work": "work" or the subgraph's work
-        directory (relative to the output directory), "subgraph": the resolved range
-        or None}``.
+        ``{"name": <model>[_subgraph_<f>_<t>], "work": its work directory
+        (``work/<name>``, relative to the output directory), "subgraph": the resolved
+        range or None}``.
 
     Raises:
         ConfigError: a subgraph name is unknown (the message lists near matches), the
@@ -247,11 +250,11 @@ def output_layout(config: dict) -> dict:
     from ..config import model_name
     from ..model.subgraph import subgraph_of_config
 
+    from ..layout import work_dir
+
     sub = subgraph_of_config(config)
-    name = model_name(config["model"])
-    if sub is None:
-        return {"name": name, "work": "work", "subgraph": None}
-    return {"name": name + sub["suffix"], "work": sub["work_dir"], "subgraph": sub}
+    name = model_name(config["model"]) + (sub["suffix"] if sub else "")
+    return {"name": name, "work": work_dir(name), "subgraph": sub}
 
 
 def subgraph_flags(layout: dict) -> str:
@@ -274,6 +277,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import TorqGenConfigError
     from ..fileio import read_json
+    from ..layout import compiler_file, report_file
     from ..workflow_api import run_workflow
 
     if args.cores < 1:
@@ -283,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir).expanduser().resolve()
     name = layout["name"]
     # subgraph mode: the layers first; the full-subgraph test follows as a second step
-    targets = [f"torq_gen_config_{name}.json", f"torq_gen_config_{name}_compiler.json"] if layout["subgraph"] else None
+    targets = [report_file(name), compiler_file(name)] if layout["subgraph"] else None
     extra = list(getattr(args, "snakemake_args", None) or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
@@ -310,13 +314,13 @@ def run(args: argparse.Namespace) -> int:
             section = None
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
         status = 0 if section is not None else 1
-    report = read_json(out / f"torq_gen_config_{name}.json", "report JSON")
+    report = read_json(out / report_file(name), "report JSON")
     print(report["final_report_text"])
     summary = report["discovery_report"]["summary"]
     if config["dedup_layers"] and summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
         print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
-    print(f"\nReport:        {out / f'torq_gen_config_{name}.json'}")
-    print(f"Compiler JSON: {out / f'torq_gen_config_{name}_compiler.json'}")
+    print(f"\nReport:        {out / report_file(name)}")
+    print(f"Compiler JSON: {out / compiler_file(name)}")
     if layout["subgraph"]:
         print(f"Work files:    {out / layout['work']}")
     return status

@@ -10,6 +10,7 @@ keeps them.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -83,9 +84,13 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import ConfigError
     from ..report.edit import UNSET, edit_report_file, list_layers, load_report, resolve_report_path
 
+    from ..report.staleness import staleness
+
     path = resolve_report_path(args.report, args.model, args.output_dir)
+    report = load_report(path)
+    for line in staleness(path, report, args.model):
+        print(f"warning: {line}", file=sys.stderr)
     if args.list_filter is not None:
-        report = load_report(path)
         rows, total = list_layers(report, args.list_filter)
         width = max([len(r["layer_id"]) for r in rows] + [5])
         for r in rows:

@@ -8,6 +8,7 @@ one-line ``torq-gen-config: error: ...`` and exit status 2.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from .. import __version__
@@ -41,9 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     except TorqGenConfigError as e:
         print(f"torq-gen-config: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("torq-gen-config: interrupted; finished layers are kept, rerun the same command to resume", file=sys.stderr)
-        return 130
+    except OSError as e:  # a read-only or full output directory, a vanished file
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"torq-gen-config: error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)  # workflow_api.Interrupted: Ctrl-C or SIGTERM
+        what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+        print(f"torq-gen-config: {what}; finished layers are kept, rerun the same command to resume", file=sys.stderr)
+        return 128 + int(signum)
 
 
 if __name__ == "__main__":  # pragma: no cover

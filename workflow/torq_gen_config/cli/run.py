@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError, ReportError
+from ..layout import compiler_file, report_file
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -70,12 +71,18 @@ def run(args: argparse.Namespace) -> int:
     config = build_config(args)
     layout = output_layout(config)
     out = Path(args.output_dir).expanduser().resolve()
-    report_path = out / f"torq_gen_config_{layout['name']}.json"
+    report_path = out / report_file(layout["name"])
     if report_path.is_file():
         from ..fileio import read_json
+        from ..report.build import check_report
+        from ..report.staleness import staleness
 
-        config = with_discovery_inputs(config, read_json(report_path, "report JSON"), args, layout,
-                                       report_name=report_path.name)
+        recorded = read_json(report_path, "report JSON")
+        check_report(recorded, str(report_path))
+        stale = staleness(report_path, recorded, args.model)
+        if stale:
+            raise ReportError(f"{report_path.name}: {stale[0]}")
+        config = with_discovery_inputs(config, recorded, args, layout, report_name=report_path.name)
     debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
     status, _ = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
                              verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,
@@ -175,8 +182,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     from .discover import subgraph_flags
 
     name = layout["name"]
-    report_path = out / f"torq_gen_config_{name}.json"
-    compiler_path = out / f"torq_gen_config_{name}_compiler.json"
+    report_path = out / report_file(name)
+    compiler_path = out / compiler_file(name)
     full_dir = f"{layout['work']}/full"
     assignment_file, result_file = f"{full_dir}/assignment.json", f"{full_dir}/result.json"
 

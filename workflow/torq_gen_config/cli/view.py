@@ -51,5 +51,10 @@ def run(args: argparse.Namespace, console=None) -> int:
         console = make_console()
     if note:
         print(note, file=sys.stderr)
+    if kind == "report":
+        from ..report.staleness import staleness
+
+        for line in staleness(path, data, args.model):
+            print(f"warning: {line}", file=sys.stderr)
     render(data, kind, console, layer=layer)
     return 0

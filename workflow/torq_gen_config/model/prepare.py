@@ -51,13 +51,29 @@ def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
     if p.stat().st_size == 0:
         raise ModelError(f"{p}: file is empty, not an ONNX model")
     try:
-        model = onnx.load(str(p))
+        model = onnx.load(str(p), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{p}: not a valid ONNX model (cannot parse the protobuf: {_one_line(e)})") from None
     except OSError as e:
         raise ModelError(f"{p}: cannot read model: {_one_line(e)}") from None
-    if not model.opset_import or not model.HasField("graph") or len(model.graph.node) == 0:
-        raise ModelError(f"{p}: not a valid ONNX model (no graph, nodes or opset; is the file truncated or of another format?)")
+    missing = sorted({e.value for t in _all_tensors(model) for e in t.external_data if e.key == "location"
+                      and not (p.parent / e.value).is_file()})
+    if missing:
+        raise ModelError(f"{p}: the model's external data file{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(str(p.parent / m) for m in missing)} not found (keep the data files next to "
+                         "the .onnx file)")
+    try:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(p.parent))
+    except Exception as e:  # a data file that is too short or unreadable
+        raise ModelError(f"{p}: cannot read the model's external data: {_one_line(e)}") from None
+    if not model.opset_import or not model.HasField("graph"):
+        raise ModelError(f"{p}: not a valid ONNX model (no graph or opset; is the file truncated or of another "
+                         "format?)")
+    if len(model.graph.node) == 0:
+        raise ModelError(f"{p}: the model has no nodes (its graph only passes inputs to outputs): there is no "
+                         "layer to test")
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:

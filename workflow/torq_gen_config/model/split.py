@@ -151,6 +151,9 @@ def not_testable_reason(io: dict, types: dict, info: dict | None = None) -> str 
             if run.get("ran"):
                 return (f"not testable: {what}: static inference could not infer it and the whole-model reference "
                         "run gave it no value")
+            if run.get("error"):
+                return (f"not testable: {what}: static shape inference could not infer it, and the whole-model "
+                        f"reference run failed ({run['error']})")
             return f"not testable: {what}: static shape inference could not infer it"
     return None
 

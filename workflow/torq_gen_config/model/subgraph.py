@@ -15,7 +15,8 @@ cut out of the prepared model after the opset upgrade and shape inference
 keeps the user's node table entries (with their indices) of the nodes it holds.
 
 Files: ``torq_gen_config_<model>_subgraph_<f>_<t>.json`` (and ``_compiler.json``),
-intermediate files under ``<output_dir>/work/subgraph_<f>_<t>/``, where ``<f>`` and
+intermediate files under ``<output_dir>/work/<model>_subgraph_<f>_<t>/``
+(:mod:`torq_gen_config.layout`), where ``<f>`` and
 ``<t>`` are the ``_node_index`` of the two nodes in the user's model.
 
 :func:`subgraph_of_config` resolves the names (cheap: the model is loaded without
@@ -46,11 +47,6 @@ _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "Rando
 def subgraph_suffix(from_index: int, to_index: int) -> str:
     """``_subgraph_<f>_<t>``: appended to the model name in the report and compiler JSON names."""
     return f"_subgraph_{from_index}_{to_index}"
-
-
-def subgraph_work_dir(from_index: int, to_index: int) -> str:
-    """The subgraph's work directory, relative to the output directory."""
-    return f"work/subgraph_{from_index}_{to_index}"
 
 
 def layer_id_of(node: dict) -> str | None:
@@ -102,7 +98,7 @@ def resolve_range(user_nodes: list[dict], from_name: str, to_name: str,
     """Resolve both ends of a subgraph.
 
     Returns:
-        JSON-safe ``{"from": end, "to": end, "suffix", "work_dir"}`` with ``end`` =
+        JSON-safe ``{"from": end, "to": end, "suffix"}`` with ``end`` =
         ``{"name" (as given), "layer_id", "node_index", "graph_index", "op_type"}``.
 
     Raises:
@@ -119,8 +115,7 @@ def resolve_range(user_nodes: list[dict], from_name: str, to_name: str,
                 "graph_index": n["graph_index"], "op_type": n["op_type"]}
 
     return {"from": end(a, from_name), "to": end(b, to_name),
-            "suffix": subgraph_suffix(a["node_index"], b["node_index"]),
-            "work_dir": subgraph_work_dir(a["node_index"], b["node_index"])}
+            "suffix": subgraph_suffix(a["node_index"], b["node_index"])}
 
 
 def subgraph_of_config(config: dict, model_path: str | os.PathLike | None = None,

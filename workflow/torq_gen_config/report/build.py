@@ -474,6 +474,28 @@ def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
     return out
 
 
+def check_report(report: Any, source: str = "the report JSON") -> None:
+    """Check a report read from disk against ``workflow/schemas/report.schema.yaml`` (the
+    fields ``view``, ``edit`` and ``run`` read), so a hand-edited or truncated report is
+    a one-line error, not a traceback deep in the rendering.
+
+    Raises:
+        ReportError: the first problem, with its JSON path (e.g. ``executors: 'a' is not of type 'array'``).
+    """
+    import jsonschema
+    import yaml
+
+    from ..config import SCHEMA_PATH
+
+    with open(SCHEMA_PATH.with_name("report.schema.yaml"), encoding="utf-8") as f:
+        schema = yaml.safe_load(f)
+    errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(report), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+        raise ReportError(f"{source} is not a valid torq-gen-config report: at {where}: {e.message[:200]}")
+
+
 def build_compiler_json(report: Mapping) -> dict:
     """Compiler JSON for the C++ ``ExecutorAssignmentPass`` (seed 002 section 4).
 

@@ -8,7 +8,7 @@ compiler JSON next to it is regenerated from it.
 
 Person-made choices (a recommendation chosen by a person, a per-layer
 tolerance override) are also kept in a sidecar file,
-``<report dir>/work/user_choices.json``, shaped like a report's ``ops``::
+``<report dir>/work/<name>/user_choices.json``, shaped like a report's ``ops``::
 
     {"model_name": "...",
      "ops": {"<layer_id>": {"recommended_executor": "ort" | null,
@@ -42,8 +42,8 @@ from typing import Any, Mapping
 
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
-from ..fileio import read_json, write_json
-from .build import build_compiler_json, summarize, trust_lists
+from ..fileio import atomic_write_files, json_bytes, read_json
+from .build import build_compiler_json, check_report, summarize, trust_lists
 from .recommend import recommend_with_reason, rederive_statuses
 from .text import render_final_report_text
 
@@ -98,13 +98,17 @@ _LINE_COL = re.compile(r"^\d+:\d+$")
 
 
 def report_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>.json``."""
-    return Path(output_dir).expanduser() / f"torq_gen_config_{Path(model).stem}.json"
+    """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.layout`)."""
+    from ..layout import report_file
+
+    return Path(output_dir).expanduser() / report_file(Path(model).stem)
 
 
 def compiler_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>_compiler.json``."""
-    return Path(output_dir).expanduser() / f"torq_gen_config_{Path(model).stem}_compiler.json"
+    """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.layout`)."""
+    from ..layout import compiler_file
+
+    return Path(output_dir).expanduser() / compiler_file(Path(model).stem)
 
 
 def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
@@ -114,12 +118,16 @@ def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
 
 
 def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = None) -> Path:
-    """The user-choices sidecar of a report: ``<report dir>/work/user_choices.json``;
-    for a subgraph report (``report["subgraph"]``), in the subgraph's own work
-    directory, so that its choices never reach the full model's report."""
-    sub = report.get("subgraph") if isinstance(report, Mapping) else None
-    work = sub.get("work_dir") if isinstance(sub, Mapping) else None
-    return Path(report_path).parent / (work or "work") / "user_choices.json"
+    """The user-choices sidecar of a report: ``<report dir>/work/<name>/user_choices.json``
+    (:mod:`torq_gen_config.layout`; ``name`` the report's ``model_name``, else the name in
+    the report's file name), so that the choices of one model (or subgraph) never reach
+    another's report in the same directory."""
+    from ..layout import REPORT_PREFIX, user_choices_file
+
+    name = report.get("model_name") if isinstance(report, Mapping) else None
+    if not isinstance(name, str) or not name:
+        name = Path(report_path).stem.removeprefix(REPORT_PREFIX)
+    return Path(report_path).parent / user_choices_file(name)
 
 
 def resolve_report_path(report: str | None, model: str | None, output_dir: str | None) -> Path:
@@ -174,6 +182,7 @@ def load_report(path: str | os.PathLike) -> dict:
         )
     if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
         raise ReportError(f"{path} is not a torq-gen-config report JSON: it has no 'ops' object")
+    check_report(data, str(path))
     return data
 
 
@@ -583,9 +592,9 @@ def edit_report_file(
     compiler = refresh_report(report)
     choices = merge_user_choices(existing, report, layer_ids)
     compiler_path = compiler_path_for_report(path)
-    write_json(path, report)
-    write_json(compiler_path, compiler)
+    files = {path: json_bytes(report), compiler_path: json_bytes(compiler)}
     if existing is not None or choices["ops"]:
-        write_json(sidecar, choices)
+        files[sidecar] = json_bytes(choices)
+    atomic_write_files(files)  # all three or none (a full disk, a read-only directory)
     return EditResult(report_path=path, compiler_path=compiler_path, user_choices_path=sidecar,
                       changes=changes, report=report)

@@ -129,6 +129,9 @@ def load_view_json(path: str | os.PathLike) -> tuple[dict, str]:
             raise ReportError(f"{path}: 'op_assignments' must be an object")
         return data, "compiler"
     if isinstance(data, dict) and isinstance(data.get("ops"), Mapping):
+        from .build import check_report
+
+        check_report(data, str(path))
         return data, "report"
     raise ReportError(f"{path} is neither a torq-gen-config report JSON ('ops') nor a compiler JSON ('op_assignments')")
 

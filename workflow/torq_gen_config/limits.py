@@ -1,0 +1,35 @@
+"""Time limits of the in-process work, derived from the run's ``timeout_s`` (one place).
+
+``timeout_s`` (``--timeout``, default 300 s) bounds every tool call of a job. Work that
+runs in a supervised worker (:mod:`torq_gen_config.isolation`) gets a limit that leaves
+that call its own deadline first (an engine's timeout gives a clean message; the worker
+limit is the backstop that also stops what cannot be interrupted).
+"""
+
+from __future__ import annotations
+
+#: Most seconds a worker gets beyond its call's own deadline (start-up, loading, writing).
+GRACE_S = 30.0
+#: Seconds a whole-model job gets beyond its bounded calls (loading, inference, folding, writing).
+MODEL_GRACE_S = 60.0
+#: Longest ``--version`` probe of a tool, seconds (also bounded by ``timeout_s``).
+PROBE_S = 60.0
+
+
+def call_limit(timeout_s: float) -> float:
+    """Limit of one bounded call in a worker (one reference engine on one layer, one
+    ONNX Runtime session creation, run or benchmark, one MLIR import), seconds."""
+    timeout_s = float(timeout_s)
+    return timeout_s + min(GRACE_S, max(2.0, timeout_s))
+
+
+def model_job_limit(timeout_s: float, calls: int = 3) -> float:
+    """Limit of a whole-model job in a worker (preparation with its whole-model run,
+    the split with the layer-input run, calibration, quantization, the partition plan),
+    seconds: ``calls`` bounded calls plus loading and writing the model."""
+    return float(timeout_s) * calls + MODEL_GRACE_S
+
+
+def probe_limit(timeout_s: float) -> float:
+    """Limit of one ``--version`` probe, seconds."""
+    return min(float(timeout_s), PROBE_S)

@@ -1,0 +1,68 @@
+"""Whether a report still describes the model and the work files next to it.
+
+A report is written last, by ``aggregate_report``. When a later run fails or is stopped
+before that, the old report stays while the work files (the prepared model, the MLIR the
+compiler JSON points into, verdicts) are already newer: the jobs that feed the report set
+``work/<name>/.report-outdated`` (:mod:`torq_gen_config.layout`) and the report's writer
+removes it. The report also records the SHA-256 of the model file (and of its external
+data), so a model changed since discovery is noticed too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Mapping
+
+
+def model_digest(path: str | os.PathLike) -> str | None:
+    """SHA-256 (hex) of a model file and, in name order, the external-data files it names;
+    None when the file cannot be read."""
+    p = Path(path)
+    h = hashlib.sha256()
+    try:
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        from ..model.prepare import model_fingerprint
+
+        for loc, _, _ in model_fingerprint(p)["external_data"]:
+            with open(p.parent / loc, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def staleness(report_path: str | os.PathLike, report: Mapping, model_path: str | os.PathLike | None = None
+              ) -> list[str]:
+    """Why ``report`` may not describe the current files, one line each (empty: it does).
+
+    Args:
+        report_path: the report JSON's path (its work directory is next to it).
+        report: the report.
+        model_path: the model the user names (``--model``); default: the model file the
+            report names, when it is still there. Its content is compared with the digest
+            the report recorded.
+    """
+    from ..layout import OUTDATED_MARKER, REPORT_PREFIX, work_dir
+
+    lines = []
+    name = report.get("model_name") or Path(report_path).stem.removeprefix(REPORT_PREFIX)
+    marker = Path(report_path).parent / work_dir(str(name)) / OUTDATED_MARKER
+    if marker.is_file():
+        since = marker.read_text(errors="replace").strip()
+        lines.append(f"the report is out of date: a later run of {name} started at {since or '?'} changed its work "
+                     "files and did not finish (it failed or was stopped); rerun discover to update the report")
+    model_info = (report.get("provenance") or {}).get("model") or {}
+    recorded = model_info.get("sha256")
+    if model_path is None and isinstance(model_info.get("source"), str):
+        model_path = model_info["source"]
+    if model_path is not None and recorded:
+        now = model_digest(model_path)
+        if now is not None and now != recorded:
+            lines.append(f"the model {model_path} changed since this report was written (SHA-256 {now[:12]}..., the "
+                         f"report has {recorded[:12]}...); rerun discover")
+    return lines
