@@ -30,6 +30,8 @@ onstart:
     except run_lock.RunLocked as e:
         raise WorkflowError(str(e))
     isolation.install_stop_handlers()  # again: the scheduler has put its own SIGTERM handler in place
+    if os.path.isdir(WORK):  # what writers killed mid-write (kill -9) left; no writer is alive now
+        remove_temporary_files(WORK)
 
 
 onsuccess:

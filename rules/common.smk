@@ -10,7 +10,7 @@ from torq_gen_config import isolation, jobs, layout, run_lock
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import PRECISION_KEYS, check_save_bf16_path, model_name, resolve_model_path, validate_config
 from torq_gen_config.errors import TorqGenConfigError
-from torq_gen_config.fileio import file_fingerprint
+from torq_gen_config.fileio import file_fingerprint, remove_temporary_files
 from torq_gen_config.model.prepare import model_fingerprint, parse_input_shapes
 from torq_gen_config.model_inputs import MODEL_INPUTS_FILE
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config

@@ -180,6 +180,17 @@ def test_stale_snakemake_lock_of_this_output_dir_is_removed(tmp_path):
     assert (locks / "1.output.lock").exists()
 
 
+def test_temporary_files_of_killed_writers_are_removed(tmp_path):
+    from torq_gen_config.fileio import atomic_write_bytes, remove_temporary_files
+
+    (tmp_path / "layers" / "a").mkdir(parents=True)
+    left = tmp_path / "layers" / "a" / ".reference.npz.bxol44ks.tmp"
+    left.write_bytes(b"partial")
+    atomic_write_bytes(tmp_path / "layers" / "a" / "reference.npz", b"complete")
+    assert remove_temporary_files(tmp_path) == 1
+    assert not left.exists() and (tmp_path / "layers" / "a" / "reference.npz").read_bytes() == b"complete"
+
+
 def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):
     lock = tmp_path / ".torq-gen-config-m.lock"
     run_lock.acquire(lock)

@@ -24,6 +24,25 @@ os.umask(_UMASK)
 _FILE_MODE = 0o666 & ~_UMASK
 
 
+def remove_temporary_files(directory: str | os.PathLike) -> int:
+    """Remove the temporary files (``.<name>.<random>.tmp``) that writers killed in the
+    middle of an atomic write left under ``directory``. Only call it while holding the
+    run lock of what the directory belongs to (no writer of it is alive then).
+
+    Returns:
+        The number of files removed.
+    """
+    removed = 0
+    for p in Path(directory).rglob(".*.tmp"):
+        try:
+            if p.is_file():
+                p.unlink()
+                removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically, creating parent directories.
 
