@@ -224,6 +224,14 @@ def build_config(args: argparse.Namespace) -> dict:
     if getattr(args, "calibration_samples", None) is not None and not config.get("quantize"):
         raise ConfigError("--calibration-samples needs --quantize")
     config = validate_config(config)
+    if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
+        import onnx
+
+        from ..model.prepare import fix_symbolic_dims, parse_input_shapes
+
+        inputs_only = onnx.ModelProto()
+        inputs_only.graph.input.extend(onnx_model.graph.input)
+        fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
     from ..config import check_save_bf16_path
 
     check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
