@@ -977,6 +977,11 @@ def _interrupt(ctx: Ctx, *, model_fn, sig: int, group: bool, form: str = "cli", 
         ctx.problems.append(f"no 'interrupted' line: {step.last_line()[:200]}")
     ctx.check_dir(out, report=False, name=name)
     before = results(out, name)
+    if not env_tool:  # real tools: a crash or timeout verdict can only be one the signal made up
+        made_up = sorted(k for k, v in before.items() if v["stage"] in ("crash", "timeout"))
+        if made_up:
+            ctx.problems.append(f"{len(made_up)} verdict(s) made up by the stop (stage crash/timeout, kept on "
+                                f"resume): {made_up[:3]}")
     ctx.message = f"{n_before_kill} verdicts at the signal; "
     # resume with the real tools
     rform = resume_form or form

@@ -69,6 +69,10 @@ RUN_LOCK = os.path.join(OUT, layout.lock_file(MODEL_NAME))
 # a Snakemake lock that a killed run left on this output directory would make this run
 # refuse ("Directory cannot be locked"); it is removed when no run holds the directory
 if os.path.isdir(OUT):
+    try:  # a live run of this model here: say who, before Snakemake's own lock refuses
+        run_lock.check_free(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
+    except run_lock.RunLocked as e:
+        raise WorkflowError(str(e))
     run_lock.clear_stale_snakemake_locks(os.getcwd(), OUT)
 # Set by every job that changes what the report is made from, removed when the report
 # is written again: while it exists, view/edit/run say the report is out of date

@@ -191,6 +191,21 @@ def test_temporary_files_of_killed_writers_are_removed(tmp_path):
     assert not left.exists() and (tmp_path / "layers" / "a" / "reference.npz").read_bytes() == b"complete"
 
 
+def test_no_result_is_written_once_the_run_is_stopping(tmp_path):
+    from torq_gen_config.fileio import atomic_write_bytes
+
+    isolation.kill_all()
+    try:
+        with pytest.raises(isolation.RunStopped, match="writing result.json was not done"):
+            atomic_write_bytes(tmp_path / "result.json", b"{}")  # e.g. a "crash" verdict the stop caused
+        with pytest.raises(isolation.RunStopped):
+            run_isolated(_pid, limit_s=5)
+    finally:
+        isolation.reset()
+    assert not (tmp_path / "result.json").exists()
+    atomic_write_bytes(tmp_path / "result.json", b"{}")
+
+
 def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):
     lock = tmp_path / ".torq-gen-config-m.lock"
     run_lock.acquire(lock)

@@ -41,6 +41,10 @@ def load_config_file(path: str | os.PathLike) -> dict:
             data = yaml.safe_load(f) or {}
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""

@@ -43,12 +43,23 @@ def remove_temporary_files(directory: str | os.PathLike) -> int:
     return removed
 
 
+def _refuse_while_stopping(path) -> None:
+    """No result is written once the run is stopping (Ctrl-C, SIGTERM): a tool or worker
+    the stop killed would otherwise be recorded as a crash of the layer, and the resumed
+    run would keep that made-up verdict."""
+    from .isolation import check_running
+
+    check_running(f"writing {Path(path).name}")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically, creating parent directories.
 
     Raises:
         OSError: the directory cannot be created or written.
+        RunStopped: the run is stopping (nothing is written).
     """
+    _refuse_while_stopping(path)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -74,7 +85,10 @@ def atomic_write_files(files: dict[str | os.PathLike, bytes]) -> None:
 
     Raises:
         OSError: a directory cannot be created or written (no file was replaced).
+        RunStopped: the run is stopping (nothing is written).
     """
+    for path in files:
+        _refuse_while_stopping(path)
     staged = []
     try:
         for path, data in files.items():

@@ -304,9 +304,13 @@ def _run_in_one_worker(calls: list, limit_s: float, what: list[str]) -> list:
                 try:
                     message = worker.conn.recv()
                 except (EOFError, OSError):  # died while sending
+                    if _stopping.is_set():
+                        raise RunStopped(f"the run is stopping; {current} was stopped") from None
                     outcomes.append(_crash(worker.proc, current))
                     break
             elif not worker.proc.is_alive() and not worker.conn.poll(0):
+                if _stopping.is_set():  # killed by the stop, not crashed
+                    raise RunStopped(f"the run is stopping; {current} was stopped")
                 outcomes.append(_crash(worker.proc, current))
                 break
             if message is not None:
@@ -429,6 +433,16 @@ def reset() -> None:
     _stop_signal = None
 
 
+def check_running(what: str = "this step") -> None:
+    """Raise :class:`RunStopped` when the run is stopping (:func:`kill_all` was called).
+
+    Raises:
+        RunStopped: naming ``what``, which is not done.
+    """
+    if _stopping.is_set():
+        raise RunStopped(f"the run is stopping; {what} was not done")
+
+
 def stop_signal() -> int | None:
     """The signal (SIGINT, SIGTERM) that stopped this run, or None."""
     return _stop_signal
@@ -450,7 +464,9 @@ def install_stop_handlers() -> None:
 
         def handler(sig, frame, _previous=previous):
             global _stop_signal
-            _stop_signal = _stop_signal or sig
+            if _stop_signal is not None:  # already stopping: a second Ctrl-C (or `timeout` passing it on)
+                return None
+            _stop_signal = sig
             kill_all()
             if callable(_previous):
                 return _previous(sig, frame)

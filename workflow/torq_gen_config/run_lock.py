@@ -76,6 +76,28 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory") -> 
         pass
 
 
+def check_free(path: str | os.PathLike, *, what: str = "this output directory") -> None:
+    """Fail at once when another process holds the run lock at ``path`` (the workflow
+    checks it when it is parsed, before Snakemake's own directory lock, whose message
+    names no holder and advises ``--unlock``); a lock this process holds is free here.
+
+    Raises:
+        RunLocked: another process holds it; the message names the holder.
+    """
+    from filelock import FileLock, Timeout
+
+    path = Path(path).resolve()
+    if str(path) in _held or not path.exists():
+        return
+    probe = FileLock(str(path))
+    try:
+        probe.acquire(timeout=0)
+    except Timeout:
+        raise RunLocked(f"another torq-gen-config run is using {what}: {holder(path)}; wait for it to finish "
+                        f"(or stop it), then run again") from None
+    probe.release()
+
+
 def release(path: str | os.PathLike) -> None:
     """Give the lock at ``path`` back (the last release of this process unlocks it)."""
     key = str(Path(path).resolve())

@@ -78,6 +78,8 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     previous = None
     if threading.current_thread() is threading.main_thread():
         def on_sigint(signum, frame):  # remember it: Snakemake turns it into a WorkflowError
+            if interrupted:  # a second one while stopping: let the stop finish
+                return
             interrupted.append(signum)
             raise KeyboardInterrupt
 
