@@ -64,6 +64,8 @@ CASES = [
      "is not an .npz archive"),
     ("config not YAML", _write("c.yaml", b"timeout_s: [1\n"),
      ["discover", "--model", str(SQUEEZENET), "--config-file", "{p}"], "is not valid YAML (line"),
+    ("config not UTF-8", _write("c.yaml", b"timeout_s: 5\n# caf\xe9\n"),
+     ["discover", "--model", str(SQUEEZENET), "--config-file", "{p}"], "is not UTF-8 text"),
     ("config out of range", _write("c.yaml", b"timeout_s: -3\n"),
      ["discover", "--model", str(SQUEEZENET), "--config-file", "{p}"], "timeout_s"),
     ("report not UTF-8", _write("r.json", b'{"ops": "\xe9"}'), ["view", "{p}"], "not a UTF-8 text file"),
