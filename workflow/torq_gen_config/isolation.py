@@ -293,6 +293,9 @@ def _run_in_one_worker(calls: list, limit_s: float, what: list[str]) -> list:
         _stop(worker)
         worker = _take_worker()
         worker.conn.send(calls)
+    except Exception:  # the calls cannot be pickled: nothing was sent, the worker stays usable
+        _give_back(worker)
+        raise
     outcomes: list = []
     finished = False
     deadline = time.monotonic() + float(limit_s)
