@@ -64,8 +64,7 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory") -> 
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise RunLocked(f"another torq-gen-config run is using {what}: {holder(path)}; wait for it to finish "
-                            f"(or stop it), then run again") from None
+            raise RunLocked(_refusal(what, path)) from None
         _held[key] = [lock, 1]
     try:
         from .fileio import atomic_write_text
@@ -84,18 +83,29 @@ def check_free(path: str | os.PathLike, *, what: str = "this output directory") 
     Raises:
         RunLocked: another process holds it; the message names the holder.
     """
+    if _held_by_another(Path(path)):
+        raise RunLocked(_refusal(what, path))
+
+
+def _refusal(what: str, path: str | os.PathLike) -> str:
+    return (f"another torq-gen-config run is using {what}: {holder(path)}; wait for it to finish "
+            f"(or stop it), then run again")
+
+
+def _held_by_another(path: Path) -> bool:
+    """True when another process holds the (existing) lock file ``path``."""
     from filelock import FileLock, Timeout
 
-    path = Path(path).resolve()
-    if str(path) in _held or not path.exists():
-        return
-    probe = FileLock(str(path))
+    key = str(path.resolve())
+    if key in _held or not path.exists():
+        return False
+    probe = FileLock(key)
     try:
         probe.acquire(timeout=0)
     except Timeout:
-        raise RunLocked(f"another torq-gen-config run is using {what}: {holder(path)}; wait for it to finish "
-                        f"(or stop it), then run again") from None
+        return True
     probe.release()
+    return False
 
 
 def release(path: str | os.PathLike) -> None:
@@ -120,21 +130,11 @@ def others_active(directory: str | os.PathLike, mine: str | os.PathLike | None =
     """The holders of the other run locks in ``directory`` (runs of other models): their
     Snakemake state shares the directory's ``.snakemake``, so a stale Snakemake lock is
     only removed when this list is empty."""
-    from filelock import FileLock, Timeout
+    from .layout import lock_file
 
     mine_key = str(Path(mine).resolve()) if mine else None
-    active = []
-    for p in sorted(Path(directory).glob(".torq-gen-config-*.lock")):
-        key = str(p.resolve())
-        if key == mine_key or key in _held:
-            continue
-        probe = FileLock(key)
-        try:
-            probe.acquire(timeout=0)
-            probe.release()
-        except Timeout:
-            active.append(holder(p))
-    return active
+    return [holder(p) for p in sorted(Path(directory).glob(lock_file("*")))
+            if str(p.resolve()) != mine_key and _held_by_another(p)]
 
 
 def clear_stale_snakemake_locks(workdir: str | os.PathLike, output_dir: str | os.PathLike) -> int:
