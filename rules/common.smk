@@ -83,6 +83,8 @@ REPORT_OUTDATED = os.path.join(WORK, layout.OUTDATED_MARKER)
 def report_outdated():
     """Mark the report as out of date (called first by the jobs that feed it)."""
     layout.mark_outdated(REPORT_OUTDATED)
+
+
 REPORT = os.path.normpath(os.path.join(OUT, layout.report_file(MODEL_NAME)))
 COMPILER_JSON = os.path.normpath(os.path.join(OUT, layout.compiler_file(MODEL_NAME)))
 

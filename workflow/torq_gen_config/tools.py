@@ -44,16 +44,9 @@ _DRAIN_AFTER_KILL_S = 5.0
 # Tools started by this process and still running (killed when the run stops).
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
-# util-linux's setpriv makes the kernel kill a tool when the job that started it dies
-# (``kill -9`` of the run: no handler of ours runs then); without it, tools are still
-# killed when the run stops normally or on a signal (kill_all_tools).
-_SETPRIV = shutil.which("setpriv")
-_PDEATHSIG = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
-
-
-# Tool process groups outlive a ``kill -9`` of the run (setpriv's PDEATHSIG reaches the
-# tool itself, not what a wrapper script started): a small reaper process per run holds
-# the groups of the running tools and kills them when its pipe from the run closes.
+# No tool process group outlives a ``kill -9`` of the run (no handler of ours runs
+# then): a small reaper process per run holds the groups of the running tools and
+# kills them when its pipe from the run closes (wrapper scripts' children included).
 _REAPER_CODE = r"""
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -197,19 +190,10 @@ def run_tool(
     if not timeout_s or timeout_s <= 0:
         raise ValueError(f"run_tool: timeout_s must be > 0 (got {timeout_s!r})")
 
-    prefix = _PDEATHSIG
-    if prefix:  # setpriv would report a missing or non-executable tool as its own failure
-        exe = argv[0] if os.sep in argv[0] else shutil.which(argv[0], path=(env or os.environ).get("PATH"))
-        if not exe or not os.path.exists(exe):
-            raise ToolNotFoundError(f"cannot run {argv[0]!r}: executable not found (No such file or directory)")
-        if not os.access(exe, os.X_OK) or os.path.isdir(exe):
-            raise PermissionError(f"cannot run {argv[0]!r}: not executable")
-        if cwd is not None and not os.path.isdir(cwd):
-            raise ToolNotFoundError(f"working directory does not exist: {cwd}")
     start = time.perf_counter()
     try:
         proc = subprocess.Popen(
-            prefix + argv,
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -465,7 +449,7 @@ def first_error_line(text: str, limit: int = 512) -> str:
 
 #: ``tool --version`` answers of this process, by (path, mtime): probed once per run.
 _VERSION_CACHE: dict[tuple, str | None] = {}
-_VERSION_LOCK = __import__("threading").Lock()
+_VERSION_LOCK = threading.Lock()
 
 
 def tool_version(tool: str, *, timeout_s: float, pick=None) -> str | None:
