@@ -16,7 +16,7 @@ Each test is one subprocess::
 (``IN.npz`` = the test's own inputs, ``data_sets[0]``; TensorProto values through
 ``onnx.numpy_helper.to_array``, object arrays of ``str`` as unicode arrays, ml_dtypes
 arrays as ``numpy.savez`` writes them.) Then the report JSON and the layer files
-(``D/work/layers/manifest.json``, ``<slug>/reference.npz``, ``<slug>/<executor>/result.json``)
+(``D/work/<name>/layers/manifest.json``, ``<slug>/reference.npz``, ``<slug>/<executor>/result.json``)
 are read. Every model output is looked up in the manifest as the output of a layer
 (node tests are one node: one layer whose outputs are the model's outputs; a model output
 that no layer writes is its own category, "no layer").
@@ -300,8 +300,11 @@ def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
     reports = sorted(d.glob("torq_gen_config_*.json"))
     reports = [p for p in reports if not p.name.endswith("_compiler.json")]
     report = json.loads(reports[0].read_text())
-    manifest = json.loads((d / "work" / "layers" / "manifest.json").read_text())
-    layers_dir = d / "work" / "layers"
+    from torq_gen_config import layout
+
+    name = reports[0].name[len(layout.REPORT_PREFIX):-len(".json")]
+    layers_dir = d / layout.work_dir(name) / "layers"
+    manifest = json.loads((layers_dir / "manifest.json").read_text())
     ops = report.get("ops") or {}
     tolerance = report.get("default_tolerance")
     m = case.model
