@@ -33,7 +33,8 @@ class WorkflowFailed(TorqGenConfigError):
 
 def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, targets: list[str] | None = None,
                  forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False,
-                 quiet: bool = False, verbose: bool = False, allowed_rules: list[str] | None = None) -> None:
+                 quiet: bool = False, verbose: bool = False, allowed_rules: list[str] | None = None,
+                 lock: tuple[str, str] | None = None, resources: dict | None = None) -> None:
     """Execute the workflow with ``config`` overriding ``config/config.yaml``.
 
     Args:
@@ -50,6 +51,9 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         allowed_rules: only jobs of these rules may run (default: all); jobs of other
             rules are taken as up to date (``torq-gen-config run`` uses this so that it
             never reruns discovery).
+        lock: ``(file name in workdir, what it guards)`` of the run lock, for the CK
+            workflow (default: the discovery lock of the config's model).
+        resources: global resources, as ``--resources`` (the CK workflow's ``ck_device``).
 
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built; the message
@@ -69,9 +73,9 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         raise WorkflowFailed(f"cannot use output directory {workdir}: not writable")
     # An OS-level lock per discovery (released by the kernel if this process dies),
     # the same the workflow takes in its onstart handler (torq_gen_config.run_lock).
-    lock_path = workdir / _lock_name(config)
+    lock_path = workdir / (lock[0] if lock else _lock_name(config))
     try:
-        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
+        run_lock.acquire(lock_path, what=lock[1] if lock else f"{workdir} for {_report_name(config)}")
     except run_lock.RunLocked as e:
         raise WorkflowFailed(str(e)) from None
     interrupted = []
@@ -85,8 +89,12 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
 
         previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
-                    forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
+        if lock:
+            execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
+                    dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, resources=resources)
+        else:
+            _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
+                        forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
     except WorkflowFailed:
         from . import isolation
 
@@ -101,6 +109,30 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
 
 def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose,
                 allowed_rules=None) -> None:
+    # a Snakemake lock left by a killed run is removed when the workflow is parsed
+    # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
+    from . import jobs
+
+    jobs.JOB_FAILURES.clear()
+    execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
+            dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, failures=jobs.JOB_FAILURES)
+
+
+def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | None = None,
+            forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False, quiet: bool = False,
+            verbose: bool = False, allowed_rules: list[str] | None = None, resources: dict | None = None,
+            failures: list[str] | None = None) -> None:
+    """One Snakemake run of the repository's Snakefile through its API, with the settings of
+    ``profiles/default`` (greedy scheduler, jobs as threads, keep going, rerun incomplete, no
+    "input" rerun trigger). Used by both workflows (discovery and CK profiling).
+
+    Args:
+        resources: global resources (``{"ck_device": 1}``), as ``--resources``.
+        failures: bad-input messages jobs recorded; the first leads the error message.
+
+    Raises:
+        WorkflowFailed: a job failed or the workflow could not be built (one line).
+    """
     from snakemake.api import SnakemakeApi
     from snakemake.settings.types import (
         ConfigSettings,
@@ -115,21 +147,15 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
     from snakemake.scheduling.greedy import SchedulerSettings as GreedySchedulerSettings
     from snakemake_interface_common.exceptions import WorkflowError
 
-    from . import run_lock
-
-    # a Snakemake lock left by a killed run is removed when the workflow is parsed
-    # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
+    failures = failures if failures is not None else []
     quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
-    from . import jobs
-
-    jobs.JOB_FAILURES.clear()
     try:
         with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
                                          show_failed_logs=True)) as api:
             wf = api.workflow(
                 snakefile=SNAKEFILE,
                 workdir=workdir,
-                resource_settings=ResourceSettings(cores=cores),
+                resource_settings=ResourceSettings(cores=cores, resources=dict(resources or {})),
                 config_settings=ConfigSettings(config=config),
             )
             dag = wf.dag(DAGSettings(targets=frozenset(targets or []), forcerun=frozenset(forcerun or []),
@@ -146,11 +172,11 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 scheduler_settings=GreedySchedulerSettings(),  # required with greedy (notes/snakemake.md)
             )
     except WorkflowError as e:
-        raise WorkflowFailed(_with_job_failures(_one_line(e), jobs.JOB_FAILURES)) from None
+        raise WorkflowFailed(_with_job_failures(_one_line(e), failures)) from None
     except Exception as e:  # snakemake raises several exception types for bad workflows
         if type(e).__name__ in ("WorkflowError", "RuleException", "MissingInputException", "IncompleteFilesException",
                                 "LockException", "ChildIOException"):
-            raise WorkflowFailed(_with_job_failures(_one_line(e), jobs.JOB_FAILURES)) from None
+            raise WorkflowFailed(_with_job_failures(_one_line(e), failures)) from None
         raise
 
 
