@@ -1,6 +1,7 @@
 # torq-gen-config: per-layer executor discovery for an ONNX model.
 #   snakemake --cores 2                                   # embedded default model
 #   snakemake --cores 2 --config model=path/to/model.onnx
+#   snakemake --cores 2 ck_profile --config ck_configs=ck_profiler_configs.json   # the CK tool
 # Stages: prepare the model (bf16/int32 conversion) -> [quantize] -> split into layers (checkpoint) -> reference + MLIR per
 # layer -> compile/run/compare per (layer, executor) -> report and compiler JSON.
 from pathlib import Path
@@ -13,36 +14,44 @@ min_version("9.20")
 configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
-include: "rules/common.smk"
-include: "rules/prepare.smk"
-include: "rules/split.smk"
-include: "rules/quantize.smk"
-include: "rules/layer_tests.smk"
-include: "rules/report.smk"
-include: "rules/full_model.smk"
+# The second workflow of this repository (CK Profiler runs of PyTorch convolutions,
+# docs/ck_profile.md) when its input is given; else executor discovery.
+if config.get("ck_configs") or config.get("ck_trace"):
+
+    include: "rules/ck_profiler.smk"
+
+else:
+
+    include: "rules/common.smk"
+    include: "rules/prepare.smk"
+    include: "rules/split.smk"
+    include: "rules/quantize.smk"
+    include: "rules/layer_tests.smk"
+    include: "rules/report.smk"
+    include: "rules/full_model.smk"
 
 
-# One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),
-# taken when the jobs start (not for dry runs), so both forms exclude each other.
-onstart:
-    try:
-        run_lock.acquire(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
-    except run_lock.RunLocked as e:
-        raise WorkflowError(str(e))
-    isolation.install_stop_handlers()  # again: the scheduler has put its own SIGTERM handler in place
-    if os.path.isdir(WORK):  # what writers killed mid-write (kill -9) left; no writer is alive now
-        remove_temporary_files(WORK)
+    # One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),
+    # taken when the jobs start (not for dry runs), so both forms exclude each other.
+    onstart:
+        try:
+            run_lock.acquire(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
+        except run_lock.RunLocked as e:
+            raise WorkflowError(str(e))
+        isolation.install_stop_handlers()  # again: the scheduler has put its own SIGTERM handler in place
+        if os.path.isdir(WORK):  # what writers killed mid-write (kill -9) left; no writer is alive now
+            remove_temporary_files(WORK)
 
 
-onsuccess:
-    run_lock.release(RUN_LOCK)
+    onsuccess:
+        run_lock.release(RUN_LOCK)
 
 
-onerror:
-    run_lock.release(RUN_LOCK)
+    onerror:
+        run_lock.release(RUN_LOCK)
 
 
-rule all:
-    input:
-        final_outputs(),
-    default_target: True
+    rule all:
+        input:
+            final_outputs(),
+        default_target: True
