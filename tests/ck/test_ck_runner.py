@@ -1,0 +1,203 @@
+"""Running configurations with the fake ckProfiler (tests/fixtures/fake_ck): results, failure
+modes, binary lookup, and the seed's runner command line (dry-run, no-save, output, max-ops)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from irgen import FAKE_DIR
+from torq_gen_config.ck import cli, profile, profiler_args as pa
+from torq_gen_config.ck.problem import ConvProblem
+
+REPO = FAKE_DIR.parents[2]
+P = ConvProblem(G=2, N=4, K=8, C=4, filter=(3, 3), input=(14, 14), strides=(1, 1), dilations=(1, 1),
+                left_pads=(1, 1), right_pads=(1, 1), dtype="fp16")
+BINARY = str(FAKE_DIR / "ckProfiler")
+
+
+def config(op, rank=1, problem=P):
+    from torq_gen_config.ck.convert import describe
+
+    return pa.make_config(problem, op, layout="NGCHW_GKCYX_NGKHW",
+                          metadata={"priority_rank": rank, "description": describe(op, problem), "pytorch_op": "t"})
+
+
+def run(op, mode="ok", timeout=30, monkeypatch=None):
+    if monkeypatch:
+        monkeypatch.setenv("FAKE_CK_MODE", mode)
+    c = pa.normalize_config(config(op))
+    return profile.run_config(c, backend="ckprofiler", binary=BINARY, timeout_s=timeout, build=profile.probe_build(BINARY))
+
+
+@pytest.mark.parametrize("op", pa.OPERATIONS)
+def test_success_parses_best_and_instances(op, monkeypatch, tmp_path):
+    r = run(op, monkeypatch=monkeypatch)
+    assert r["success"] and r["status"] == "success" and r["returncode"] == 0 and r["error"] is None
+    assert r["avg_time_ms"] > 0 and r["tflops"] > 0 and r["gb_per_s"] > 0
+    assert r["avg_time_ms"] == min(i["ms"] for i in r["instances"])  # the best block names the fastest
+    assert r["tflops"] == pytest.approx(P.flops() / 1e9 / r["avg_time_ms"], rel=1e-4)  # CK's formula
+    assert r["command"].startswith(BINARY + " " + op)
+    assert "Best configuration parameters" in r["stdout"]
+    if op == pa.BWD_WEIGHT:
+        assert r["command"].endswith(" all") and r["best"]["split_k"]
+    if op == pa.BWD_DATA:
+        assert r["command"].endswith(" 0") and r["valids"] is None
+
+
+@pytest.mark.parametrize("mode,status,message", [
+    ("valids0", "failed", "valids: 0"),
+    ("nobest", "failed", "no 'Best configuration parameters' block"),
+    ("fail", "failed", "exit status 1: Error: Incorrect results"),
+    ("crash", "crash", "crashed: killed by SIGSEGV"),
+])
+def test_failure_modes(mode, status, message, monkeypatch):
+    r = run(pa.FWD, mode, monkeypatch=monkeypatch)
+    assert not r["success"] and r["status"] == status and message in r["error"]
+    if mode == "valids0":
+        assert r["returncode"] == 0  # the real exit code reflects only verification
+    if mode == "crash":
+        assert r["signal"] == "SIGSEGV" and r["returncode"] == -11
+
+
+def test_timeout_kills_the_profiler(monkeypatch):
+    r = run(pa.FWD, "hang", timeout=2, monkeypatch=monkeypatch)
+    assert r["status"] == "timeout" and "timed out after 2 s" in r["error"] and r["elapsed_time"] < 10
+
+
+def test_long_output_keeps_a_bounded_tail_with_the_best_block(monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_CK_MODE", "long")
+    log = tmp_path / "p.log"
+    r = profile.run_config(pa.normalize_config(config(pa.FWD)), backend="ckprofiler", binary=BINARY, timeout_s=60,
+                           log_path=log, build=None)
+    assert r["success"] and len(r["instances"]) > 2000
+    assert len(r["stdout"]) <= profile.STDOUT_TAIL + 100 and "Best configuration parameters" in r["stdout"]
+    assert log.stat().st_size > 100_000 and log.read_text().count("Perf:") == len(r["instances"])
+
+
+def test_old_build_gets_the_2024_argument_count(monkeypatch, tmp_path):
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_CK_LOG", str(calls))
+    # an old build whose bwd_data has no split_k: the fitted command still has the right count
+    r = profile.run_config(pa.normalize_config(config(pa.BWD_DATA)), backend="ckprofiler", binary=BINARY,
+                           timeout_s=30, build={"bwd_data_split_k": False, "note": None})
+    assert len(r["command"].split()) == pa.expected_argc(pa.BWD_DATA, 2, bwd_data_split_k=False)
+    # the fake enforces the real rule: one argument short -> help and rc 1
+    assert r["status"] == "failed" and "exit status 1" in r["error"]
+    assert calls.read_text().count("\n") == 1
+
+
+def test_locate_profiler_order(tmp_path, monkeypatch):
+    monkeypatch.delenv(profile.ENV_VAR, raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(profile.ProfilerNotFound) as e:
+        profile.locate_profiler(None)
+    msg = str(e.value)
+    assert "./build/bin/ckProfiler (no such file)" in msg and "$CK_PROFILER (not set)" in msg and "PATH" in msg
+    assert profile.locate_profiler(FAKE_DIR) == BINARY          # a directory
+    assert profile.locate_profiler(BINARY) == BINARY            # the binary itself
+    monkeypatch.setenv(profile.ENV_VAR, str(FAKE_DIR))
+    assert profile.locate_profiler(None) == BINARY              # $CK_PROFILER after the default path
+    (tmp_path / "build" / "bin").mkdir(parents=True)
+    local = tmp_path / "build" / "bin" / "ckProfiler"
+    local.write_text("#!/bin/sh\n")
+    local.chmod(0o755)
+    assert profile.locate_profiler(None) == str(local)          # ./build/bin first
+    monkeypatch.delenv(profile.ENV_VAR)
+    os.unlink(local)
+    monkeypatch.setenv("PATH", f"{FAKE_DIR}:/usr/bin:/bin")
+    assert profile.locate_profiler(None) == BINARY              # then PATH
+
+
+def write_configs(path, n_ranks=3):
+    cs = []
+    for rank in range(n_ranks, 0, -1):  # written in reverse rank order
+        p = ConvProblem(**{**P.__dict__, "N": rank})
+        cs += [config(op, rank, p) for op in pa.OPERATIONS]
+    path.write_text(json.dumps(cs))
+    return path
+
+
+def seed_runner(*args, cwd, env=None):
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "run_ck_profiler.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=cwd, env={**os.environ, **(env or {})}, timeout=600)
+
+
+def test_seed_runner_dry_run_prints_commands_and_writes_nothing(tmp_path):
+    cfgs = write_configs(tmp_path / "c.json")
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--dry-run", "--max-ops", "4", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if "Command:" in ln]
+    assert len(lines) == 4 and all(BINARY in ln for ln in lines)
+    assert "[1/4]" in r.stdout and "(rank 1)" in r.stdout.split("[2/4]")[0]  # priority-rank order
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
+
+
+def test_seed_runner_output_max_ops_and_exit_status(tmp_path):
+    cfgs = write_configs(tmp_path / "c.json")
+    out = tmp_path / "mine.json"
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--max-ops", "4", "--output", out, "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["stats"] == {"total": 4, "success": 4, "failed": 0, "skipped": 0, "timeout": 0, "crash": 0}
+    assert [x["priority_rank"] for x in doc["results"]] == [1, 1, 1, 2]
+    for x in doc["results"]:
+        assert set(x) >= {"operation", "description", "priority_rank", "success", "returncode", "elapsed_time",
+                          "command", "error", "stdout", "best", "instances", "tflops", "gb_per_s"}
+        assert os.path.isfile(x["log"]) and "Best configuration parameters" in open(x["log"]).read()
+    assert not (tmp_path / "profiler_results.json").exists()  # --output honoured
+    assert "Success rate: 100.0%" in r.stdout and f"Results saved to: {out}" in r.stdout
+    # a failing configuration: exit 1, recorded
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--max-ops", "1", "--output", out, "--work-dir",
+                    tmp_path / "w2", cwd=tmp_path, env={"FAKE_CK_MODE": "valids0"})
+    assert r.returncode == 1 and json.loads(out.read_text())["stats"]["failed"] == 1
+
+
+def test_seed_runner_no_save_writes_nothing(tmp_path):
+    cfgs = write_configs(tmp_path / "c.json", n_ranks=1)
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--no-save", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Success rate: 100.0%" in r.stdout and "Results saved" not in r.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
+
+
+def test_missing_binary_is_one_line(tmp_path):
+    cfgs = write_configs(tmp_path / "c.json", n_ranks=1)
+    r = seed_runner(cfgs, "--profiler-path", tmp_path / "nowhere", cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ck-profile: error: ckProfiler not found; looked in --profiler-path")
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{oops", "is not valid JSON"),
+    ('{"a": 1}', "expected a JSON list of configurations"),
+    ('[]', "holds no configurations"),
+])
+def test_bad_configuration_files(tmp_path, content, message):
+    (tmp_path / "c.json").write_text(content)
+    r = seed_runner(tmp_path / "c.json", "--profiler-path", FAKE_DIR, cwd=tmp_path)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_trace_given_to_run_says_convert_first(tmp_path, capsys):
+    (tmp_path / "ir.json").write_text(json.dumps([{"op_name": "aten::add"}]))
+    assert cli.main(["run", str(tmp_path / "ir.json")]) == 2
+    assert "convert it first" in capsys.readouterr().err
+
+
+def test_bad_entry_is_skipped_and_the_rest_runs(tmp_path):
+    cs = json.loads(write_configs(tmp_path / "c.json", n_ranks=1).read_text())
+    cs.append({"operation_type": "grouped_conv_fwd", "profiler_args": {"G": 1}, "metadata": {"priority_rank": 2}})
+    (tmp_path / "c.json").write_text(json.dumps(cs))
+    out = tmp_path / "r.json"
+    r = seed_runner(tmp_path / "c.json", "--profiler-path", FAKE_DIR, "--output", out, "--quiet", cwd=tmp_path)
+    doc = json.loads(out.read_text())
+    assert r.returncode == 1 and doc["stats"]["success"] == 3 and doc["stats"]["skipped"] == 1
+    bad = doc["results"][-1]
+    assert bad["status"] == "skipped" and "configuration 3: profiler_args lacks" in bad["error"]
