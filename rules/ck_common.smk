@@ -19,7 +19,7 @@ CK_CONFIGS = CK["ck_configs"] or os.path.join(CK_OUT, ck_steps.CONFIGS_FILE)
 CK_LOCK = os.path.join(CK_OUT, ck_steps.LOCK_FILE)
 if os.path.isdir(CK_OUT):
     try:
-        run_lock.check_free(CK_LOCK, what=f"{CK_OUT} (CK profiling)")
+        run_lock.check_free(CK_LOCK, what=f"{CK_OUT} (CK profiling)", tool="ck-profile")
     except run_lock.RunLocked as e:
         raise WorkflowError(str(e))
     run_lock.clear_stale_snakemake_locks(os.getcwd(), CK_OUT)
@@ -39,7 +39,7 @@ def ck_result_files(wildcards):
 
 onstart:
     try:
-        run_lock.acquire(CK_LOCK, what=f"{CK_OUT} (CK profiling)")
+        run_lock.acquire(CK_LOCK, what=f"{CK_OUT} (CK profiling)", tool="ck-profile")
     except run_lock.RunLocked as e:
         raise WorkflowError(str(e))
     isolation.install_stop_handlers()

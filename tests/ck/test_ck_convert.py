@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from irgen import DATA, backward, forward
+from irgen import DATA, backward, forward, write
 from torq_gen_config.ck import convert, profiler_args as pa
 from torq_gen_config.ck.trace_ir import TraceFormatError, read_trace
 
@@ -238,3 +238,70 @@ def test_resnet50_trace_converts_completely(tmp_path):
     stem = [c for c in configs if c["profiler_args"]["filter_spatial"] == [7, 7]]
     assert [c["operation_type"] for c in stem] == ["grouped_conv_fwd", "grouped_conv_bwd_weight"]
     assert stem[0]["profiler_args"]["C"] == 3 and stem[0]["profiler_args"]["K"] == 64
+
+
+def test_ambiguous_strides_take_the_activations_format():
+    """A channels-last model's 1x1 weights (and 1x1 outputs) have strides that fit both
+    formats once size-1 dims are ignored: they follow the activations (found by a user test)."""
+    from irgen import channels_last, contiguous
+
+    x, w = [2, 64, 8, 8], [32, 64, 1, 1]
+    rec = forward(x, w, layout="cl")
+    assert channels_last(w) == [64, 1, 64, 64]
+    _, cfgs = one([rec, backward(x, w, layout="cl"), forward([2, 64, 1, 1], [32, 64, 1, 1], layout="cl"),
+                   backward([2, 16, 3, 3], [8, 16, 3, 3], layout="cl")])  # a 1x1 grad_output
+    assert [(c["operation_type"], c["profiler_args"]["layout"]) for c in cfgs] == [
+        ("grouped_conv_fwd", 1), ("grouped_conv_bwd_data", 1), ("grouped_conv_bwd_weight", 2),
+        ("grouped_conv_fwd", 3),  # every tensor fits both: contiguous
+        ("grouped_conv_bwd_data", 1), ("grouped_conv_bwd_weight", 2)]
+    # a contiguous 1x1 weight next to contiguous activations stays contiguous
+    _, [c] = one([forward(x, w)])
+    assert c["profiler_args"]["layout"] == 3 and contiguous(w) == [64, 1, 1, 1]
+
+
+def test_resnet50_channels_last_converts_completely(tmp_path):
+    from irgen import channels_last
+
+    records = json.loads((DATA / "resnet50_conv_ir.json").read_text())
+    for r in records:
+        for a in r["replay_ir"]["list_pos_args"]:
+            v = a["value"]
+            if isinstance(v, dict) and "shape" in v:
+                v["strides"] = channels_last(v["shape"])
+    conv = convert.convert_records(records)
+    assert not conv.skipped and len(conv.configs) == 158
+    assert {c["metadata"]["layout_name"] for c in conv.configs} == {"NHWGC_GKYXC_NHWGK"}
+
+
+@pytest.mark.parametrize("name", ["padding", "stride", "dilation", "groups"])
+def test_missing_required_arguments_are_not_defaulted(name):
+    rec = forward([2, 8, 9, 9], [8, 8, 3, 3])
+    rec["replay_ir"]["list_pos_args"] = [a for a in rec["replay_ir"]["list_pos_args"] if a["arg_name"] != name]
+    conv, cfgs = one([rec])
+    assert cfgs == [] and f"argument(s) {name} missing" in conv.skipped[0][3]
+
+
+def test_a_record_whose_passes_are_all_skipped_counts_as_skipped():
+    conv = convert.convert_records([backward([2, 8, 50], [16, 8, 5], padding=(2,), stride=(1,), dilation=(1,),
+                                             mask=(True, False, False)), forward([1, 4, 5, 5], [4, 4, 1, 1])])
+    text = convert.summary_text(conv, "x.json")
+    assert "⚠ Skipped operations:         1\n" in text and "1D" in text
+
+
+def test_nothing_converted_writes_nothing(tmp_path):
+    ir = write(tmp_path / "ir.json", [{"op_name": "aten::add"}])
+    (tmp_path / "c.json").write_text("[1]")
+    conv = convert.convert_file(ir, tmp_path / "c.json")
+    assert conv.configs == [] and (tmp_path / "c.json").read_text() == "[1]"
+    from torq_gen_config.ck import cli
+
+    assert cli.main(["convert", str(ir), str(tmp_path / "c.json")]) == 1
+    assert (tmp_path / "c.json").read_text() == "[1]"
+
+
+def test_unwritable_output_names_it(tmp_path):
+    ir = write(tmp_path / "ir.json", [forward([1, 4, 5, 5], [4, 4, 1, 1])])
+    from torq_gen_config.errors import TorqGenConfigError
+
+    with pytest.raises(TorqGenConfigError, match="cannot write /proc/x.json"):
+        convert.convert_file(ir, "/proc/x.json")

@@ -45,7 +45,7 @@ def holder(path: str | os.PathLike) -> str:
         return "another process"
 
 
-def acquire(path: str | os.PathLike, *, what: str = "this output directory") -> None:
+def acquire(path: str | os.PathLike, *, what: str = "this output directory", tool: str = "torq-gen-config") -> None:
     """Take the run lock at ``path`` (created with its directory), or fail at once.
 
     Raises:
@@ -64,7 +64,7 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory") -> 
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise RunLocked(_refusal(what, path)) from None
+            raise RunLocked(_refusal(what, path, tool)) from None
         _held[key] = [lock, 1]
     try:
         from .fileio import atomic_write_text
@@ -75,7 +75,7 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory") -> 
         pass
 
 
-def check_free(path: str | os.PathLike, *, what: str = "this output directory") -> None:
+def check_free(path: str | os.PathLike, *, what: str = "this output directory", tool: str = "torq-gen-config") -> None:
     """Fail at once when another process holds the run lock at ``path`` (the workflow
     checks it when it is parsed, before Snakemake's own directory lock, whose message
     names no holder and advises ``--unlock``); a lock this process holds is free here.
@@ -84,11 +84,11 @@ def check_free(path: str | os.PathLike, *, what: str = "this output directory") 
         RunLocked: another process holds it; the message names the holder.
     """
     if _held_by_another(Path(path)):
-        raise RunLocked(_refusal(what, path))
+        raise RunLocked(_refusal(what, path, tool))
 
 
-def _refusal(what: str, path: str | os.PathLike) -> str:
-    return (f"another torq-gen-config run is using {what}: {holder(path)}; wait for it to finish "
+def _refusal(what: str, path: str | os.PathLike, tool: str = "torq-gen-config") -> str:
+    return (f"another {tool} run is using {what}: {holder(path)}; wait for it to finish "
             f"(or stop it), then run again")
 
 

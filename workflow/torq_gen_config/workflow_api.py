@@ -34,7 +34,8 @@ class WorkflowFailed(TorqGenConfigError):
 def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, targets: list[str] | None = None,
                  forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False,
                  quiet: bool = False, verbose: bool = False, allowed_rules: list[str] | None = None,
-                 lock: tuple[str, str] | None = None, resources: dict | None = None) -> None:
+                 lock: tuple[str, str, str] | None = None, resources: dict | None = None,
+                 quiet_progress: bool = False) -> None:
     """Execute the workflow with ``config`` overriding ``config/config.yaml``.
 
     Args:
@@ -51,9 +52,10 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         allowed_rules: only jobs of these rules may run (default: all); jobs of other
             rules are taken as up to date (``torq-gen-config run`` uses this so that it
             never reruns discovery).
-        lock: ``(file name in workdir, what it guards)`` of the run lock, for the CK
-            workflow (default: the discovery lock of the config's model).
+        lock: ``(file name in workdir, what it guards, tool name)`` of the run lock, for the
+            CK workflow (default: the discovery lock of the config's model).
         resources: global resources, as ``--resources`` (the CK workflow's ``ck_device``).
+        quiet_progress: also hide Snakemake's progress lines (with ``quiet``).
 
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built; the message
@@ -75,7 +77,10 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     # the same the workflow takes in its onstart handler (torq_gen_config.run_lock).
     lock_path = workdir / (lock[0] if lock else _lock_name(config))
     try:
-        run_lock.acquire(lock_path, what=lock[1] if lock else f"{workdir} for {_report_name(config)}")
+        if lock:
+            run_lock.acquire(lock_path, what=lock[1], tool=lock[2])
+        else:
+            run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
     except run_lock.RunLocked as e:
         raise WorkflowFailed(str(e)) from None
     interrupted = []
@@ -91,7 +96,8 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     try:
         if lock:
             execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
-                    dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, resources=resources)
+                    dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, resources=resources,
+                    quiet_progress=quiet_progress)
         else:
             _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
                         forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
@@ -121,7 +127,7 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
 def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | None = None,
             forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False, quiet: bool = False,
             verbose: bool = False, allowed_rules: list[str] | None = None, resources: dict | None = None,
-            failures: list[str] | None = None) -> None:
+            failures: list[str] | None = None, quiet_progress: bool = False) -> None:
     """One Snakemake run of the repository's Snakefile through its API, with the settings of
     ``profiles/default`` (greedy scheduler, jobs as threads, keep going, rerun incomplete, no
     "input" rerun trigger). Used by both workflows (discovery and CK profiling).
@@ -129,6 +135,7 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
     Args:
         resources: global resources (``{"ck_device": 1}``), as ``--resources``.
         failures: bad-input messages jobs recorded; the first leads the error message.
+        quiet_progress: also hide the progress lines (with ``quiet``).
 
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built (one line).
@@ -149,6 +156,8 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
 
     failures = failures if failures is not None else []
     quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
+    if quiet and quiet_progress:
+        quiet_set.add(Quietness.PROGRESS)
     try:
         with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
                                          show_failed_logs=True)) as api:

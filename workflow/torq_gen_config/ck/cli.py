@@ -39,7 +39,8 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
 
 
 def do_convert(args) -> int:
-    """Convert a trace; exit 0 when at least one configuration was written, 1 when none."""
+    """Convert a trace; exit 0 when at least one configuration was written, 1 when none could
+    be converted (nothing is written then), 2 for a malformed trace."""
     from . import convert
 
     trace = args.input or args.input_opt or DEFAULT_TRACE
@@ -50,7 +51,8 @@ def do_convert(args) -> int:
         print("\n".join(conv.lines))
     print(convert.summary_text(conv, out))
     if not conv.configs:
-        print(f"{PROG}: no convolution in {trace} could be converted (see the reasons above)", file=sys.stderr)
+        print(f"no convolution in {trace} could be converted (see the reasons above); {out} was not written",
+              file=sys.stderr)
         return 1
     print("\nConversion completed successfully!")
     return 0
@@ -153,8 +155,8 @@ def do_run(args) -> int:
                   "ck_profiler_path": binary, "ck_timeout_s": args.timeout, "ck_max_ops": args.max_ops,
                   "ck_quiet": args.quiet, "ck_summary": False}
         run_workflow(config=config, workdir=work, cores=args.jobs, targets=["ck_profile"], forceall=args.rerun,
-                     quiet=not args.verbose, lock=(steps.LOCK_FILE, f"{work} (CK profiling)"),
-                     resources={"ck_device": args.devices})
+                     quiet=not args.verbose, quiet_progress=args.quiet,
+                     lock=(steps.LOCK_FILE, f"{work} (CK profiling)", PROG), resources={"ck_device": args.devices})
         doc = read_json(work / steps.RESULTS_FILE, "CK profiler results")
         if not args.no_save:
             write_json(args.output, doc)
@@ -184,15 +186,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _call(func, args) -> int:
+def _call(func, args, prog: str = PROG) -> int:
     try:
         return int(func(args) or 0)
     except TorqGenConfigError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-        print(f"{PROG}: error: {e.strerror or e}{where}", file=sys.stderr)
+        print(f"{prog}: error: {e.strerror or e}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
@@ -211,14 +213,14 @@ def convert_main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="convert_pytorch_to_ck.py",
                                 description="Convert PyTorch convolutions (TraceLens IR) to CK Profiler configurations.")
     add_convert_args(p)
-    return _call(do_convert, p.parse_args(argv))
+    return _call(do_convert, p.parse_args(argv), p.prog)
 
 
 def run_main(argv: list[str] | None = None) -> int:
     """``python scripts/run_ck_profiler.py CONFIGS [--profiler-path DIR] ...`` (the seed's runner)."""
     p = argparse.ArgumentParser(prog="run_ck_profiler.py", description="Execute CK Profiler for each configuration.")
     add_run_args(p)
-    return _call(do_run, p.parse_args(argv))
+    return _call(do_run, p.parse_args(argv), p.prog)
 
 
 if __name__ == "__main__":  # pragma: no cover

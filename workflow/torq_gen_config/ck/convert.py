@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import TorqGenConfigError
 from ..fileio import write_json
 from . import profiler_args as pa
 from .trace_ir import ConvRecord, RecordSkipped, is_convolution, parse_record, read_trace
@@ -126,29 +127,36 @@ def convert_records(records: list) -> Conversion:
 
 def convert_file(trace_path: str | Path, output_path: str | Path | None) -> Conversion:
     """Read a trace, convert it and write the configurations (atomically) unless
-    ``output_path`` is None.
+    ``output_path`` is None or nothing was converted (an earlier file is not replaced by an
+    empty list).
 
     Raises:
         TraceFormatError: the trace cannot be read (one line).
-        OSError: the output cannot be written.
+        TorqGenConfigError: the output cannot be written (one line naming it).
     """
     conv = convert_records(read_trace(trace_path))
-    if output_path is not None:
-        write_json(output_path, conv.configs)
+    if output_path is not None and conv.configs:
+        try:
+            write_json(output_path, conv.configs)
+        except OSError as e:
+            raise TorqGenConfigError(f"cannot write {output_path}: {e.strerror or e}") from None
     return conv
 
 
 def summary_text(conv: Conversion, output: str | None) -> str:
     """The seed's conversion summary, with the skip reasons and the ignored ops."""
     bar = "=" * 60
-    skipped_records = {i for i, _, what, _ in conv.skipped if what == "record"}
+    # a record counts as skipped when none of its passes became a configuration
+    converted = {c["metadata"]["trace_record"] for c in conv.configs}
+    skipped_records = {i for i, _, _, _ in conv.skipped if i not in converted}
+    skipped_passes = sum(1 for i, _, what, _ in conv.skipped if what != "record" and i in converted)
     lines = ["", bar, "Conversion Summary", bar,
              f"Total PyTorch operations:     {conv.records}",
              f"  ✓ Forward convolutions:       {conv.per_op['fwd']}",
              f"  ✓ Backward data convolutions: {conv.per_op['bwd_data']}",
              f"  ✓ Backward weight convolutions: {conv.per_op['bwd_weight']}",
              f"  ⚠ Skipped operations:         {len(skipped_records)}"
-             + (f" (+{len(conv.skipped) - len(skipped_records)} passes)" if len(conv.skipped) > len(skipped_records) else ""),
+             + (f" (+{skipped_passes} passes of converted records)" if skipped_passes else ""),
              f"  ⚠ Not convolutions (ignored): {sum(conv.not_convolutions.values())}"]
     reasons = Counter(reason for _, _, _, reason in conv.skipped)
     for reason, n in reasons.most_common():
@@ -160,5 +168,5 @@ def summary_text(conv: Conversion, output: str | None) -> str:
         lines.append("  Notes:")
         lines += [f"      {n} × {note}" for note, n in note_counts.most_common()]
     lines += ["", f"Total CK profiler configs:    {len(conv.configs)}",
-              f"Output file:                  {output if output else '(not written)'}", bar]
+              f"Output file:                  {output if output and conv.configs else '(not written)'}", bar]
     return "\n".join(lines)

@@ -101,6 +101,7 @@ def backend_command(config: dict, backend: str, binary: str | None, build: dict 
     args, notes = pa.command_args(config, bwd_data_split_k=(build or {}).get("bwd_data_split_k", True))
     if backend == "ckprofiler":
         return [binary, *args], notes
+    pa.problem_of_config(config, strict=True)  # the cross-check knows fp32/fp16/bf16 and the layouts above
     payload = json.dumps({k: config[k] for k in ("operation_type", "profiler_args")}, separators=(",", ":"))
     return [sys.executable, "-m", "torq_gen_config.ck.ort_timing", "--config-json", payload], notes
 
@@ -129,12 +130,13 @@ def run_config(config: dict, *, backend: str, binary: str | None, timeout_s: flo
               "description": config["metadata"].get("description") or describe(op, pa.problem_of_config(config)),
               "priority_rank": config["metadata"].get("priority_rank"), "success": False, "status": "failed",
               "returncode": None, "signal": None, "elapsed_time": 0.0, "command": None, "error": None,
-              "notes": list((build or {}).get("note") and [build["note"]] or []), "stdout": "",
+              "notes": list(config.get("notes") or []) + ([build["note"]] if (build or {}).get("note") else []),
+              "stdout": "",
               "best": None, "instances": [], "valids": None, "avg_time_ms": None, "tflops": None, "gb_per_s": None}
     try:
         argv, notes = backend_command(config, backend, binary, build)
     except pa.ConfigFormatError as e:
-        record.update(status="skipped", error=f"not run: {e}")
+        record.update(status="skipped", error=f"not run on {backend}: {e}")
         return record
     record["notes"] += notes
     record["command"] = shlex.join(argv)

@@ -187,10 +187,26 @@ def normalize_config(config: object, where: str = "configuration") -> dict:
         sk = args["split_k"]
         if not (_is_int(sk) or (isinstance(sk, str) and (sk == "all" or _is_int_text(sk)))):
             raise ConfigFormatError(f"{where}: split_k must be an integer or \"all\", not {sk!r}")
+    if args["time"] != 1:
+        raise ConfigFormatError(f"{where}: time must be 1 (with time {args['time']} ckProfiler times nothing: "
+                                "0 ms, infinite TFLOPS)")
+    if min(args["strides"]) < 1 or min(args["dilations"]) < 1 or min(args["left_pads"] + args["right_pads"]) < 0:
+        raise ConfigFormatError(f"{where}: strides and dilations must be >= 1 and pads >= 0")
     metadata = config.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise ConfigFormatError(f"{where}: metadata must be an object")
-    return {"operation_type": op, "profiler_args": dict(args), "metadata": dict(metadata)}
+    clean = {k: v for k, v in args.items() if k in needed}
+    notes = []
+    if set(args) - set(needed):
+        notes.append(f"ignored profiler_args not read by {op}: {', '.join(sorted(set(args) - set(needed)))}")
+    if config.get("operation_type", "").startswith("profile_") and op == BWD_WEIGHT and args["layout"] == 3:
+        notes.append("layout 3 is NGCHW_GKYXC_NGKHW for the real grouped_conv_bwd_weight (its codes are shifted by one); "
+                     "a PyTorch NCHW weight is 4 (NGCHW_GKCYX_NGKHW): run as written")
+    normalized = {"operation_type": op, "profiler_args": clean, "metadata": dict(metadata), "notes": notes}
+    out = problem_of_config(normalized).output()
+    if min(out) < 1:
+        raise ConfigFormatError(f"{where}: output size {list(out)} is not positive")
+    return normalized
 
 
 def _is_int(v) -> bool:
@@ -252,12 +268,23 @@ def config_id(config: dict) -> str:
     return f"{SHORT[config['operation_type']]}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def problem_of_config(config: dict) -> ConvProblem:
-    """The ConvProblem a normalized configuration describes (dtype and layout from its codes;
-    codes this tool does not know map to fp16 / contiguous, enough for FLOP counts)."""
+def problem_of_config(config: dict, *, strict: bool = False) -> ConvProblem:
+    """The ConvProblem a normalized configuration describes, dtype and layout from its codes.
+
+    Codes this tool does not know (CK's int8/fp8/tf32 types, other layouts) give the dtype
+    ``"data_type <code>"`` and a contiguous layout: enough for descriptions and FLOP counts.
+
+    Raises:
+        ConfigFormatError: ``strict`` and a code this tool does not know.
+    """
     op, a = config["operation_type"], config["profiler_args"]
-    dtype = next((d for d, c in DATA_TYPE_CODES[op].items() if c == a["data_type"]), "fp16")
-    name = layout_of_code(op, a["layout"], a["num_dim_spatial"]) or ""
+    dtype = next((d for d, c in DATA_TYPE_CODES[op].items() if c == a["data_type"]), None)
+    name = layout_of_code(op, a["layout"], a["num_dim_spatial"])
+    if strict and (dtype is None or name is None):
+        raise ConfigFormatError(f"data_type {a['data_type']} / layout {a['layout']} of {op}: known here are data types "
+                                f"{DATA_TYPE_CODES[op]} and layouts {LAYOUT_CODES[op]}")
+    dtype = dtype or f"data_type {a['data_type']}"
+    name = name or ""
     return ConvProblem(G=a["G"], N=a["N"], K=a["K"], C=a["C"], filter=tuple(a["filter_spatial"]),
                        input=tuple(a["input_spatial"]), strides=tuple(a["strides"]),
                        dilations=tuple(a["dilations"]), left_pads=tuple(a["left_pads"]),

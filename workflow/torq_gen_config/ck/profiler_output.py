@@ -38,12 +38,12 @@ def strip_ansi(text: str) -> str:
 
 @dataclass
 class Instance:
-    """One ``Perf:`` line: ``ms`` (average per run), ``tflops``, ``gb_per_s``, the instance
-    type string ``name``, and ``split_k`` (bwd ops; None otherwise)."""
+    """One ``Perf:`` line: ``ms`` (average per run), ``tflops``, ``gb_per_s`` (None where CK
+    printed no finite number), the instance type string ``name``, and ``split_k`` (bwd ops)."""
 
-    ms: float
-    tflops: float
-    gb_per_s: float
+    ms: float | None
+    tflops: float | None
+    gb_per_s: float | None
     name: str
     split_k: str | None = None
 
@@ -76,11 +76,12 @@ class ProfilerOutput:
 
 
 def _float(text: str) -> float | None:
+    """The number, or None when it is not one or not finite (CK prints ``inf`` TFLOPS for 0 ms)."""
     try:
         v = float(text)
     except ValueError:
         return None
-    return v
+    return v if math.isfinite(v) else None
 
 
 def _split_k(text: str) -> tuple[str, str | None]:
@@ -98,8 +99,8 @@ def parse(stdout: str) -> ProfilerOutput:
         m = _PERF.match(line)
         if m:
             name, sk = _split_k(m.group(4))
-            out.instances.append(Instance(ms=float(m.group(1)), tflops=float(m.group(2)), gb_per_s=float(m.group(3)),
-                                          name=name, split_k=sk))
+            out.instances.append(Instance(ms=_float(m.group(1)), tflops=_float(m.group(2)),
+                                          gb_per_s=_float(m.group(3)), name=name, split_k=sk))
             continue
         if line.endswith("does not support this problem"):
             out.unsupported += 1
@@ -140,7 +141,7 @@ def judge(parsed: ProfilerOutput) -> str | None:
     if parsed.best is None:
         return "no 'Best configuration parameters' block in the output"
     b = parsed.best
-    if not b.name or b.avg_time_ms is None or not (b.avg_time_ms > 0) or math.isinf(b.avg_time_ms):
+    if not b.name or b.avg_time_ms is None or not (b.avg_time_ms > 0):
         if not parsed.instances:
             return "no CK instance supports this problem (no Perf line, an empty best block)"
         return f"the best block names no measured instance (name {b.name!r}, avg_time {b.avg_time_ms}; time=0?)"
@@ -155,7 +156,8 @@ def tail_with_best(stdout: str, limit: int = 4000) -> str:
     if len(text) <= limit:
         return text
     at = text.rfind(_BEST_HEADER)
-    start = len(text) - limit
+    marker = "[... {} characters before, see the log ...]\n"
+    start = len(text) - limit + len(marker.format(len(text)))
     if at != -1 and at < start:
         start = at
-    return "[... " + str(start) + " characters before, see the log ...]\n" + text[start:]
+    return marker.format(start) + text[start:]

@@ -52,9 +52,10 @@ def select(entries: list, max_ops: int | None = None) -> list[dict]:
                            "description": meta.get("description"), "priority_rank": _rank(meta)})
             continue
         meta = cfg["metadata"]
+        notes = [n for n in (meta.get("notes") or []) if isinstance(n, str)] + cfg["notes"]
         picked.append({"index": i, "config": cfg, "error": None, "config_id": pa.config_id(cfg),
                        "operation": cfg["operation_type"], "description": meta.get("description"),
-                       "priority_rank": _rank(meta), "pytorch_op": meta.get("pytorch_op")})
+                       "priority_rank": _rank(meta), "pytorch_op": meta.get("pytorch_op"), "notes": notes})
     picked.sort(key=lambda e: (e["priority_rank"] is None, e["priority_rank"] or 0, e["index"]))
     return picked[:max_ops] if max_ops else picked
 
@@ -78,7 +79,8 @@ def assemble(selected: list[dict], runs: dict[str, dict], *, configs_file: str, 
             continue
         run = dict(runs[e["config_id"]])
         run.update(description=e["description"] or run.get("description"), priority_rank=e["priority_rank"],
-                   config_index=e["index"], pytorch_op=e.get("pytorch_op"))
+                   config_index=e["index"], pytorch_op=e.get("pytorch_op"),
+                   notes=list(e.get("notes") or []) + [n for n in run.get("notes") or [] if n not in (e.get("notes") or [])])
         results.append(run)
     status = Counter(r["status"] for r in results)
     stats = {"total": len(results), "success": status["success"],

@@ -78,6 +78,9 @@ def convert_job(*, trace: str, output: str, quiet: bool, log: str | None = None)
         TraceFormatError: the trace is malformed (one line).
     """
     conv = convert.convert_file(trace, output)
+    if not conv.configs:
+        raise TorqGenConfigError(f"no convolution in {trace} could be converted: "
+                                 + ("; ".join(sorted({r for *_, r in conv.skipped})[:3]) or "no convolution records"))
     if not quiet:
         print("\n".join(conv.lines))
     _emit(convert.summary_text(conv, output), None)

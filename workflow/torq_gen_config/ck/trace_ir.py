@@ -124,6 +124,12 @@ def parse_record(record: dict, index: int) -> ConvRecord:
     op = record["op_name"]
     args = _arguments(record, SCHEMAS[op])
     backward = op == BACKWARD
+    # the schemas give these no defaults: a trace without them is incomplete, not "pad 0"
+    required = [a for a in ("padding", "stride", "dilation", "groups", "transposed", "output_padding", "output_mask")
+                if a in SCHEMAS[op]]
+    missing = [a for a in required if args.get(a) is None]
+    if missing:
+        raise RecordSkipped(f"argument(s) {', '.join(missing)} missing (the ATen schema has no defaults for them)")
     x = _tensor(args, "self" if "self" in SCHEMAS[op] else "input")
     w = _tensor(args, "weight")
     ndim = len(x["shape"]) - 2
@@ -157,8 +163,15 @@ def parse_record(record: dict, index: int) -> ConvRecord:
     dtype = _dtype(x, "input")
     if _dtype(w, "weight") != dtype:
         raise RecordSkipped(f"input is {x['dtype']} but weight is {w['dtype']}: CK needs one data type")
-    x_last = _channels_last(x, "input")
-    w_last = _channels_last(w, "weight")
+    x_fmt, w_fmt = _memory_format(x, "input"), _memory_format(w, "weight")
+    dy_fmt = _memory_format(_tensor(args, "grad_output"), "grad_output") if backward else None
+    # a tensor whose size-1 dims make both formats fit (a 1x1 weight, a 1x1 output) takes
+    # the format of the others: PyTorch gives a channels-last model's 1x1 weights such strides
+    known = [f for f in (x_fmt, dy_fmt, w_fmt) if f not in (None, "either")]
+    x_last = (x_fmt if x_fmt != "either" else (known[0] if known else "contiguous")) == "channels_last"
+    w_last = (w_fmt if w_fmt != "either" else ("channels_last" if x_last else "contiguous")) == "channels_last"
+    if backward and dy_fmt != "either" and (dy_fmt == "channels_last") != x_last:
+        raise RecordSkipped("grad_output and input have different memory formats")
     problem = ConvProblem(G=groups, N=n, K=k_total // groups, C=c_total // groups, filter=tuple(w["shape"][2:]),
                           input=tuple(x["shape"][2:]), strides=strides, dilations=dilations, left_pads=left,
                           right_pads=right, dtype=dtype, channels_last=x_last, weight_channels_last=w_last)
@@ -174,8 +187,6 @@ def parse_record(record: dict, index: int) -> ConvRecord:
             raise RecordSkipped(f"grad_output shape {dy['shape']} differs from the computed output {want}")
         if _dtype(dy, "grad_output") != dtype:
             raise RecordSkipped(f"grad_output is {dy['dtype']} but input is {x['dtype']}")
-        if _channels_last(dy, "grad_output") != x_last:
-            raise RecordSkipped("grad_output and input have different memory formats")
         mask = args.get("output_mask")
         if not (isinstance(mask, list) and len(mask) == 3 and all(isinstance(m, bool) for m in mask)):
             raise RecordSkipped(f"output_mask must be a list of three booleans, not {mask!r}")
@@ -248,26 +259,27 @@ def _dense_strides(shape: list[int], order: list[int]) -> list[int]:
     return strides
 
 
-def _channels_last(t: dict, name: str) -> bool:
-    """True for channels-last strides, False for contiguous ones (or none given); dims of size
-    1 are ignored (both formats then agree, and contiguous is taken).
+def _memory_format(t: dict, name: str) -> str:
+    """``"contiguous"``, ``"channels_last"``, or ``"either"`` when size-1 dims make both
+    fit (the caller decides from the other tensors); no strides count as contiguous.
 
     Raises:
         RecordSkipped: strides of neither format (a view, a broadcast, a permutation).
     """
     shape, strides = t["shape"], t.get("strides")
     if strides is None:
-        return False
+        return "contiguous"
 
     def same(order):
         want = _dense_strides(shape, order)
         return all(s == w for s, w, d in zip(strides, want, shape) if d > 1)
 
     rank = len(shape)
-    if same(list(range(rank))):
-        return False
-    if same([0, *range(2, rank), 1]):
-        return True
+    contiguous, last = same(list(range(rank))), same([0, *range(2, rank), 1])
+    if contiguous and last:
+        return "either"
+    if contiguous or last:
+        return "contiguous" if contiguous else "channels_last"
     raise RecordSkipped(f"{name} strides {strides} (shape {shape}) are neither contiguous nor channels-last")
 
 
