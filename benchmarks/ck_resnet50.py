@@ -28,20 +28,13 @@ import time
 from collections import defaultdict
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workflow"))
+from torq_gen_config.ck.trace_ir import dense_strides  # noqa: E402
 
 DTYPES = {"fp16": "c10::Half", "bf16": "c10::BFloat16", "fp32": "float"}
 
 
-def _strides(shape):
-    out, step = [], 1
-    for d in reversed(shape):
-        out.insert(0, step)
-        step *= d
-    return out
-
-
 def _tensor(shape, dtype):
-    return {"shape": list(shape), "dtype": dtype, "strides": _strides(shape), "init": "normal"}
+    return {"shape": list(shape), "dtype": dtype, "strides": dense_strides(shape), "init": "normal"}
 
 
 def _arg(name, kind, value):

@@ -6,16 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from torq_gen_config.ck.trace_ir import dense_strides
+
 FAKE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "fake_ck"
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def contiguous(shape):
-    out, step = [], 1
-    for d in reversed(shape):
-        out.insert(0, step)
-        step *= d
-    return out
+    return dense_strides(shape)
 
 
 def channels_last(shape):

@@ -17,11 +17,11 @@ output_padding, one supported dtype, dense strides.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TorqGenConfigError
+from ..errors import ReportError, TorqGenConfigError
+from ..fileio import read_json
 from .problem import ConvProblem
 
 #: ATen argument order of the convolution ops read from a trace.
@@ -86,19 +86,9 @@ def read_trace(path: str | Path) -> list:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TraceFormatError(f"trace file not found: {path}") from None
-    except IsADirectoryError:
-        raise TraceFormatError(f"trace file {path} is a directory") from None
-    except UnicodeDecodeError:
-        raise TraceFormatError(f"trace file {path} is not UTF-8 text (is it a JSON file?)") from None
-    except OSError as e:
-        raise TraceFormatError(f"cannot read trace file {path}: {e.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TraceFormatError(f"trace file {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+        data = read_json(path, "trace file")
+    except ReportError as e:
+        raise TraceFormatError(str(e)) from None
     if isinstance(data, dict) and isinstance(data.get("records"), list):
         data = data["records"]
     if not isinstance(data, list):
@@ -250,8 +240,10 @@ def _dtype(t: dict, name: str) -> str:
     return d
 
 
-def _dense_strides(shape: list[int], order: list[int]) -> list[int]:
-    """Strides of a dense tensor whose dims are laid out in ``order`` (outermost first)."""
+def dense_strides(shape: list[int], order: list[int] | None = None) -> list[int]:
+    """Strides (in elements) of a dense tensor whose dims are laid out in ``order``, outermost
+    first (default: contiguous, ``0, 1, ..., rank-1``)."""
+    order = list(range(len(shape))) if order is None else order
     strides, step = [0] * len(shape), 1
     for d in reversed(order):
         strides[d] = step
@@ -271,7 +263,7 @@ def _memory_format(t: dict, name: str) -> str:
         return "contiguous"
 
     def same(order):
-        want = _dense_strides(shape, order)
+        want = dense_strides(shape, order)
         return all(s == w for s, w, d in zip(strides, want, shape) if d > 1)
 
     rank = len(shape)
