@@ -260,3 +260,27 @@ def test_staleness_outdated_marker_and_changed_model(tmp_path):
     assert len(lines) == 1 and "changed since this report was written" in lines[0]
     model.unlink()  # a model that is gone is not a reason to warn
     assert staleness(report_path, report) == []
+
+
+def test_stop_handlers_keep_an_ignored_sigint_and_let_sigterm_act_while_stopping():
+    """A background job's SIGINT stays ignored (POSIX); a SIGTERM after a Ctrl-C still does
+    what it did before (found by a fresh-user test: a backgrounded run could only be kill -9'd)."""
+    code = r"""
+import signal, sys
+from torq_gen_config import isolation
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+isolation.install_stop_handlers()
+assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "SIGINT no longer ignored"
+calls = []
+signal.signal(signal.SIGINT, lambda s, f: calls.append(("int", s)))
+signal.signal(signal.SIGTERM, lambda s, f: calls.append(("term", s)))
+isolation.install_stop_handlers()
+signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+signal.getsignal(signal.SIGINT)(signal.SIGINT, None)   # a second Ctrl-C: ignored
+signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # SIGTERM while stopping: acts
+assert calls == [("int", signal.SIGINT), ("term", signal.SIGTERM)], calls
+assert isolation.stop_signal() == signal.SIGINT
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-2000:]

@@ -305,3 +305,34 @@ def test_unwritable_output_names_it(tmp_path):
 
     with pytest.raises(TorqGenConfigError, match="cannot write /proc/x.json"):
         convert.convert_file(ir, "/proc/x.json")
+
+
+def test_bool_pads_and_float_flags_are_refused():
+    rec = forward([1, 4, 8, 8], [8, 4, 3, 3], padding=[True, False, True, False])
+    conv, cfgs = one([rec])
+    assert cfgs == [] and "padding" in conv.skipped[0][3]
+    rec = backward([2, 8, 9, 9], [8, 8, 3, 3])
+    rec["replay_ir"]["list_pos_args"][7]["value"] = 1.0  # transposed
+    conv, cfgs = one([rec])
+    assert cfgs == [] and "transposed must be a boolean" in conv.skipped[0][3]
+
+
+def test_huge_sizes_are_refused_by_the_converter():
+    conv, cfgs = one([forward([10 ** 20, 4, 8, 8], [8, 4, 3, 3])])
+    assert cfgs == [] and "outside ckProfiler's 32-bit arguments" in conv.skipped[0][3]
+
+
+def test_a_non_integer_rank_is_unranked_not_skipped():
+    rec = forward([1, 4, 8, 8], [8, 4, 3, 3])
+    rec["metadata"]["priority_rank"] = "3"
+    _, [cfg] = one([rec])
+    assert cfg["metadata"]["priority_rank"] is None and "taken as unranked" in " ".join(cfg["metadata"]["notes"])
+
+
+def test_snakemake_form_refuses_a_trace_as_configurations(tmp_path):
+    from torq_gen_config.ck import results
+    from torq_gen_config.errors import TorqGenConfigError
+
+    ir = write(tmp_path / "ir.json", [forward([1, 4, 5, 5], [4, 4, 1, 1])])
+    with pytest.raises(TorqGenConfigError, match="is a TraceLens trace, not CK configurations; convert it first"):
+        results.load_configs(ir)

@@ -260,3 +260,58 @@ def test_the_cross_check_refuses_codes_it_does_not_know(tmp_path):
     from torq_gen_config.ck.convert import describe
 
     assert describe(pa.FWD, pa.problem_of_config(c)).endswith(", data_type 4")  # not called fp16
+
+
+def test_error_line_comes_from_stderr(tmp_path):
+    tool = tmp_path / "ckProfiler"
+    tool.write_text("#!/bin/sh\necho 'check: matches the reference (relative error 1e-7)'\n"
+                    "echo 'error: _ArrayMemoryError: Unable to allocate 4.00 TiB' >&2\nexit 1\n")
+    tool.chmod(0o755)
+    r = profile.run_config(pa.normalize_config(config(pa.FWD)), backend="ckprofiler", binary=str(tool), timeout_s=30)
+    assert r["status"] == "failed" and "Unable to allocate 4.00 TiB" in r["error"]
+
+
+def test_values_beyond_32_bits_are_refused(tmp_path):
+    cs = json.loads(write_configs(tmp_path / "c.json", n_ranks=1).read_text())
+    cs[0]["profiler_args"]["N"] = 10 ** 20
+    (tmp_path / "c.json").write_text(json.dumps(cs))
+    out = tmp_path / "r.json"
+    seed_runner(tmp_path / "c.json", "--profiler-path", FAKE_DIR, "--output", out, "--quiet", cwd=tmp_path)
+    bad = [x for x in json.loads(out.read_text())["results"] if x["status"] == "skipped"]
+    assert len(bad) == 1 and "outside ckProfiler's 32-bit arguments" in bad[0]["error"]
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "1e300"])
+def test_timeout_must_be_finite_and_bounded(tmp_path, value):
+    cfgs = write_configs(tmp_path / "c.json", n_ranks=1)
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--timeout", value, cwd=tmp_path)
+    assert r.returncode == 2 and "--timeout" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_deeply_nested_files_are_one_line_errors(tmp_path):
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    for argv in (["convert", tmp_path / "deep.json", tmp_path / "x.json"], ["run", tmp_path / "deep.json"]):
+        exe = os.path.join(os.path.dirname(sys.executable), "ck-profile")
+        r = subprocess.run([exe, *map(str, argv)], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 2 and "nested too deeply" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_unwritable_output_is_refused_before_running(tmp_path):
+    cfgs = write_configs(tmp_path / "c.json", n_ranks=1)
+    (tmp_path / "adir").mkdir()
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--output", tmp_path / "adir", cwd=tmp_path,
+                    env={"FAKE_CK_LOG": str(tmp_path / "calls")})
+    assert r.returncode == 2 and "is a directory" in r.stderr and not (tmp_path / "calls").exists()
+
+
+def test_retry_failed_runs_only_the_failed_again(tmp_path):
+    cfgs = write_configs(tmp_path / "c.json", n_ranks=1)
+    log = tmp_path / "calls"
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--max-ops", "1", "--quiet", "--work-dir", tmp_path / "w",
+                    cwd=tmp_path, env={"FAKE_CK_MODE": "valids0"})
+    assert r.returncode == 1
+    r = seed_runner(cfgs, "--profiler-path", FAKE_DIR, "--quiet", "--work-dir", tmp_path / "w", "--retry-failed",
+                    cwd=tmp_path, env={"FAKE_CK_LOG": str(log)})
+    assert r.returncode == 0 and "Retrying 1 configuration(s)" in r.stdout, r.stderr[-2000:]
+    ran = [json.loads(x) for x in log.read_text().splitlines() if len(json.loads(x)) > 2]
+    assert len(ran) == 3  # the failed one again and the two never run; nothing else

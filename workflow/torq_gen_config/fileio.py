@@ -164,7 +164,8 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
     """Read a JSON file with a one-line error for the user.
 
     Raises:
-        ReportError: the file is missing, a directory, not UTF-8 text, or not valid JSON.
+        ReportError: the file is missing, a directory, not UTF-8 text, not valid JSON, or
+            nested too deeply for the parser.
     """
     path = Path(path)
     try:
@@ -182,6 +183,8 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ReportError(f"{what} {path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise ReportError(f"{what} {path} is nested too deeply to be read") from None
 
 
 def _json_default(obj: Any) -> Any:

@@ -464,17 +464,18 @@ def install_stop_handlers() -> None:
         previous = signal.getsignal(signum)
         if getattr(previous, "_tgc_stop_handler", False):
             continue
+        if previous == signal.SIG_IGN:  # a background job's SIGINT: it stays ignored (POSIX)
+            continue
 
         def handler(sig, frame, _previous=previous):
             global _stop_signal
-            if _stop_signal is not None:  # already stopping: a second Ctrl-C (or `timeout` passing it on)
+            if _stop_signal == sig:  # already stopping: a second Ctrl-C (or `timeout` passing it on)
                 return None
-            _stop_signal = sig
+            if _stop_signal is None:  # another signal while stopping (SIGTERM after Ctrl-C) still acts
+                _stop_signal = sig
             kill_all()
             if callable(_previous):
                 return _previous(sig, frame)
-            if _previous == signal.SIG_IGN:
-                return None
             signal.signal(sig, signal.SIG_DFL)  # the default action, now that nothing is left running
             os.kill(os.getpid(), sig)
             return None

@@ -74,7 +74,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-save", action="store_true", help="write no results file (and keep no work directory)")
     p.add_argument("--output", default=DEFAULT_RESULTS, metavar="FILE",
                    help=f"results JSON (default: {DEFAULT_RESULTS})")
-    p.add_argument("--timeout", type=_positive_float, default=steps.DEFAULTS["ck_timeout_s"], metavar="S",
+    p.add_argument("--timeout", type=_timeout, default=steps.DEFAULTS["ck_timeout_s"], metavar="S",
                    help="wall-clock limit of one configuration's run in seconds (default: %(default)s)")
     p.add_argument("-j", "--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
                    help="Snakemake cores (default: all CPUs)")
@@ -85,6 +85,8 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
                    help="per-configuration results, logs and Snakemake state; a rerun resumes there "
                         "(default: results/ck/<config file stem>)")
     p.add_argument("--rerun", action="store_true", help="run every configuration again, even those with results")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run again the configurations whose last run failed, timed out or crashed (kept otherwise)")
     p.add_argument("-v", "--verbose", action="store_true", help="show Snakemake's per-job blocks")
 
 
@@ -98,13 +100,13 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _positive_float(text: str) -> float:
+def _timeout(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+    if not 0 < v <= steps.MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"must be > 0 and at most {steps.MAX_TIMEOUT_S} s, not {text}")
     return v
 
 
@@ -130,6 +132,33 @@ def _dry_run(args, selected: list[dict]) -> int:
     return 0
 
 
+def _failed_results(work: Path) -> list[str]:
+    """The result files in ``work`` of runs that failed, timed out or crashed."""
+    from ..errors import ReportError
+    from ..fileio import read_json
+
+    failed = []
+    for path in sorted(work.glob("runs/*/result.json")):
+        try:
+            rec = read_json(path, "CK result")
+        except ReportError:
+            continue
+        if isinstance(rec, dict) and rec.get("status") in ("failed", "timeout", "crash"):
+            failed.append(str(path))
+    return failed
+
+
+def _check_writable(path: str) -> None:
+    """Refuse an --output that cannot be written before any configuration runs."""
+    p = Path(path)
+    if p.is_dir():
+        raise TorqGenConfigError(f"--output {path} is a directory")
+    parent = p.parent if str(p.parent) else Path(".")
+    existing = next((d for d in (parent, *parent.parents) if d.exists()), Path("."))
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise TorqGenConfigError(f"--output {path}: {existing} is not a writable directory")
+
+
 def do_run(args) -> int:
     """Run the configurations (see :func:`add_run_args`); exit 0 when all succeeded, 1 otherwise."""
     from ..fileio import read_json, write_json
@@ -137,14 +166,13 @@ def do_run(args) -> int:
 
     configs = os.path.abspath(args.config_file)
     entries = results.load_configs(configs)
-    if entries and all(isinstance(e, dict) and "op_name" in e and "profiler_args" not in e for e in entries):
-        raise TorqGenConfigError(f"{args.config_file} is a TraceLens trace, not CK configurations; convert it first: "
-                                 f"{PROG} convert {args.config_file} {DEFAULT_CONFIGS}")
     selected = results.select(entries, args.max_ops)
     if not selected:
         raise TorqGenConfigError(f"{args.config_file} holds no configurations")
     if args.dry_run:
         return _dry_run(args, selected)
+    if not args.no_save:
+        _check_writable(args.output)
     binary = profile.locate_profiler(args.profiler_path) if args.backend == "ckprofiler" else None
     print(f"Executing {'CK Profiler' if binary else 'the ONNX Runtime cross-check'} for {len(selected)} "
           f"configuration(s)" + (f" ({binary})" if binary else "") + "...\n", flush=True)
@@ -154,12 +182,20 @@ def do_run(args) -> int:
         config = {"ck_configs": configs, "ck_output_dir": str(work), "ck_backend": args.backend,
                   "ck_profiler_path": binary, "ck_timeout_s": args.timeout, "ck_max_ops": args.max_ops,
                   "ck_quiet": args.quiet, "ck_summary": False}
+        retry = _failed_results(work) if args.retry_failed else []
+        if retry:
+            print(f"Retrying {len(retry)} configuration(s) whose last run failed", flush=True)
         run_workflow(config=config, workdir=work, cores=args.jobs, targets=["ck_profile"], forceall=args.rerun,
+                     forcerun=retry,
                      quiet=not args.verbose, quiet_progress=args.quiet,
                      lock=(steps.LOCK_FILE, f"{work} (CK profiling)", PROG), resources={"ck_device": args.devices})
         doc = read_json(work / steps.RESULTS_FILE, "CK profiler results")
         if not args.no_save:
-            write_json(args.output, doc)
+            try:
+                write_json(args.output, doc)
+            except OSError as e:
+                raise TorqGenConfigError(f"cannot write {args.output}: {e.strerror or e} (the results are in "
+                                         f"{work / steps.RESULTS_FILE})") from None
         print(results.summary_text(doc, None if args.no_save else args.output))
         if not args.no_save:
             print(f"Per-configuration results and logs: {work}")

@@ -87,10 +87,12 @@ def _configs_of(rec: ConvRecord, conv: Conversion) -> list[dict]:
         if notes:
             meta["notes"] = notes
             conv.notes.extend((rec.index, n) for n in notes)
-        try:
-            out.append(pa.make_config(p, op, layout=layout, metadata=meta))
+        try:  # the runner's own checks: what is written here runs there
+            cfg = pa.make_config(p, op, layout=layout, metadata=meta)
+            pa.normalize_config(cfg)
+            out.append(cfg)
         except pa.ConfigFormatError as e:
-            conv.skipped.append((rec.index, rec.op_name, pa.SHORT[op], str(e)))
+            conv.skipped.append((rec.index, rec.op_name, pa.SHORT[op], str(e).removeprefix("configuration: ")))
     return out
 
 

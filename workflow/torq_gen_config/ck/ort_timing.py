@@ -180,7 +180,7 @@ def check(op: str, problem: ConvProblem, threads: int | None = None) -> float:
     want = reference(op, small, feeds["a"], feeds["b"])
     assert got.shape == want.shape, f"shape {got.shape} != reference {want.shape}"
     err = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
-    assert err <= 1e-4, f"relative error {err:.3g} against the numpy reference"
+    assert err <= 1e-4, f"relative difference {err:.3g} from the numpy reference"
     return err
 
 
@@ -194,7 +194,7 @@ def time_config(config: dict, *, max_seconds: float = 10.0, threads: int | None 
     if p.dtype != "fp32":
         print(f"note: timed in fp32 (the configuration's {p.dtype} has no ONNX Runtime CPU convolution kernel)")
     err = check(op, p, threads)
-    print(f"check: matches the float64 numpy reference (N={min(p.N, CHECK_BATCH)}, relative error {err:.2e})")
+    print(f"check: matches the float64 numpy reference (N={min(p.N, CHECK_BATCH)}, relative difference {err:.2e})")
     model, shapes = build_model(op, p)
     sess = _session(model, threads)
     feeds = _inputs(shapes, np.random.default_rng(1))
@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     except AssertionError as e:
         print(f"error: the ONNX Runtime formulation of {config['operation_type']} does not match the numpy "
               f"reference: {e}", file=sys.stderr)
+        return 1
+    except (MemoryError, Exception) as e:  # one line for the result (numpy's allocation error, ORT's own)
+        print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
         return 1
     return 0
 

@@ -65,8 +65,9 @@ def locate_profiler(profiler_path: str | os.PathLike | None = None) -> str:
         return os.path.abspath(found)
     looked.append("PATH")
     raise ProfilerNotFound(f"{BINARY} not found; looked in " + "; ".join(looked)
-                           + ". Build CK's profiler (make ckProfiler in its build directory) or pass --profiler-path, "
-                             "or use --backend onnxruntime to time the convolutions on this machine")
+                           + ". Build CK's profiler (make ckProfiler in its build directory) and pass --profiler-path "
+                             "(ck_profiler_path= in the Snakemake form), or use the onnxruntime backend to time the "
+                             "convolutions on this machine")
 
 
 def fingerprint(binary: str) -> dict:
@@ -151,8 +152,8 @@ def run_config(config: dict, *, backend: str, binary: str | None, timeout_s: flo
     elif res.crashed:
         detail = first_error_line(res.stderr) if res.stderr.strip() else ""
         record.update(status="crash", error=f"crashed: killed by {res.signal_name}" + (f": {detail}" if detail else ""))
-    elif res.returncode != 0:
-        text = (res.stderr + "\n" + profiler_output.strip_ansi(res.stdout)).strip()
+    elif res.returncode != 0:  # the reason is on stderr when there is one (stdout holds progress)
+        text = res.stderr.strip() or profiler_output.strip_ansi(res.stdout).strip()
         record.update(error=f"exit status {res.returncode}: " + (bounded_message(first_error_line(text), 500) or "no output"))
     else:
         why = profiler_output.judge(parsed)

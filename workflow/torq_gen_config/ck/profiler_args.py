@@ -187,6 +187,10 @@ def normalize_config(config: object, where: str = "configuration") -> dict:
         sk = args["split_k"]
         if not (_is_int(sk) or (isinstance(sk, str) and (sk == "all" or _is_int_text(sk)))):
             raise ConfigFormatError(f"{where}: split_k must be an integer or \"all\", not {sk!r}")
+    for k in needed:
+        values = args[k] if isinstance(args[k], list) else [args[k]]
+        if any(_is_int(x) and not -_INT32_LIMIT <= x < _INT32_LIMIT for x in values):
+            raise ConfigFormatError(f"{where}: profiler_args.{k} {args[k]} is outside ckProfiler's 32-bit arguments")
     if args["time"] != 1:
         raise ConfigFormatError(f"{where}: time must be 1 (with time {args['time']} ckProfiler times nothing: "
                                 "0 ms, infinite TFLOPS)")

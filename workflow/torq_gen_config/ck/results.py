@@ -24,12 +24,16 @@ def load_configs(path) -> list:
     """The entries of a configurations file (a JSON list).
 
     Raises:
-        ReportError / TorqGenConfigError: not readable, not JSON, or not a list (one line).
+        ReportError / TorqGenConfigError: not readable, not JSON, not a list, or a TraceLens
+            trace given by mistake (one line).
     """
     data = read_json(path, "CK profiler configurations file")
     if not isinstance(data, list):
         raise TorqGenConfigError(f"CK profiler configurations file {path}: expected a JSON list of configurations, "
                                  f"got a {type(data).__name__}")
+    if data and all(isinstance(e, dict) and "op_name" in e and "profiler_args" not in e for e in data):
+        raise TorqGenConfigError(f"{path} is a TraceLens trace, not CK configurations; convert it first "
+                                 f"(ck-profile convert, or ck_trace= in the Snakemake form)")
     return data
 
 

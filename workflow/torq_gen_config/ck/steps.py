@@ -26,6 +26,8 @@ DEFAULTS = {"ck_configs": None, "ck_trace": None, "ck_output_dir": None, "ck_bac
 CONFIGS_FILE = "ck_profiler_configs.json"
 RESULTS_FILE = "profiler_results.json"
 LOCK_FILE = ".ck-profile.lock"
+#: Longest per-configuration timeout accepted (seconds; a week).
+MAX_TIMEOUT_S = 7 * 24 * 3600
 
 
 def settings(config: dict) -> dict:
@@ -49,8 +51,9 @@ def settings(config: dict) -> dict:
             v = float(v) if key == "ck_timeout_s" else int(v)
         except (TypeError, ValueError):
             raise ConfigError(f"{key} must be a number, not {s[key]!r}") from None
-        if v <= low:
-            raise ConfigError(f"{key} must be > {low}, not {v}")
+        if not v > low or (key == "ck_timeout_s" and not v <= MAX_TIMEOUT_S):
+            raise ConfigError(f"{key} must be > {low}" + (f" and at most {MAX_TIMEOUT_S}" if key == "ck_timeout_s" else "")
+                              + f", not {v}")
         s[key] = v
     source = s["ck_configs"] or s["ck_trace"]
     if not os.path.isfile(source):

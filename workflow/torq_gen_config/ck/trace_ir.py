@@ -148,7 +148,7 @@ def parse_record(record: dict, index: int) -> ConvRecord:
     dilations = _spatial(args, "dilation", ndim, default=1)
     left, right = _padding(args, ndim)
     if min(strides) < 1 or min(dilations) < 1 or min(left + right) < 0:
-        raise RecordSkipped(f"stride {strides}, dilation {dilations}, padding {left}/{right}: "
+        raise RecordSkipped(f"stride {list(strides)}, dilation {list(dilations)}, padding {list(left)}/{list(right)}: "
                             "strides and dilations must be >= 1, pads >= 0")
     dtype = _dtype(x, "input")
     if _dtype(w, "weight") != dtype:
@@ -189,7 +189,8 @@ def parse_record(record: dict, index: int) -> ConvRecord:
         passes = ["forward"]
     rank = (record.get("metadata") or {}).get("priority_rank") if isinstance(record.get("metadata"), dict) else None
     if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool)):
-        raise RecordSkipped(f"metadata.priority_rank must be an integer, not {rank!r}")
+        notes.append(f"metadata.priority_rank {rank!r} is not an integer: taken as unranked")
+        rank = None
     count = record.get("count")
     return ConvRecord(index=index, op_name=op, problem=problem, passes=passes, priority_rank=rank,
                       count=count if isinstance(count, int) and not isinstance(count, bool) else None, notes=notes)
@@ -286,7 +287,7 @@ def _int(args: dict, name: str, default: int) -> int:
 
 def _flag(args: dict, name: str, default: bool) -> bool:
     v = args.get(name, default)
-    if v in (0, 1, True, False):
+    if isinstance(v, bool) or (isinstance(v, int) and v in (0, 1)):
         return bool(v)
     raise RecordSkipped(f"{name} must be a boolean, not {v!r}")
 
@@ -314,7 +315,7 @@ def _padding(args: dict, ndim: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         return (0,) * ndim, (0,) * ndim
     if isinstance(v, str):
         raise RecordSkipped(f"padding {v!r}: string padding modes are not in these ops' schemas")
-    if isinstance(v, list) and len(v) == 2 * ndim and all(isinstance(x, int) for x in v):
+    if isinstance(v, list) and len(v) == 2 * ndim and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         return tuple(v[:ndim]), tuple(v[ndim:])
     pads = tuple(_int_list(v, "padding", ndim))
     return pads, pads
