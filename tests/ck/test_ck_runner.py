@@ -315,3 +315,18 @@ def test_retry_failed_runs_only_the_failed_again(tmp_path):
     assert r.returncode == 0 and "Retrying 1 configuration(s)" in r.stdout, r.stderr[-2000:]
     ran = [json.loads(x) for x in log.read_text().splitlines() if len(json.loads(x)) > 2]
     assert len(ran) == 3  # the failed one again and the two never run; nothing else
+
+
+def test_console_block_with_missing_figures_and_dry_run_of_unknown_codes(tmp_path, capsys):
+    from torq_gen_config.ck import results
+
+    rec = {"success": True, "status": "success", "avg_time_ms": 1.5, "tflops": None, "gb_per_s": None,
+           "config_id": "fwd_x", "description": "d", "error": None, "backend": "ckprofiler", "command": "c",
+           "elapsed_time": 1.0, "best": {"name": "n", "split_k": None}, "notes": []}
+    assert "1.5 ms, ? TFlops, ? GB/s" in results.run_block(rec, quiet=True)
+    assert "? TFlops" in results.run_block(rec)
+    c = config(pa.FWD)
+    c["profiler_args"]["data_type"] = 4
+    (tmp_path / "c.json").write_text(json.dumps([c]))
+    assert cli.main(["run", str(tmp_path / "c.json"), "--backend", "onnxruntime", "--dry-run"]) == 0
+    assert "not run on onnxruntime: data_type 4" in capsys.readouterr().out

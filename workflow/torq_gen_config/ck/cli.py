@@ -125,7 +125,11 @@ def _dry_run(args, selected: list[dict]) -> int:
         if e["config_id"] is None:
             print(f"  not run: {e['error']}")
             continue
-        argv, notes = profile.backend_command(e["config"], args.backend, binary, None)
+        try:
+            argv, notes = profile.backend_command(e["config"], args.backend, binary, None)
+        except TorqGenConfigError as err:  # a code the cross-check does not know
+            print(f"  not run on {args.backend}: {err}")
+            continue
         print(f"  Command: {shlex.join(argv)}")
         for n in notes:
             print(f"  note: {n}")
@@ -234,7 +238,7 @@ def _call(func, args, prog: str = PROG) -> int:
         return 2
     except KeyboardInterrupt as e:
         signum = getattr(e, "signum", signal.SIGINT)
-        print(f"{PROG}: stopped; finished configurations are kept, rerun the same command to resume", file=sys.stderr)
+        print(f"{prog}: stopped; finished configurations are kept, rerun the same command to resume", file=sys.stderr)
         return 128 + int(signum)
 
 

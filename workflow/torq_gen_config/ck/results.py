@@ -98,7 +98,11 @@ def assemble(selected: list[dict], runs: dict[str, dict], *, configs_file: str, 
 def run_block(record: dict, quiet: bool = False) -> str:
     """The console text for one finished configuration (the seed's block; one line when quiet)."""
     mark = "✓ SUCCESS" if record["success"] else f"✗ {record['status'].upper()}"
-    figure = (f"{record['avg_time_ms']:.4g} ms, {record['tflops']:.4g} TFlops, {record['gb_per_s']:.4g} GB/s"
+
+    def num(v) -> str:  # CK may print a figure that is not a finite number (kept as None)
+        return f"{v:.4g}" if isinstance(v, (int, float)) else "?"
+
+    figure = (f"{num(record['avg_time_ms'])} ms, {num(record['tflops'])} TFlops, {num(record['gb_per_s'])} GB/s"
               if record["success"] else record["error"])
     if quiet:
         return f"{mark} {record['config_id']} {record['description']}: {figure}"
