@@ -43,7 +43,9 @@ __all__ = [
 _DRAIN_AFTER_KILL_S = 5.0
 # Tools started by this process and still running (killed when the run stops).
 _LIVE: set = set()
-_LIVE_LOCK = threading.Lock()
+# Reentrant: the stop handler (a signal handler, main thread) takes it, possibly while the
+# main thread it interrupted holds it (a plain Lock would deadlock the stop).
+_LIVE_LOCK = threading.RLock()
 # No tool process group outlives a ``kill -9`` of the run (no handler of ours runs
 # then): a small reaper process per run holds the groups of the running tools and
 # kills them when its pipe from the run closes (wrapper scripts' children included).
