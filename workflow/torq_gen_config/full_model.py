@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError, ReportError
+from .limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from .model.graph import copy_proto, node_inputs, tensor_consumers, value_info, value_types  # noqa: F401 (node_inputs, tensor_consumers re-exported)
 
 ASSIGNMENT_SCHEMA = "torq-gen-config/full-model-assignment/1"
@@ -89,8 +90,6 @@ TORQ_MAP_FILE = "executor_map.json"
 PARTITION_MODEL = "model.onnx"
 PARTITION_MLIR = "model.mlir"
 COMPILED_FILE = "compiled.json"
-SUMMARY_LIMIT = 512
-MESSAGE_LIMIT = 4000
 _NULL_NAMES = ("", "null", "none")
 
 

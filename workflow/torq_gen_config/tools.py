@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .limits import MESSAGE_CHARS, SUMMARY_CHARS
+
 __all__ = [
     "ToolResult",
     "ToolNotFoundError",
@@ -374,7 +376,7 @@ def _first_matching_line(lines: list[str], patterns) -> int | None:
     return None
 
 
-def bounded_message(text: str, limit: int = 4000, *, from_error: bool = True) -> str:
+def bounded_message(text: str, limit: int = MESSAGE_CHARS, *, from_error: bool = True) -> str:
     """Cut a tool's output down to its most useful part, at most ``limit`` characters.
 
     The message starts at the first line containing the word "error" (any case;
@@ -421,7 +423,7 @@ def bounded_message(text: str, limit: int = 4000, *, from_error: bool = True) ->
     return f"{head}\n... ({more} more chars)"
 
 
-def first_error_line(text: str, limit: int = 512) -> str:
+def first_error_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     """The single most telling line of a tool's output, for one-line summaries.
 
     Picks the first line containing the word "error" (any case), else the first line

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
 from ..errors import ReportError
+from ..limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .recommend import (
     REASON_NOT_TESTABLE,
     REASON_NOT_TESTED,
@@ -33,7 +34,6 @@ from .text import render_final_report_text
 __all__ = ["build_report", "build_compiler_json", "summarize"]
 
 _LOCATION_RE = re.compile(r"^(\d+):(\d+)$")
-_SUMMARY_MAX_CHARS = 512
 
 
 def _default_failure_report(status: str, result: Mapping) -> dict:
