@@ -45,7 +45,7 @@ _OLD_INDEX_INPUTS = {("Gather", 1): "gather", ("GatherElements", 1): "gather", (
 
 
 def baseline_inputs(model, seed: int) -> dict:
-    """The generator before the op rules (torq_gen_config.reference.make_inputs up to
+    """The generator before the op rules (torq_gen_config.input_generation.make_inputs up to
     commit e54ac8a), reimplemented: uniform values per dtype, index inputs bounded."""
     import numpy as np
     from onnx import helper

@@ -6,12 +6,13 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import isolation, jobs, layout, run_lock
+from torq_gen_config import backends, isolation, jobs, layout, run_lock
 from torq_gen_config.backends import NEEDS_MLIR
-from torq_gen_config.config import PRECISION_KEYS, check_save_bf16_path, model_name, resolve_model_path, validate_config
+from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
+                                    resolve_model_path, validate_config)
 from torq_gen_config.errors import TorqGenConfigError
 from torq_gen_config.fileio import file_fingerprint, remove_temporary_files
-from torq_gen_config.model.prepare import model_fingerprint, parse_input_shapes
+from torq_gen_config.model.prepare import model_fingerprint
 from torq_gen_config.model_inputs import MODEL_INPUTS_FILE
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
 
@@ -218,7 +219,7 @@ def get_executor(wildcards):
     """The executor definition (name, backend, options): a per-job param, so a change
     to one executor reruns only that executor's jobs. compiler_options/runtime_options
     are appended to the flags of compiler-based backends."""
-    return jobs.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
+    return backends.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
                                            config["runtime_options"], config["torq_hw"], config["torq_hw_type"])
 
 

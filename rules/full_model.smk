@@ -96,7 +96,7 @@ checkpoint plan_full_model:
     params:
         # torq_hw/torq_hw_type applied as in discovery (compiler/runtime options are
         # applied by the plan itself)
-        executors=[jobs.executor_with_tool_options(e, [], [], config["torq_hw"], config["torq_hw_type"])
+        executors=[backends.executor_with_tool_options(e, [], [], config["torq_hw"], config["torq_hw_type"])
                    for e in EXECUTORS.values()],
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],

@@ -54,6 +54,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import ml_dtypes
 import numpy as np
 
+from .limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+
 __all__ = [
     "DEFAULT_TOLERANCE",
     "FULL_MODEL_MIN_COSINE",
@@ -128,7 +130,6 @@ ABS_DIFF_THRESHOLDS: tuple[int, ...] = (
 is stored."""
 
 _TOLERANCE_KEYS = ("fp_avg_tol", "fp_max_tol", "bf16_avg_tol", "bf16_max_tol", "int_atol")
-_SUMMARY_MAX_CHARS = 512
 _NONFINITE_EXAMPLES = 3
 
 

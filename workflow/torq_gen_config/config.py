@@ -114,8 +114,6 @@ def check_values(config: dict) -> None:
                           f"installed onnx supports ({max_opset})")
     check_precision_flags(config)
     try:
-        from .model.prepare import parse_input_shapes
-
         parse_input_shapes(config.get("input_shapes") or [])
     except ConfigError as e:
         raise ConfigError(f"invalid configuration at input_shapes: {e}") from None
@@ -313,3 +311,32 @@ def _with_defaults(validator_cls: Any) -> Any:
         yield from validate_properties(validator, properties, instance, schema)
 
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+
+
+def parse_input_shapes(specs: list[str] | str) -> dict[str, list[int]]:
+    """``NAME:1x32x16x16`` entries (Polygraphy's ``--input-shapes`` form; a scalar is
+    ``NAME:``; names may contain ``:``, the last one separates) -> ``{name: [dims]}``.
+
+    Raises:
+        ConfigError: an entry without ``:``, a dim that is not a non-negative integer,
+            or a name given twice.
+    """
+    if isinstance(specs, str):
+        specs = specs.split()
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        if ":" not in spec:
+            raise ConfigError(f"--input-shapes entry {spec!r}: expected NAME:DIMS such as input:1x3x224x224")
+        name, dims = spec.rsplit(":", 1)
+        if not name:
+            raise ConfigError(f"--input-shapes entry {spec!r}: the input name is empty")
+        try:
+            shape = [int(d) for d in dims.split("x")] if dims.strip() else []
+        except ValueError:
+            shape = None
+        if shape is None or any(d < 0 for d in shape):
+            raise ConfigError(f"--input-shapes entry {spec!r}: dims must be non-negative integers separated by 'x'")
+        if name in out:
+            raise ConfigError(f"--input-shapes gives {name!r} twice")
+        out[name] = shape
+    return out

@@ -205,3 +205,64 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dict,  # noqa: F821
+             *, only_if_changed: bool = False) -> bool:
+    """Write arrays plus a JSON ``__meta__`` entry to an ``.npz`` atomically.
+
+    Arrays of the ml_dtypes types (bfloat16, float8 variants, int4, ...), which
+    ``numpy.savez`` would store as raw ``|V`` bytes, are stored as unsigned-integer
+    views of their bits and listed in ``meta["ml_dtypes_keys"]`` (name -> dtype name;
+    bfloat16 ones also in ``meta["bf16_keys"]``, read by older versions) so that
+    :func:`load_npz` restores them; string arrays are stored as numpy unicode arrays
+    (no pickle). The bytes are a function of the arrays and ``meta`` (``numpy.savez``
+    writes fixed zip dates), so with ``only_if_changed`` an unchanged file keeps its
+    mtime (nothing downstream reruns).
+
+    Returns:
+        True when the file was written.
+    """
+    import io
+
+    import numpy as np
+
+
+    meta = dict(meta)
+    special: dict[str, str] = {}
+    store = {}
+    for k, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.type.__module__.startswith("ml_dtypes"):  # bfloat16, float8_*, int4, ...
+            special[k] = a.dtype.name
+            a = a.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+        elif a.dtype.kind == "O":  # strings (ONNX Runtime returns str objects)
+            a = a.astype(str)
+        store[k] = a
+    meta["bf16_keys"] = [k for k, d in special.items() if d == "bfloat16"]
+    meta["ml_dtypes_keys"] = special
+    store["__meta__"] = np.array(json.dumps(meta))
+    buf = io.BytesIO()
+    np.savez(buf, **store)
+    if only_if_changed:
+
+        return write_bytes_if_changed(path, buf.getvalue())
+    atomic_write_bytes(path, buf.getvalue())
+    return True
+
+
+def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  # noqa: F821
+    """Read a file written by :func:`save_npz`: ``(arrays, meta)``, ml_dtypes arrays
+    restored (files written before ``ml_dtypes_keys`` existed: their ``bf16_keys``)."""
+    import numpy as np
+
+    with np.load(Path(path), allow_pickle=False) as z:
+        meta = json.loads(str(z["__meta__"]))
+        arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    special = meta.get("ml_dtypes_keys") or {k: "bfloat16" for k in meta.get("bf16_keys") or []}
+    if special:
+        import ml_dtypes
+
+        for k, name in special.items():
+            arrays[k] = arrays[k].view(getattr(ml_dtypes, name))
+    return arrays, meta

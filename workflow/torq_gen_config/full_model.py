@@ -62,7 +62,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import ConfigError, ReportError
-from .model.graph import copy_proto, node_inputs, value_info, value_types  # node_inputs re-exported
+from .limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
+from .model.graph import copy_proto, node_inputs, tensor_consumers, value_info, value_types  # noqa: F401 (node_inputs, tensor_consumers re-exported)
 
 ASSIGNMENT_SCHEMA = "torq-gen-config/full-model-assignment/1"
 PLAN_SCHEMA = "torq-gen-config/full-model-plan/1"
@@ -89,8 +90,6 @@ TORQ_MAP_FILE = "executor_map.json"
 PARTITION_MODEL = "model.onnx"
 PARTITION_MLIR = "model.mlir"
 COMPILED_FILE = "compiled.json"
-SUMMARY_LIMIT = 512
-MESSAGE_LIMIT = 4000
 _NULL_NAMES = ("", "null", "none")
 
 
@@ -422,15 +421,6 @@ def build_partition_model(model, members: list[int], values: Mapping[str, Any], 
     return part, io
 
 
-def tensor_consumers(model) -> dict[str, set]:
-    """Tensor name -> indices of the nodes of ``model.graph`` that read it."""
-    consumers: dict[str, set] = {}
-    for j, n in enumerate(model.graph.node):
-        for t in node_inputs(n):
-            consumers.setdefault(t, set()).add(j)
-    return consumers
-
-
 def _np(value):
     import numpy as np
 
@@ -442,7 +432,7 @@ def effective_executor(executor: Mapping, compiler_options: Iterable[str] = (),
     """The executor definition a run uses: the config's ``compiler_options`` /
     ``runtime_options`` (``--compiler-option`` / ``--runtime-option``) appended to the
     ``compile_flags`` / ``run_flags`` of iree executors, as in discovery."""
-    from .jobs import executor_with_tool_options
+    from .backends import executor_with_tool_options
 
     ex = copy.deepcopy(dict(executor))
     ex["options"] = dict(ex.get("options") or {})

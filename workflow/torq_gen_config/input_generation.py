@@ -47,6 +47,10 @@ _SUB_BYTE_INTS = ("int4", "uint4", "int2", "uint2")
 _INT64_MAX = 2**63 - 1
 
 
+#: Default value ranges per dtype class, [low, high) (config ``inputs``).
+DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range": [-40, 40], "uint8_range": [0, 80]}
+
+
 # ----------------------------------------------------------------------------- shapes and values
 def _dims(type_proto) -> tuple | None:
     """Static dims of a tensor type: ints, None for an unknown/symbolic dim; None when
@@ -411,7 +415,7 @@ def generate_inputs(model: "onnx.ModelProto", settings: dict | None = None,
         model: a one-layer model or a whole model; every graph input a tensor with a
             static shape (0 dims allowed: the array is empty).
         settings: ``seed``, ``float_range``, ``int_range``, ``uint8_range`` (defaults:
-            :data:`torq_gen_config.reference.DEFAULT_INPUT_SETTINGS`).
+            :data:`DEFAULT_INPUT_SETTINGS`).
         input_ranges: per input name, a [low, high) range that replaces the dtype's
             range of the plain values (``--quantize``). Structural rules (axes,
             shapes, indices, sizes, counts; docs/inputs.md) do not read it.
@@ -434,8 +438,6 @@ def generate_inputs(model: "onnx.ModelProto", settings: dict | None = None,
             or unknown dim (the message names the input and the dim), or has a dtype
             with no numpy/ml_dtypes type.
     """
-    from .reference import DEFAULT_INPUT_SETTINGS
-
     s = {**DEFAULT_INPUT_SETTINGS, **(settings or {})}
     gen = _Generator(model, s, input_ranges)
     for vi in model.graph.input:  # check every shape first: the error names the input
@@ -1887,3 +1889,28 @@ RULES: dict[tuple[str, str, str], Rule] = {
     ("", "BatchNormalization", "input_var"): _variance,
     ("", "RoiAlign", "rois"): _roi_align_rois,
 }
+
+
+def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  # noqa: F821
+                input_ranges: dict[str, list[float]] | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
+    """Deterministic random inputs for the run-time inputs of a layer model.
+
+    Args:
+        layer_model: single-layer model (or whole model) whose graph inputs carry
+            static shapes (a 0 dim gives an empty array).
+        settings: ``seed``, ``float_range``, ``int_range``, ``uint8_range``.
+        input_ranges: per input name, a [low, high) range that replaces the
+            dtype's range (``--quantize``: a float input is drawn in its calibrated
+            range, an int8 input of a full-integer layer over all int8 values).
+
+    Returns:
+        Input name -> array, in graph input order. Floats are drawn uniformly and
+        cast (bfloat16, float8, int4, ... through ml_dtypes), integers uniformly in
+        [low, high), bools in {False, True}; inputs that an operator reads as
+        indices, axes, shapes, sizes, scales, ... follow that operator's rule
+        (:func:`torq_gen_config.input_generation.generate_inputs`, docs/inputs.md).
+
+    Raises:
+        ValueError: a graph input with a symbolic or unknown dim (named in the message).
+    """
+    return generate_inputs(layer_model, settings, input_ranges)

@@ -40,7 +40,7 @@ _POLL_S = 0.05
 #: Environment variable that runs calls in this process instead (debugging; tests of the library).
 INLINE_ENV = "TORQ_GEN_CONFIG_INLINE"
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: kill_all runs in a signal handler (see tools._LIVE_LOCK)
 _context = None
 _in_worker = False
 _live: set = set()

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from .backends import executor_with_tool_options  # noqa: F401 (re-exported: the rules call jobs.executor_with_tool_options)
 from .fileio import read_json, write_json
 
 #: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
@@ -157,9 +158,14 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
                                          "unknown_to_static_inference": unknown[:200]}}
 
-    m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph,
-                            convert_bf16=bool(precision.get("auto_convert_bf16")),
-                            convert_int32=bool(precision.get("auto_convert_int32")),
+    from .precision.dtype_conversion import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
+
+    conversions = [(key, fn) for key, fn, on in (("bf16", convert_to_bf16, precision.get("auto_convert_bf16")),
+                                                  ("int32", convert_int64_to_int32, precision.get("auto_convert_int32")))
+                   if on]
+    if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.dtype_conversion)
+        target_opset = max(target_opset, BF16_OPSET)
+    m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph, conversions=conversions,
                             input_shapes=shapes, shape_sources=sources, observe=observe)
     data = m.SerializeToString(deterministic=True)
     write_bytes_if_changed(prepared, data)
@@ -564,29 +570,6 @@ def append_to_shared_log(log_file: str, title: str, text: str) -> None:
     with FileLock(log_file + ".lock"):
         with open(log_file, "a", encoding="utf-8") as f:
             f.write(f"\n##### {title} #####\n{text}")
-
-
-def executor_with_tool_options(executor: dict, compiler_options: list[str], runtime_options: list[str],
-                               torq_hw: str = "", torq_hw_type: str = "") -> dict:
-    """The executor definition with the user's tool options applied (a new dict).
-
-    ``compiler_options``/``runtime_options`` are appended to ``compile_flags`` /
-    ``run_flags`` of backends that run a compiler (``iree``, ``torq``); ``torq_hw`` /
-    ``torq_hw_type`` (when not empty) override those options of ``torq`` executors.
-    Other backends are returned unchanged.
-    """
-    if executor["backend"] not in ("iree", "torq"):
-        return executor
-    opts = dict(executor.get("options") or {})
-    if compiler_options or runtime_options:
-        opts["compile_flags"] = list(opts.get("compile_flags") or []) + list(compiler_options)
-        opts["run_flags"] = list(opts.get("run_flags") or []) + list(runtime_options)
-    if executor["backend"] == "torq":
-        if torq_hw:
-            opts["torq_hw"] = torq_hw
-        if torq_hw_type:
-            opts["torq_hw_type"] = torq_hw_type
-    return {**executor, "options": opts}
 
 
 @records_failure

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from .fileio import write_json
+from .limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
 #: Runtime measurements of the jobs of one process (jobs are threads) run one at a
 #: time, so two benchmarks never share the cores; compiles of other jobs may still
 #: run meanwhile (``-j 1`` gives the quietest machine).
 _BENCHMARK_LOCK = threading.Lock()
-SUMMARY_LIMIT = 512
-MESSAGE_LIMIT = 4000
 
 
 def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_npz: str, layer_mlir: str | None,

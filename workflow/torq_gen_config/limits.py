@@ -1,4 +1,5 @@
-"""Time limits of the in-process work, derived from the run's ``timeout_s`` (one place).
+"""Limits, in one place: the time limits of the in-process work, derived from the run's
+``timeout_s``, and the lengths of the messages the results and reports keep.
 
 ``timeout_s`` (``--timeout``, default 300 s) bounds every tool call of a job. Work that
 runs in a supervised worker (:mod:`torq_gen_config.isolation`) gets a limit that leaves
@@ -14,6 +15,10 @@ GRACE_S = 30.0
 MODEL_GRACE_S = 60.0
 #: Longest ``--version`` probe of a tool, seconds (also bounded by ``timeout_s``).
 PROBE_S = 60.0
+#: Characters of a verdict's one-line ``summary`` (failure reports, console lines).
+SUMMARY_CHARS = 512
+#: Characters of a verdict's full ``message`` (a tool's output, cut around its first error).
+MESSAGE_CHARS = 4000
 
 
 def call_limit(timeout_s: float) -> float:

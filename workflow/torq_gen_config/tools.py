@@ -29,6 +29,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .limits import MESSAGE_CHARS, SUMMARY_CHARS
+
 __all__ = [
     "ToolResult",
     "ToolNotFoundError",
@@ -43,7 +45,9 @@ __all__ = [
 _DRAIN_AFTER_KILL_S = 5.0
 # Tools started by this process and still running (killed when the run stops).
 _LIVE: set = set()
-_LIVE_LOCK = threading.Lock()
+# Reentrant: the stop handler (a signal handler, main thread) takes it, possibly while the
+# main thread it interrupted holds it (a plain Lock would deadlock the stop).
+_LIVE_LOCK = threading.RLock()
 # No tool process group outlives a ``kill -9`` of the run (no handler of ours runs
 # then): a small reaper process per run holds the groups of the running tools and
 # kills them when its pipe from the run closes (wrapper scripts' children included).
@@ -372,7 +376,7 @@ def _first_matching_line(lines: list[str], patterns) -> int | None:
     return None
 
 
-def bounded_message(text: str, limit: int = 4000, *, from_error: bool = True) -> str:
+def bounded_message(text: str, limit: int = MESSAGE_CHARS, *, from_error: bool = True) -> str:
     """Cut a tool's output down to its most useful part, at most ``limit`` characters.
 
     The message starts at the first line containing the word "error" (any case;
@@ -419,7 +423,7 @@ def bounded_message(text: str, limit: int = 4000, *, from_error: bool = True) ->
     return f"{head}\n... ({more} more chars)"
 
 
-def first_error_line(text: str, limit: int = 512) -> str:
+def first_error_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     """The single most telling line of a tool's output, for one-line summaries.
 
     Picks the first line containing the word "error" (any case), else the first line

@@ -27,6 +27,7 @@ __all__ = [
     "backend_class",
     "make_backend",
     "NEEDS_MLIR",
+    "executor_with_tool_options",
 ]
 
 #: backend kind -> "module:Class"
@@ -117,3 +118,26 @@ def make_backend(executor: Mapping[str, Any]) -> Backend:
     except BackendUnavailableError as e:
         raise BackendUnavailableError(f"executor {name!r}: {e}") from e.__cause__
     return cls(name, options if options is not None else {})
+
+
+def executor_with_tool_options(executor: dict, compiler_options: list[str], runtime_options: list[str],
+                               torq_hw: str = "", torq_hw_type: str = "") -> dict:
+    """The executor definition with the user's tool options applied (a new dict).
+
+    ``compiler_options``/``runtime_options`` are appended to ``compile_flags`` /
+    ``run_flags`` of backends that run a compiler (``iree``, ``torq``); ``torq_hw`` /
+    ``torq_hw_type`` (when not empty) override those options of ``torq`` executors.
+    Other backends are returned unchanged.
+    """
+    if executor["backend"] not in ("iree", "torq"):
+        return executor
+    opts = dict(executor.get("options") or {})
+    if compiler_options or runtime_options:
+        opts["compile_flags"] = list(opts.get("compile_flags") or []) + list(compiler_options)
+        opts["run_flags"] = list(opts.get("run_flags") or []) + list(runtime_options)
+    if executor["backend"] == "torq":
+        if torq_hw:
+            opts["torq_hw"] = torq_hw
+        if torq_hw_type:
+            opts["torq_hw_type"] = torq_hw_type
+    return {**executor, "options": opts}

@@ -33,7 +33,7 @@ from ..layout import compiler_file, report_file
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``run`` subcommand."""
-    from .discover import add_model_options
+    from .options import add_model_options
 
     p = sub.add_parser(
         "run",
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the full model (in subgraph mode, the subgraph); print its comparison.
     Returns the exit status (0/1; bad input raises a TorqGenConfigError, which the
     command turns into status 2)."""
-    from .discover import build_config, output_layout
+    from .options import build_config, output_layout
 
     if args.cores < 1:
         raise ConfigError("--jobs must be at least 1")
@@ -179,7 +179,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     )
     from ..report.build import build_compiler_json
     from ..workflow_api import WorkflowFailed, run_workflow
-    from .discover import subgraph_flags
+    from .options import subgraph_flags
 
     name = layout["name"]
     report_path = out / report_file(name)

@@ -77,3 +77,36 @@ def _subgraph_free_names(node) -> list[str]:
                         free.append(t)
                 defined.update(o for o in n.output if o)
     return free
+
+
+def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
+    """One record per node of the user's model, in graph order.
+
+    ``node_index`` is the position among the non-``Constant`` nodes (the seed's
+    ``_node_index``), ``None`` for ``Constant`` nodes.
+    """
+    table = []
+    k = 0
+    for i, n in enumerate(model.graph.node):
+        is_const = n.op_type == "Constant" and n.domain in ("", "ai.onnx")
+        table.append({
+            "graph_index": i,
+            "node_index": None if is_const else k,
+            "op_type": n.op_type,
+            "domain": n.domain,
+            "name": n.name,
+            "inputs": list(n.input),
+            "outputs": list(n.output),
+        })
+        if not is_const:
+            k += 1
+    return table
+
+
+def tensor_consumers(model) -> dict[str, set]:
+    """Tensor name -> indices of the nodes of ``model.graph`` that read it."""
+    consumers: dict[str, set] = {}
+    for j, n in enumerate(model.graph.node):
+        for t in node_inputs(n):
+            consumers.setdefault(t, set()).add(j)
+    return consumers

@@ -15,9 +15,11 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+from ..config import parse_input_shapes  # noqa: F401 (re-exported: its old home)
 from ..errors import ConfigError, ModelError
+from .graph import user_node_table  # noqa: F401 (re-exported: its old home)
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 
 #: Prefix of the temporary node names used to trace nodes through the opset upgrade.
@@ -132,33 +134,10 @@ def default_opset(model: "onnx.ModelProto") -> int:  # noqa: F821
     return 0
 
 
-def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
-    """One record per node of the user's model, in graph order.
-
-    ``node_index`` is the position among the non-``Constant`` nodes (the seed's
-    ``_node_index``), ``None`` for ``Constant`` nodes.
-    """
-    table = []
-    k = 0
-    for i, n in enumerate(model.graph.node):
-        is_const = n.op_type == "Constant" and n.domain in ("", "ai.onnx")
-        table.append({
-            "graph_index": i,
-            "node_index": None if is_const else k,
-            "op_type": n.op_type,
-            "domain": n.domain,
-            "name": n.name,
-            "inputs": list(n.input),
-            "outputs": list(n.output),
-        })
-        if not is_const:
-            k += 1
-    return table
-
-
 def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
-                  subgraph: tuple[str, str] | None = None, convert_bf16: bool = False,
-                  convert_int32: bool = False, input_shapes: Mapping[str, list[int]] | None = None,
+                  subgraph: tuple[str, str] | None = None,
+                  conversions: Sequence[tuple[str, Callable]] = (),
+                  input_shapes: Mapping[str, list[int]] | None = None,
                   shape_sources: Mapping[str, str] | None = None,
                   observe: Callable[..., dict] | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Prepare the user's model for layer split and import.
@@ -188,12 +167,14 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             observed types fill in what static inference left unknown and replace
             declared types the run contradicts (a warning each); ``info`` goes to
             ``info["model_run"]``.
-        convert_bf16, convert_int32: ``--auto-convert-bf16`` / ``--auto-convert-int32``
-            (seed 001 section 5; notes/reference_tool.md s6): the opset is upgraded to
-            at least 22 and the (cut) model converted, bf16 first, by
-            :mod:`torq_gen_config.precision.dtype_conversion`; the conversion
-            reports go to ``info["precision"]``. Nodes the conversion inserts (Casts)
-            belong to the user node they serve.
+        conversions: ``(key, convert)`` pairs applied in order to the (cut) model, e.g.
+            ``("bf16", precision.dtype_conversion.convert_to_bf16)`` for
+            ``--auto-convert-bf16`` (seed 001 section 5; notes/reference_tool.md s6; the
+            caller raises ``target_opset`` to what they need). ``convert(model)`` returns
+            ``(model, report)`` with ``report["origin"]`` (per new node, the index of the
+            node it comes from); the reports go to ``info["precision"][key]``. Nodes a
+            conversion inserts (Casts) belong to the user node they serve. Passed in by
+            the caller, so that model preparation does not depend on the precision modes.
 
     Returns:
         ``(prepared_model, info)``; ``info`` is JSON-safe and holds
@@ -206,17 +187,12 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
 
     Raises:
         ModelError: see :func:`load_model`; an int64 constant out of int32 range
-            (``convert_int32``), or a converted model that fails the checker.
+            (the int32 conversion), or a converted model that fails the checker.
         ConfigError: an unknown subgraph name or a reversed range; an
             ``input_shapes`` entry that names no input or contradicts a static dim.
     """
     import onnx
     from onnx import version_converter
-
-    if convert_bf16 or convert_int32:
-        from ..precision.dtype_conversion import BF16_OPSET
-
-        target_opset = max(target_opset, BF16_OPSET)
 
     model = load_model(src)
     info: dict[str, Any] = {"source": str(src), "warnings": [], "fixed_dims": []}
@@ -289,15 +265,12 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     if subgraph is not None:
         model, origin = _cut_subgraph(model, origin, info, subgraph)
     info["shapes"]["unknown"] = unknown_runtime_tensors(model)
-    if convert_bf16 or convert_int32:
-        from ..precision.dtype_conversion import convert_int64_to_int32, convert_to_bf16
-
+    if conversions:
         info["precision"] = {}
-        for on, convert, key in ((convert_bf16, convert_to_bf16, "bf16"), (convert_int32, convert_int64_to_int32, "int32")):
-            if on:
-                model, report = convert(model)
-                origin = [origin[k] for k in report.pop("origin")]
-                info["precision"][key] = report
+        for key, convert in conversions:
+            model, report = convert(model)
+            origin = [origin[k] for k in report.pop("origin")]
+            info["precision"][key] = report
 
     info["prepared_nodes"] = [
         {"op_type": n.op_type, "domain": n.domain, "graph_index": origin[j]}
@@ -425,35 +398,6 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
 
 def _dims_text(dims) -> str:
     return "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims) or "scalar"
-
-
-def parse_input_shapes(specs: list[str] | str) -> dict[str, list[int]]:
-    """``NAME:1x32x16x16`` entries (Polygraphy's ``--input-shapes`` form; a scalar is
-    ``NAME:``; names may contain ``:``, the last one separates) -> ``{name: [dims]}``.
-
-    Raises:
-        ConfigError: an entry without ``:``, a dim that is not a non-negative integer,
-            or a name given twice.
-    """
-    if isinstance(specs, str):
-        specs = specs.split()
-    out: dict[str, list[int]] = {}
-    for spec in specs:
-        if ":" not in spec:
-            raise ConfigError(f"--input-shapes entry {spec!r}: expected NAME:DIMS such as input:1x3x224x224")
-        name, dims = spec.rsplit(":", 1)
-        if not name:
-            raise ConfigError(f"--input-shapes entry {spec!r}: the input name is empty")
-        try:
-            shape = [int(d) for d in dims.split("x")] if dims.strip() else []
-        except ValueError:
-            shape = None
-        if shape is None or any(d < 0 for d in shape):
-            raise ConfigError(f"--input-shapes entry {spec!r}: dims must be non-negative integers separated by 'x'")
-        if name in out:
-            raise ConfigError(f"--input-shapes gives {name!r} twice")
-        out[name] = shape
-    return out
 
 
 def model_signature(model: "onnx.ModelProto") -> dict:  # noqa: F821

@@ -50,7 +50,7 @@ def subgraph_suffix(from_index: int, to_index: int) -> str:
 
 
 def layer_id_of(node: dict) -> str | None:
-    """The layer ID of a user node record (:func:`~torq_gen_config.model.prepare.user_node_table`),
+    """The layer ID of a user node record (:func:`~torq_gen_config.model.graph.user_node_table`),
     as the layer split names it; None for ``Constant`` nodes."""
     if node["node_index"] is None:
         return None
@@ -149,7 +149,7 @@ def _user_nodes_of(path: str | os.PathLike) -> list[dict]:
     import onnx
     from google.protobuf.message import DecodeError
 
-    from .prepare import user_node_table
+    from .graph import user_node_table
 
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -216,7 +216,7 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from ..full_model import tensor_consumers
+    from .graph import tensor_consumers
     from .graph import node_inputs
     from .folding import static_shapes as _static_shapes
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..compare import derive_status, normalize_tolerance, status_details
+from ..limits import MESSAGE_CHARS as _MESSAGE_MAX_CHARS
 
 STATUSES = ("success", "difference", "error", "unverified", "skipped")
 """Every status a (layer, executor) result may have. ``"skipped"``: not tested because
 a higher-priority executor already succeeded on the layer (skip mode)."""
 
 _RECOMMENDATION_ORDER = ("success", "difference", "unverified")
-_MESSAGE_MAX_CHARS = 4000
 
 
 def _status_of(executor: str, result: Mapping) -> str:

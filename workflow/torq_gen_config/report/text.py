@@ -29,7 +29,7 @@ def render_final_report_text(report: Mapping) -> str:
 
     Uses ``report["model_name"]``, ``report["executors"]`` (column order),
     ``report["ops"]`` and ``report["discovery_report"]`` (recomputed with
-    :func:`~torq_gen_config.report.build.summarize` when absent, e.g. after an
+    :func:`~torq_gen_config.report.summary.summarize` when absent, e.g. after an
     edit). Missing statuses / recommendations show as ``-``; a recommendation
     chosen by a person is marked ``(user)``, one that rests on an unverified
     run ``(unverified)``.
@@ -46,7 +46,7 @@ def render_final_report_text(report: Mapping) -> str:
                     executors.append(name)
     discovery = report.get("discovery_report")
     if not discovery or "summary" not in discovery:
-        from .build import summarize  # local import: build imports this module
+        from .summary import summarize
 
         summary, critical = summarize(ops, executors)
     else:
@@ -148,9 +148,9 @@ def trust_lines(report: Mapping) -> list[str]:
     lines (the final report text and ``view`` show the same): the reference engines
     and versions, where the layer inputs came from, the input dims that were given
     values, layers not testable, reference failures, reference disputes and
-    inconclusive checks (:func:`torq_gen_config.report.build.trust_lists`). Ends with
+    inconclusive checks (:func:`torq_gen_config.report.summary.trust_lists`). Ends with
     an empty line; empty for reports without provenance or such lists."""
-    from .build import trust_lists
+    from .summary import trust_lists
 
     prov = report.get("provenance") or {}
     lines: list[str] = []

@@ -1,0 +1,212 @@
+"""Option groups shared by the commands (model, executors, tolerance, precision, tool
+options) and the one place that turns parsed options into a workflow config and an output
+layout (the Polygraphy pattern: defined once, subscribed to by each command)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import ConfigError
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by the commands that work on a model (discover, run)."""
+    p.add_argument("--model", required=True, help="path to the ONNX model (.onnx)")
+    p.add_argument("--output-dir", default=".", help="directory for the report and compiler JSON (default: current directory); "
+                                                       "intermediate files go to <output-dir>/work")
+    p.add_argument("--config-file", help="YAML file with workflow settings (executors, tolerance, ...) "
+                                         "on top of config/config.yaml")
+    p.add_argument("--subgraph-from", metavar="OP",
+                   help="subgraph mode: first node of the range, as layer ID (<OpType>_<first output name>) or "
+                        "output name (with --subgraph-to); files get _subgraph_<f>_<t> in their names")
+    p.add_argument("--subgraph-to", metavar="OP",
+                   help="subgraph mode: last node of the range (inclusive)")
+    p.add_argument("--input-data", metavar="FILE.npz",
+                   help="model inputs keyed by input name (arrays of the input's shape, or [N, *shape]: the first "
+                        "sample is used); they feed the whole-model reference run (layer inputs) and the full-model "
+                        "run, and set symbolic dims (default: seeded, op-aware generated inputs)")
+    p.add_argument("--input-shapes", nargs="+", metavar="NAME:DIMS",
+                   help="values of symbolic input dims, e.g. --input-shapes input:1x3x224x224 mask:1x77 (dims not "
+                        "given default to 1; the report lists what was fixed)")
+    p.add_argument("--reference", choices=["onnxruntime", "onnx"],
+                   help="the reference verdicts are computed against: onnxruntime (default; ONNX Runtime CPU, "
+                        "optimizations off) or onnx (onnx's reference implementation of the spec); the other one is "
+                        "recorded as a second opinion and disputes are listed")
+    p.add_argument("--target-opset", type=int, metavar="N",
+                   help="upgrade models below opset N to N (default 17: IREE's importer needs it for several ops); "
+                        "an upgrade that would change the model's inputs or outputs is not applied")
+    add_precision_options(p)
+
+
+def add_precision_options(p: argparse.ArgumentParser) -> None:
+    """The precision-mode options (docs/precision.md); ``run`` needs the ones discovery used."""
+    g = p.add_argument_group("precision modes (docs/precision.md; run needs the same flags as discover)")
+    g.add_argument("--auto-convert-bf16", action="store_true",
+                   help="convert FP32 tensors to BF16 before the layer split (schema-aware; model I/O become bf16; "
+                        "opset 22); references are computed in fp32 on bf16-rounded inputs and rounded to bf16")
+    g.add_argument("--save-bf16-model", metavar="PATH", help="with --auto-convert-bf16, also save the converted model")
+    g.add_argument("--auto-convert-int32", action="store_true",
+                   help="convert INT64 tensors to INT32 (UINT64 to UINT32); INT64_MIN/MAX sentinels are clamped, "
+                        "other out-of-range values are an error")
+    g.add_argument("--quantize", action="store_true",
+                   help="int8 (A8W8) static quantization with onnxruntime.quantization: each layer on its own for "
+                        "its tests, the whole model once for the MLIR locations and the full-model run")
+    g.add_argument("--per-channel", action="store_true", help="with --quantize: per-channel weight scales")
+    g.add_argument("--full-integer", action="store_true",
+                   help="with --quantize: int8 model I/O (graph-input QuantizeLinear / graph-output "
+                        "DequantizeLinear removed)")
+    g.add_argument("--quant-format", choices=["qdq", "qoperator", "hybrid"],
+                   help="with --quantize: qdq (default), qoperator (QLinearConv, ...) or hybrid (QOperator where "
+                        "every compute op is supported, else QDQ)")
+    g.add_argument("--calibration-data", metavar="FILE.npz",
+                   help="with --quantize: calibration samples keyed by model input name (arrays [N, *shape] or "
+                        "one sample); default: seeded random samples in the float input range")
+    g.add_argument("--calibration-samples", type=int, metavar="N",
+                   help="with --quantize and no --calibration-data: number of random calibration samples (default 20)")
+
+
+def build_config(args: argparse.Namespace) -> dict:
+    """The validated workflow config for the given command-line options.
+
+    Raises:
+        ConfigError: an invalid config file or option value.
+        ModelError: the model is missing, unreadable or not ONNX.
+    """
+    from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
+    from ..model.prepare import load_model
+
+    if not DEFAULT_CONFIG_PATH.exists():
+        raise ConfigError(f"the workflow files (Snakefile, rules/, config/) are not next to the installed package "
+                          f"(looked for {DEFAULT_CONFIG_PATH}); install from a checkout with `pip install -e .`")
+    model = Path(args.model).expanduser().resolve()
+    if "{" in str(model) or "}" in str(model):
+        raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
+    onnx_model = load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
+    config = load_config_file(DEFAULT_CONFIG_PATH)
+    if getattr(args, "config_file", None):
+        config.update(load_config_file(args.config_file))
+    config["model"] = str(model)
+    config["output_dir"] = "."
+    tol = dict(config.get("tolerance") or {})
+    if getattr(args, "tolerance_avg", None) is not None:
+        tol["fp_avg_tol"] = args.tolerance_avg
+    if getattr(args, "tolerance_max", None) is not None:
+        tol["fp_max_tol"] = args.tolerance_max
+    if tol:
+        config["tolerance"] = tol
+    if getattr(args, "timeout", None) is not None:
+        config["timeout_s"] = args.timeout
+    if getattr(args, "layer_inputs", None):
+        config["layer_inputs"] = args.layer_inputs
+    if getattr(args, "input_data", None):
+        data = Path(args.input_data).expanduser().resolve()
+        if not data.is_file():
+            raise ConfigError(f"--input-data {data}: no such file")
+        from ..reference import open_input_data
+
+        open_input_data(data).close()  # not an .npz: say so before the workflow starts
+        config["input_data"] = str(data)
+    if getattr(args, "input_shapes", None):
+        config["input_shapes"] = list(args.input_shapes)
+    if getattr(args, "reference", None):
+        config["reference"] = args.reference
+    if getattr(args, "target_opset", None) is not None:
+        config["target_opset"] = args.target_opset
+    if getattr(args, "dedup_layers", False):
+        config["dedup_layers"] = True
+    if getattr(args, "skip_mode", False):
+        config["skip_mode"] = True
+    if getattr(args, "skip_executors", None):
+        config["skip_executors"] = _csv(args.skip_executors)
+    if getattr(args, "torq_hw", None):
+        config["torq_hw"] = args.torq_hw
+    if getattr(args, "torq_hw_type", None):
+        config["torq_hw_type"] = args.torq_hw_type
+    if getattr(args, "compiler_option", None):
+        config["compiler_options"] = list(args.compiler_option)
+    if getattr(args, "runtime_option", None):
+        config["runtime_options"] = list(args.runtime_option)
+    if getattr(args, "collect_timing", False):
+        config["collect_timing"] = True
+    if getattr(args, "timing_runs", None) is not None:
+        config["timing_runs"] = args.timing_runs
+    if getattr(args, "timing_warmup", None) is not None:
+        config["timing_warmup"] = args.timing_warmup
+    if getattr(args, "recommend_by_timing", False):
+        config["recommend_by_timing"] = True
+    if getattr(args, "log_file", None):
+        config["log_file"] = str(Path(args.log_file).expanduser().resolve())
+    if getattr(args, "verbose", False):
+        config["verbose"] = True
+    if getattr(args, "skip_ops", None):
+        config["skip_ops"] = _csv(args.skip_ops)
+    if getattr(args, "subgraph_from", None) is not None:
+        config["subgraph_from"] = args.subgraph_from
+    if getattr(args, "subgraph_to", None) is not None:
+        config["subgraph_to"] = args.subgraph_to
+    for key in ("auto_convert_bf16", "auto_convert_int32", "quantize", "per_channel", "full_integer"):
+        if getattr(args, key, False):
+            config[key] = True
+    for key in ("save_bf16_model", "calibration_data"):
+        if getattr(args, key, None):
+            config[key] = str(Path(getattr(args, key)).expanduser().resolve())
+    if getattr(args, "quant_format", None):
+        config["quant_format"] = args.quant_format
+    if getattr(args, "calibration_samples", None) is not None:
+        config["calibration_samples"] = args.calibration_samples
+    if getattr(args, "calibration_samples", None) is not None and not config.get("quantize"):
+        raise ConfigError("--calibration-samples needs --quantize")
+    config = validate_config(config)
+    if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
+        import onnx
+
+        from ..model.prepare import fix_symbolic_dims, parse_input_shapes
+
+        inputs_only = onnx.ModelProto()
+        inputs_only.graph.input.extend(onnx_model.graph.input)
+        fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
+    from ..config import check_save_bf16_path
+
+    check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
+    if config["quantize"] and config["calibration_data"]:
+        # bad calibration data is a one-line error now, not a failed job later
+        from ..precision.quantization import calibration_samples
+
+        calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
+    return config
+
+
+def output_layout(config: dict) -> dict:
+    """Names of the outputs of a (validated) config, as ``rules/common.smk`` makes them.
+
+    Returns:
+        ``{"name": <model>[_subgraph_<f>_<t>], "work": its work directory
+        (``work/<name>``, relative to the output directory), "subgraph": the resolved
+        range or None}``.
+
+    Raises:
+        ConfigError: a subgraph name is unknown (the message lists near matches), the
+            range is reversed, or only one end is given.
+    """
+    from ..config import model_name
+    from ..model.subgraph import subgraph_of_config
+
+    from ..layout import work_dir
+
+    sub = subgraph_of_config(config)
+    name = model_name(config["model"]) + (sub["suffix"] if sub else "")
+    return {"name": name, "work": work_dir(name), "subgraph": sub}
+
+
+def subgraph_flags(layout: dict) -> str:
+    """The ``--subgraph-from/--subgraph-to`` options of a layout, for messages ("" without)."""
+    sub = layout.get("subgraph")
+    if not sub:
+        return ""
+    return f" --subgraph-from={sub['from']['name']} --subgraph-to={sub['to']['name']}"
+
+
+def _csv(text: str) -> list[str]:
+    """Split a comma-separated option value, dropping blanks."""
+    return [t.strip() for t in text.split(",") if t.strip()]
