@@ -24,11 +24,12 @@ from .recommend import (
     REASON_NOT_TESTED,
     REASON_USER,
     STATUSES,
+    duration_ms,
     recommend_with_reason,
     rederive_statuses,
     runtime_median_ms,
 )
-from .summary import _ms_or_none, summarize, trust_lists  # noqa: F401 (summarize, trust_lists re-exported)
+from .summary import summarize, trust_lists  # noqa: F401 (re-exported: their old home)
 from .text import render_final_report_text
 
 __all__ = ["build_report", "build_compiler_json", "summarize"]
@@ -118,8 +119,8 @@ def _timing_entry(timing: Mapping) -> dict:
     ``max_ms``, ``samples_ms`` and ``method``. When the measurement failed:
     ``runtime_error`` (its one-line summary).
     """
-    out: dict[str, Any] = {"compile_ms": _ms_or_none(timing.get("compile_ms")),
-                           "run_ms": _ms_or_none(timing.get("run_ms"))}
+    out: dict[str, Any] = {"compile_ms": duration_ms(timing.get("compile_ms")),
+                           "run_ms": duration_ms(timing.get("run_ms"))}
     runtime = timing.get("runtime")
     median = runtime_median_ms({"timing": timing})
     if isinstance(runtime, Mapping) and median is not None:
@@ -127,7 +128,7 @@ def _timing_entry(timing: Mapping) -> dict:
         out["runs"] = runtime.get("runs")
         out["warmup"] = runtime.get("warmup")
         for key in ("median_ms", "min_ms", "mean_ms", "max_ms"):
-            out[key] = _ms_or_none(runtime.get(key))
+            out[key] = duration_ms(runtime.get(key))
         out["samples_ms"] = list(runtime.get("samples_ms") or [])
         out["method"] = runtime.get("method")
     err = timing.get("runtime_error")

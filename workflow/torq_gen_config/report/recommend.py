@@ -18,6 +18,7 @@ there). :func:`recommend_with_reason` returns the choice and that reason.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 from ..compare import derive_status, normalize_tolerance, status_details
@@ -58,8 +59,6 @@ def runtime_median_ms(result: Mapping) -> float | None:
     (``timing.runtime.median_ms``). Non-finite or negative values count as
     missing.
     """
-    import math
-
     timing = result.get("timing") if isinstance(result, Mapping) else None
     if not isinstance(timing, Mapping):
         return None
@@ -68,6 +67,11 @@ def runtime_median_ms(result: Mapping) -> float | None:
         value = timing["runtime"].get("median_ms")
     if value is None:
         value = timing.get("runtime_ms")
+    return duration_ms(value)
+
+
+def duration_ms(value) -> float | None:
+    """A duration in milliseconds as a finite, non-negative float, else None."""
     if value is None or isinstance(value, bool):
         return None
     try:

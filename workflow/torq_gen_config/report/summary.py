@@ -4,28 +4,17 @@ lists). Read by the report builder, the text renderer, view and edit."""
 
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping
+from typing import Mapping
 
 from .recommend import (
     REASON_NO_TIMING,
     STATUSES,
+    duration_ms,
     is_critical_failure,
     is_inconclusive,
     is_timing_reason,
     runtime_median_ms,
 )
-
-
-def _ms_or_none(value: Any) -> float | None:
-    """A duration in milliseconds as a finite float, else None."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) and value >= 0 else None
 
 
 def _timing_stats(values: list[float]) -> dict:
@@ -82,14 +71,14 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
                 status_counts[status] += 1
             timing = entry.get("timing") or {}
             if name in run_times and status != "error":  # timings of failed runs are not comparable
-                if _ms_or_none(timing.get("run_ms")) is not None:
+                if duration_ms(timing.get("run_ms")) is not None:
                     run_times[name].append(float(timing["run_ms"]))
-                if _ms_or_none(timing.get("compile_ms")) is not None:
+                if duration_ms(timing.get("compile_ms")) is not None:
                     compile_times[name].append(float(timing["compile_ms"]))
                 median = runtime_median_ms(entry)
                 if median is not None:
                     runtime_medians[name].append(median)
-                    runtime_samples[name].extend(v for v in (_ms_or_none(x) for x in timing.get("samples_ms") or [])
+                    runtime_samples[name].extend(v for v in (duration_ms(x) for x in timing.get("samples_ms") or [])
                                                  if v is not None)
         reason = op.get("recommendation_reason")
         if op.get("recommendation_source") != "user":
