@@ -275,9 +275,23 @@ calls = []
 signal.signal(signal.SIGINT, lambda s, f: calls.append(("int", s)))
 signal.signal(signal.SIGTERM, lambda s, f: calls.append(("term", s)))
 isolation.install_stop_handlers()
+import threading, time
 signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
 signal.getsignal(signal.SIGINT)(signal.SIGINT, None)   # a second Ctrl-C: ignored
-signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # SIGTERM while stopping: acts
+# SIGTERM while stopping acts; its previous handler runs outside the signal handler, so a
+# lock the interrupted main thread holds (Snakemake's scheduler lock) cannot deadlock it
+held = threading.Lock()
+def term(s, f):
+    with held:
+        calls.append(("term", s))
+signal.signal(signal.SIGTERM, term)
+isolation.install_stop_handlers()
+with held:  # the main thread holds the lock when the signal arrives
+    signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+for _ in range(100):
+    if len(calls) == 2:
+        break
+    time.sleep(0.05)
 assert calls == [("int", signal.SIGINT), ("term", signal.SIGTERM)], calls
 assert isolation.stop_signal() == signal.SIGINT
 print("ok")
