@@ -474,15 +474,14 @@ def install_stop_handlers() -> None:
             if _stop_signal is None:  # another signal while stopping (SIGTERM after Ctrl-C) still acts
                 _stop_signal = sig
             kill_all()
-            if _previous is signal.default_int_handler:  # KeyboardInterrupt, in the main thread
-                return _previous(sig, frame)
-            if callable(_previous):
+            if callable(_previous) and sig == signal.SIGTERM:
                 # not inside the signal handler: Snakemake's SIGTERM handler takes the
                 # scheduler's (non-reentrant) lock, which the interrupted main thread may
                 # hold (seen: a hang in job postprocessing); it only sets a flag
-                threading.Thread(target=_previous, args=(sig, frame), daemon=True,
-                                 name=f"stop-{signal.Signals(sig).name}").start()
+                threading.Thread(target=_previous, args=(sig, frame), daemon=True, name="stop-SIGTERM").start()
                 return None
+            if callable(_previous):  # SIGINT: KeyboardInterrupt, raised in the main thread
+                return _previous(sig, frame)
             signal.signal(sig, signal.SIG_DFL)  # the default action, now that nothing is left running
             os.kill(os.getpid(), sig)
             return None
