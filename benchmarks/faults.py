@@ -975,7 +975,15 @@ def _interrupt(ctx: Ctx, *, model_fn, sig: int, group: bool, form: str = "cli", 
     ctx.expect_exit(step, expect)
     if sig == signal.SIGINT and form == "cli" and "interrupted" not in step.last_line():
         ctx.problems.append(f"no 'interrupted' line: {step.last_line()[:200]}")
-    ctx.check_dir(out, report=False, name=name)
+    if sig == signal.SIGKILL:
+        # a writer killed mid-write leaves its temporary file (nothing can prevent that);
+        # what counts is that no JSON is corrupt now and the resumed run removes them
+        bad, _ = json_problems(out)
+        ctx.corrupt += [f"{out.name}/{b}" for b in bad]
+        if layers.is_dir():  # make sure there is one for the resumed run to remove
+            (layers / ".result.json.killed.tmp").write_text('{"half": ')
+    else:
+        ctx.check_dir(out, report=False, name=name)
     before = results(out, name)
     if not env_tool:  # real tools: a crash or timeout verdict can only be one the signal made up
         made_up = sorted(k for k, v in before.items() if v["stage"] in ("crash", "timeout"))
