@@ -1,5 +1,5 @@
-"""Schema-aware dtype narrowing (precision/dtype_conversion.py): bf16 and int32 on real
-models, checked with the ONNX checker, ONNX Runtime and IREE (llvm-cpu)."""
+"""Schema-aware dtype narrowing (precision/narrowing.py, through the dtype_conversion.py
+shim): bf16 and int32 on real models, checked with the ONNX checker, ONNX Runtime and IREE (llvm-cpu)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from torq_gen_config.errors import ModelError
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import LAYER_MODEL, split_layers
+from torq_gen_config.precision import qdq_graph
 from torq_gen_config.precision import quantization as Q
 from torq_gen_config.precision.quantization import QuantizationError
 
@@ -456,7 +457,7 @@ def test_quantize_model_never_raises_ort_assertions(sq, monkeypatch):
     def scale_issue(*a, **k):
         raise AssertionError("scale issue")
 
-    monkeypatch.setattr(Q, "_scale_zp", scale_issue)  # called when wrapping float I/O
+    monkeypatch.setattr(qdq_graph, "_scale_zp", scale_issue)  # called when wrapping float I/O (qdq_graph._wrap_io)
     with pytest.raises(QuantizationError, match="scale issue"):
         Q.quantize_model(relu, ranges=sq["ranges"], wrap_unquantized_io=True)
     import onnxruntime.quantization as oq

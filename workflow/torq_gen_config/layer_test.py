@@ -73,7 +73,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     """
     from .backends import make_backend
     from .backends.base import StageError
-    from .compare import compare_on_model, derive_status
+    from .compare import compare_on_model, judge
     from .reference import load_reference
     from .tools import bounded_message, first_error_line
 
@@ -185,8 +185,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         # int8 levels: one quantization step is their resolution (docs/comparison.md)
         if layer_model is None:
             raise ValueError(f"cannot read the layer model {layer_onnx}")
-        metrics = compare_on_model(layer_model, outputs, ref_outputs, meta["output_names"])
-        status, summary = derive_status(metrics, tolerance)
+        status, summary, metrics = judge(outputs, ref_outputs, meta["output_names"], tolerance, model=layer_model)
     except Exception as e:
         return fail("compare", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
     result["metrics"] = metrics

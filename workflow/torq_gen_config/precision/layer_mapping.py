@@ -7,13 +7,13 @@ types (QLinearConv, ...) and fewer compute ops (activations such as Relu fused i
 the preceding Conv). Following seed 001 ("Quantized Models") and seed 002 section 5:
 
 1. the compute nodes of the quantized model (Q/DQ dropped, op types renamed back
-   to their base type: :func:`torq_gen_config.precision.quantization.compute_nodes`)
+   to their base type: :func:`torq_gen_config.precision.alignment.compute_nodes`)
    are matched to the FP32 layers by tensor names first (:func:`match_by_names`):
    onnxruntime.quantization keeps a compute op's output name (QOperator appends
    ``_quantized``), and an op with a fused activation writes the activation's
    output; the ops left over are aligned with the layers left over by a longest
    common subsequence of op types
-   (:func:`torq_gen_config.precision.quantization.align_layers`). Names come first
+   (:func:`torq_gen_config.precision.alignment.align_layers`). Names come first
    because the quantized model's node order is not the original's (parallel
    branches are interleaved differently), so an alignment by order alone swaps ops
    of the same type. A layer without a partner was fused away and gets no MLIR
@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+
+from .alignment import align_layers, base_tensor_name, compute_nodes
 
 #: Wrapper op types that join the layer on their data side.
 _DEQUANTIZE = {"DequantizeLinear"}
@@ -60,8 +62,6 @@ def map_layers_to_quantized(manifest: dict, quantized_model: "onnx.ModelProto") 
     Raises:
         ValueError: the quantized model has no nodes.
     """
-    from .quantization import align_layers, compute_nodes
-
     nodes = list(quantized_model.graph.node)
     if not nodes:
         raise ValueError("the quantized model has no nodes")
@@ -168,17 +168,15 @@ FUSABLE_ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSi
 def match_by_names(layers: list[dict], computes: list[dict]) -> list[int | None]:
     """Per layer, the position in ``computes`` of the compute node that produces the
     layer's output under the same name (after
-    :func:`~torq_gen_config.precision.quantization.base_tensor_name`) with the same
+    :func:`~torq_gen_config.precision.alignment.base_tensor_name`) with the same
     base op type; or, for a compute node whose output is the output of a fused
     activation layer (Relu, Clip, ...; :data:`FUSABLE_ACTIVATIONS`), the layer before
     that activation, if its op type is the node's. None where no name matches.
 
     Args:
         layers: manifest layers (``op_type``, ``inputs``/``outputs`` as [{name, ...}]).
-        computes: :func:`~torq_gen_config.precision.quantization.compute_nodes`.
+        computes: :func:`~torq_gen_config.precision.alignment.compute_nodes`.
     """
-    from .quantization import base_tensor_name
-
     by_output: dict[str, int] = {}
     for k, l in enumerate(layers):
         for o in l.get("outputs") or []:
@@ -219,8 +217,6 @@ def quantized_tensor_names(quantized_model: "onnx.ModelProto") -> list[str]:  # 
     I/O get Q/DQ pairs in its own test only where they are in this list, i.e. where
     the whole model has them too (``quantize_layer``)."""
     import onnx
-
-    from .quantization import base_tensor_name
 
     types = {v.name: v.type.tensor_type.elem_type for v in list(quantized_model.graph.value_info)
              + list(quantized_model.graph.output) + list(quantized_model.graph.input)}
