@@ -1,13 +1,11 @@
-"""Input values for an ONNX model: op-aware generated ones (one layer or a whole model) and
-the model's input values every whole-model step starts from.
+"""Op-aware deterministic inputs for an ONNX model (one layer or a whole model).
 
 Modules: :mod:`.generate` (the generator, :func:`generate_inputs`, :func:`make_inputs`),
 :mod:`.site` (what a rule reads), :mod:`.tensor_types` (static dims, dtype classes),
 :mod:`.rules` (the table :data:`RULES` and one module per kind of input: axes, indices,
-shapes, slice, signal, values, nms), :mod:`.model_inputs` (the user's ``--input-data`` or
-generated values of the whole model, ``work/model_inputs.npz``).
-
-Generated inputs.
+shapes, slice, signal, values, nms). The whole model's input values (``--input-data``
+or generated) are :mod:`torq_gen_config.model_inputs`, a layer above this one: it casts
+with the precision step's bf16 rounding, and that step draws its calibration inputs here.
 
 Most graph inputs are data, drawn uniformly per dtype (config ``inputs``: floats in
 ``float_range``, integers in ``int_range``, uint8 in ``uint8_range``, bools). But an

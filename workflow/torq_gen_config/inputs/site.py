@@ -13,8 +13,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import onnx
 
-    from .generate import _Generator
-
 
 class _Graph:
     """What the rules read about the model: shapes, constants, consumers, opsets."""
@@ -109,9 +107,10 @@ def _formal_names(node, schema) -> list[str]:
 class InputSite:
     """One graph input as input ``position`` (formal name ``formal``) of ``node``: what a
     rule reads. Shapes are tuples of ints with None for an unknown dim, or None when the
-    rank is unknown."""
+    rank is unknown. ``gen`` is the generator (:class:`.generate._Generator`: rng, values,
+    memo), not imported here so that this module stays below it."""
 
-    def __init__(self, gen: "_Generator", name: str, shape: tuple, dtype, node, position: int,
+    def __init__(self, gen, name: str, shape: tuple, dtype, node, position: int,
                  formals: list[str], domain: str, opset: int):
         self.gen, self.name, self.shape, self.dtype = gen, name, tuple(shape), dtype
         self.node, self.position, self.formals = node, position, formals
