@@ -229,7 +229,9 @@ def build_layer_model(model, members: list[int], values: dict, types: dict, grap
 
 def _outer_scope_inputs(node) -> list[str]:
     """Tensors that the subgraphs of ``node`` (If/Loop/Scan bodies) read from the
-    enclosing graph: they are inputs of the layer too."""
+    enclosing graph: they are inputs of the layer too. (The layer builder now reads them
+    through :func:`~.graph.node_inputs`, which gives the same names; the quantization
+    step imports this one.)"""
     names: list[str] = []
 
     def visit(graph, defined: set[str]) -> None:
