@@ -3,7 +3,7 @@
 The whole-model reference run (shapes, realistic layer inputs), the full-model
 reference of ``run`` and the full-subgraph test all start from the same values:
 the user's ``--input-data`` arrays, else op-aware generated values (seeded,
-:func:`torq_gen_config.input_generation.make_inputs`). In subgraph mode the subgraph's
+:func:`torq_gen_config.inputs.make_inputs`). In subgraph mode the subgraph's
 inputs are the values those tensors have in a run of the whole model. They are
 written once, by the preparation, to ``work/model_inputs.npz``
 (:data:`MODEL_INPUTS_FILE`), keyed by the prepared model's input names, with the
@@ -67,7 +67,7 @@ def model_input_values(model: "onnx.ModelProto", settings: dict | None = None,  
         ModelError: unusable ``input_data`` (see :func:`load_input_data`).
     """
     from .model.graph import copy_proto
-    from .input_generation import DEFAULT_INPUT_SETTINGS, make_inputs
+    from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 
     if any(vi.type.WhichOneof("value") != "tensor_type" for vi in model.graph.input):
         # sequence/optional inputs get no value: the layers that read them are not testable

@@ -24,7 +24,8 @@ from typing import Any
 
 from ..fileio import write_bytes_if_changed
 from .folding import NONDETERMINISTIC_OPS, fold_constants, static_shapes as _static_shapes  # noqa: F401 (re-exported)
-from .graph import copy_proto, value_info, value_types
+from .extract import extract_model
+from .graph import value_types
 from .shapes import type_is_complete, type_table, type_text
 
 #: Name of the layer model file inside each layer directory.
@@ -200,56 +201,37 @@ def layer_signature(layer_model) -> str:
 
 def build_layer_model(model, members: list[int], values: dict, types: dict, graph_outputs: list[str],
                       layer_id: str, node_index: int):
-    """Build the stand-alone ONNX model of one layer.
+    """Build the stand-alone ONNX model of one layer (:func:`~.extract.extract_model`).
 
     Run-time inputs become graph inputs (types from shape inference), constant
-    inputs become initializers, and every tensor produced by the layer's nodes that
-    is not consumed inside the layer becomes a graph output. The graph is named
-    ``main`` so that the imported MLIR function is ``@main``.
+    inputs (``values``) become initializers, and every tensor produced by the layer's
+    nodes that is not a direct input of one of them (or is a model output) becomes a
+    graph output. The graph is named ``main`` so that the imported MLIR function is
+    ``@main``; the layer ID and node index are metadata props; shapes are inferred.
 
     Returns:
         ``(model, io)`` with ``io`` = ``{"inputs", "outputs", "initializers"}`` lists
         of ``{"name", "dtype", "shape"}``.
     """
-    import onnx
-    from onnx import helper, numpy_helper
-
-    nodes = [model.graph.node[j] for j in members]
-    produced = [t for n in nodes for t in n.output if t]
-    produced_set = set(produced)
-    consumed_inside = {t for n in nodes for t in n.input if t}
-    inputs, inits = [], []
-    seen = set()
-    for n in nodes:
-        for t in list(n.input) + _outer_scope_inputs(n):
-            if not t or t in produced_set or t in seen:
-                continue
-            seen.add(t)
-            if t in values:
-                inits.append(numpy_helper.from_array(values[t], name=t))
-            else:
-                inputs.append(value_info(t, types))
-    outputs = [value_info(t, types) for t in produced if t not in consumed_inside or t in graph_outputs]
-    graph = helper.make_graph([copy_proto(n) for n in nodes], "main", inputs, outputs, initializer=inits)
-    layer = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="torq-gen-config")
-    layer.ir_version = model.ir_version
-    helper.set_model_props(layer, {"torq_gen_config.layer_id": layer_id, "torq_gen_config.node_index": str(node_index)})
-    try:
-        layer = onnx.shape_inference.infer_shapes(layer, data_prop=True)
-    except Exception:
-        pass
+    layer, names = extract_model(
+        model, members, constants=values, types=types, graph_outputs=graph_outputs, outputs="unread_inside",
+        props={"torq_gen_config.layer_id": layer_id, "torq_gen_config.node_index": str(node_index)},
+        infer_shapes=True)
     out_types = value_types(layer)
     io = {
-        "inputs": [_describe(vi.name, types) for vi in inputs],
-        "outputs": [_describe(vi.name, out_types) for vi in outputs],
-        "initializers": [{"name": t.name, "dtype": _dtype_name(t.data_type), "shape": list(t.dims)} for t in inits],
+        "inputs": [_describe(t, types) for t in names["inputs"]],
+        "outputs": [_describe(t, out_types) for t in names["outputs"]],
+        "initializers": [{"name": t.name, "dtype": _dtype_name(t.data_type), "shape": list(t.dims)}
+                         for t in layer.graph.initializer],
     }
     return layer, io
 
 
 def _outer_scope_inputs(node) -> list[str]:
     """Tensors that the subgraphs of ``node`` (If/Loop/Scan bodies) read from the
-    enclosing graph: they are inputs of the layer too."""
+    enclosing graph: they are inputs of the layer too. (The layer builder now reads them
+    through :func:`~.graph.node_inputs`, which gives the same names; the quantization
+    step imports this one.)"""
     names: list[str] = []
 
     def visit(graph, defined: set[str]) -> None:

@@ -32,7 +32,8 @@ import os
 from typing import Any
 
 from ..errors import ConfigError, ModelError
-from .graph import copy_proto, node_attr, value_info, value_types
+from .extract import extract_model
+from .graph import node_attr, value_types
 
 #: Config keys (and, as ``--subgraph-from``/``--subgraph-to``, command-line options).
 CONFIG_KEYS = ("subgraph_from", "subgraph_to")
@@ -214,7 +215,6 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
         ModelError: the range produces nothing that is used after it.
     """
     import numpy as np
-    from onnx import helper, numpy_helper
 
     from .graph import tensor_consumers
     from .graph import node_inputs
@@ -281,21 +281,11 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
                          "or is a model output")
 
     order = sorted(keep)
-    types = value_types(model)
-    sub_nodes = [copy_proto(nodes[j]) for j in order]
-    initializers = [copy_proto(inits[t]) for t in need_inits]
-    initializers += [numpy_helper.from_array(v, name=t) for t, v in shape_values.items()]
-    boundary = set(inputs) | set(outputs)
-    used = {t for n in sub_nodes for t in list(n.input) + list(n.output) if t}
-    inner_info = [copy_proto(v) for v in model.graph.value_info if v.name in used and v.name not in boundary]
-    graph = helper.make_graph(sub_nodes, model.graph.name, [value_info(t, types) for t in inputs],
-                              [value_info(t, types) for t in outputs], initializer=initializers,
-                              value_info=inner_info)
-    sub = helper.make_model(graph, opset_imports=list(model.opset_import))
-    sub.ir_version = model.ir_version
-    for attr in ("producer_name", "producer_version", "domain", "model_version", "doc_string"):
-        setattr(sub, attr, getattr(model, attr))
-    sub.functions.extend(model.functions)
+    constants: dict[str, Any] = {t: inits[t] for t in need_inits}
+    constants.update(shape_values)
+    sub, _ = extract_model(model, order, constants=constants, inputs=inputs, initializers=list(constants),
+                           outputs=outputs, types=value_types(model), value_info_policy="copy", keep_metadata=True,
+                           functions=True)
     sub_origin = [origin[j] for j in order]
     outside = sorted({origin[j] for j in order if j not in range_set})
     info = {"inputs": inputs, "outputs": outputs, "outside_constant_nodes": outside, "num_nodes": len(order)}
