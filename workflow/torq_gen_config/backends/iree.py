@@ -261,6 +261,16 @@ class IreeBackend(Backend):
 
     kind = "iree"
     needs_mlir = True
+    takes_tool_options = True
+    run_only_options = ("run_flags",)
+
+    @classmethod
+    def with_debug_ir(cls, options: dict, directory: str) -> dict:
+        """``options`` with ``--dump-compilation-phases-to=<directory>`` appended to
+        ``compile_flags`` (in place)."""
+        options["compile_flags"] = list(options.get("compile_flags") or []) + [
+            f"--dump-compilation-phases-to={directory}"]
+        return options
 
     def __init__(self, name: str, options: dict | None):
         """Validate the options.
