@@ -115,7 +115,7 @@ class TorqBackend(Backend):
             ValueError: ``mlir_path`` is None.
             FileNotFoundError: ``mlir_path`` does not exist.
         """
-        from ..iree import compile_mlir_module
+        from ..iree_tools import compile_mlir_module
 
         if mlir_path is None:
             raise ValueError(f"executor {self.name!r} (torq) needs the layer's MLIR file, got mlir_path=None")

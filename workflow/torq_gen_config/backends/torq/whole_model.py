@@ -95,7 +95,7 @@ def mlir_function(mlir_path: str | os.PathLike) -> tuple[str | None, dict | None
     """
     import re
 
-    from ..iree import parse_mlir_signature
+    from ..iree_tools import parse_mlir_signature
 
     pat = re.compile(r'func\.func @("(?:[^"\\]|\\.)*"|[A-Za-z0-9_$.-]+)\(')
     with open(mlir_path, "r", encoding="utf-8", errors="replace") as f:
