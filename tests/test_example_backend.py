@@ -5,6 +5,8 @@ partition of a full-model chain next to a built-in backend."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -26,6 +28,8 @@ from torq_gen_config.layer_test import run_layer_test
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
 from torq_gen_config.reference import compute_reference
+
+REPO = Path(__file__).resolve().parents[1]
 
 EXAMPLE = {"name": "ort-all", "backend": "ort-example", "options": {"threads": 1}}
 ORT = {"name": "ort", "backend": "onnxruntime", "options": {"providers": ["CPUExecutionProvider"]}}
@@ -102,3 +106,9 @@ def test_it_runs_a_partition_of_a_full_model_chain(tmp_path, registered):
                          tolerance=DEFAULT_TOLERANCE, timeout_s=60, partitions_dir=tmp_path / "parts")
     assert res["status"] == "success", res["summary"]
     assert [r["status"] for r in res["partitions"]] == ["ran", "ran"]
+
+
+def test_the_docs_show_the_example_verbatim():
+    doc = (REPO / "docs" / "backends.md").read_text()
+    assert "```python\n" + (REPO / "tests" / "fixtures" / "example_backend.py").read_text() + "```" in doc
+    assert 'BACKEND_KINDS["ort-example"] = "fixtures.example_backend:OrtCpuBackend"' in doc
