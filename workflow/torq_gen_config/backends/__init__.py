@@ -38,13 +38,12 @@ __all__ = [
     "executor_with_tool_options",
 ]
 
-#: backend kind -> "module:Class"
+#: backend kind -> "module:Class": the one line a new backend adds (docs/backends.md)
 BACKEND_KINDS: dict[str, str] = {
     "iree": "torq_gen_config.backends.iree:IreeBackend",
     "onnxruntime": "torq_gen_config.backends.onnxruntime:OnnxRuntimeBackend",
     "torq": "torq_gen_config.backends.torq:TorqBackend",
 }
-
 
 
 class _NeedsMlir(Mapping):
