@@ -681,6 +681,50 @@ def test_needs_mlir_table_matches_backend_classes():
         assert NEEDS_MLIR[kind] == backend_class(kind).needs_mlir, kind
 
 
+def test_needs_mlir_is_a_read_only_view_of_the_registry(monkeypatch):
+    from torq_gen_config.backends import NEEDS_MLIR
+
+    with pytest.raises(TypeError):
+        NEEDS_MLIR["iree"] = False  # type: ignore[index]
+    assert set(NEEDS_MLIR) == set(BACKEND_KINDS) and "nope" not in NEEDS_MLIR
+    monkeypatch.setitem(BACKEND_KINDS, "broken", "torq_gen_config.backends.no_such_module:Nope")
+    assert NEEDS_MLIR["broken"] is True  # unavailable: its jobs fail with the import error
+    assert NEEDS_MLIR["onnxruntime"] is False
+
+
+def test_the_config_schema_backend_enum_is_the_registry(monkeypatch):
+    from torq_gen_config.config import load_schema
+
+    def enum():
+        return load_schema()["properties"]["executors"]["items"]["properties"]["backend"]["enum"]
+
+    assert enum() == sorted(BACKEND_KINDS)
+    monkeypatch.setitem(BACKEND_KINDS, "zz-new", "torq_gen_config.backends.no_such_module:Nope")
+    assert enum()[-1] == "zz-new"
+
+
+def test_capabilities_are_class_attributes():
+    from torq_gen_config.backends import Backend, capabilities
+    from torq_gen_config.backends.torq import TorqBackend
+
+    assert capabilities("nope") is Backend and capabilities(None) is Backend
+    assert IreeBackend.takes_tool_options and IreeBackend.run_only_options == ("run_flags",)
+    assert IreeBackend.chain_unavailable is None and IreeBackend.whole_model() is None
+    assert IreeBackend.with_debug_ir({"compile_flags": ["-x"]}, "/d") == {
+        "compile_flags": ["-x", "--dump-compilation-phases-to=/d"]}
+    assert not OnnxRuntimeBackend.takes_tool_options and OnnxRuntimeBackend.with_debug_ir({}, "/d") == {}
+    assert TorqBackend.chain_unavailable and TorqBackend.whole_model().kind == "torq"
+    assert TorqBackend.override_options == ("torq_hw", "torq_hw_type")
+
+
+def test_the_torq_package_is_light_to_import():
+    code = ("import sys\nimport torq_gen_config.backends.torq, torq_gen_config.backends.torq.whole_model\n"
+            "print([m for m in ('onnxruntime', 'onnx', 'numpy', 'ml_dtypes') if m in sys.modules])\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
 # ------------------------------------------------------ onnxruntime: bfloat16
 
 

@@ -12,7 +12,7 @@ from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ConfigError, ReportError
-from torq_gen_config.full_model import (
+from torq_gen_config.fullrun import (
     TEXT_MARKER,
     build_partition_model,
     check_selection,

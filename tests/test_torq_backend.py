@@ -179,7 +179,7 @@ def test_lookup_runtime_uses_its_own_variable_and_wheel_dir(monkeypatch, tmp_pat
 def test_missing_tool_error_lists_every_place(monkeypatch, tmp_path):
     _clear_torq_env(monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
-    monkeypatch.setattr("torq_gen_config.backends.torq._torq_package_dir", lambda: None)
+    monkeypatch.setattr("torq_gen_config.backends.torq.toolchain._torq_package_dir", lambda: None)
     with pytest.raises(ToolNotFoundError) as ei:
         find_torq_tool("torq-compile", repo_root=tmp_path / "repo")
     msg = str(ei.value)
@@ -222,8 +222,8 @@ def test_registry_and_options():
 def test_describe_without_tools_reports_the_search(monkeypatch, tmp_path):
     _clear_torq_env(monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr("torq_gen_config.backends.torq._torq_package_dir", lambda: None)
-    monkeypatch.setattr("torq_gen_config.backends.torq.REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setattr("torq_gen_config.backends.torq.toolchain._torq_package_dir", lambda: None)
+    monkeypatch.setattr("torq_gen_config.backends.torq.toolchain.REPO_ROOT", tmp_path / "repo")
     d = make_backend({"name": "host", "backend": "torq"}).describe()
     assert d["executor"] == "host" and d["forcing_flags"] == ["--torq-disable-slices", "--torq-disable-css"]
     assert "$TORQ_COMPILE (unset)" in d["torq_compile"]["error"]
@@ -407,8 +407,8 @@ def test_missing_tools_are_stage_errors(monkeypatch, tmp_path, conv):
     onnx_path, mlir = conv
     _clear_torq_env(monkeypatch)
     monkeypatch.setenv("PATH", VENV_BIN)
-    monkeypatch.setattr("torq_gen_config.backends.torq._torq_package_dir", lambda: None)
-    monkeypatch.setattr("torq_gen_config.backends.torq.REPO_ROOT", tmp_path / "repo")
+    monkeypatch.setattr("torq_gen_config.backends.torq.toolchain._torq_package_dir", lambda: None)
+    monkeypatch.setattr("torq_gen_config.backends.torq.toolchain.REPO_ROOT", tmp_path / "repo")
     b = make_backend({"name": "css", "backend": "torq"})
     with pytest.raises(StageError) as ei:
         b.compile(onnx_path=str(onnx_path), mlir_path=mlir, work_dir=str(tmp_path / "w"), timeout_s=TIMEOUT_S,

@@ -21,11 +21,19 @@ ONNX_PACKAGE_PREFIX = "onnx:"
 
 
 def load_schema() -> dict:
-    """Return the config JSON schema (draft 2020-12) as a dict."""
+    """Return the config JSON schema (draft 2020-12) as a dict, with the ``enum`` of an
+    executor's ``backend`` filled in from the backend registry (``sorted(BACKEND_KINDS)``),
+    so that registering a backend is the one line it takes to allow it in the config."""
     import yaml
 
+    # function-level: the registry sits above config in the layers, and importing it
+    # imports no backend module
+    from .backends import BACKEND_KINDS
+
     with open(SCHEMA_PATH, encoding="utf-8") as f:
-        return yaml.safe_load(f)
+        schema = yaml.safe_load(f)
+    schema["properties"]["executors"]["items"]["properties"]["backend"]["enum"] = sorted(BACKEND_KINDS)
+    return schema
 
 
 def load_config_file(path: str | os.PathLike) -> dict:

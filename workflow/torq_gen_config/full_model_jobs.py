@@ -12,13 +12,15 @@ import sys
 import time
 from pathlib import Path
 
+from .backends import capabilities
 from .fileio import read_json, write_bytes_if_changed, write_json
+from .fullrun.common import PARTITIONS_MODE
 from .jobs import _log, records_failure
 
 
 def read_selection(report: str | None, compiler: str | None) -> dict | None:
     """The selection of the report JSON if it exists, else of the compiler JSON, else None."""
-    from .full_model import selection_from_compiler_json, selection_from_report
+    from .fullrun import selection_from_compiler_json, selection_from_report
 
     if report and os.path.isfile(report):
         return selection_from_report(read_json(report, "report JSON"), source_file=os.path.basename(report))
@@ -34,7 +36,7 @@ def selection_digest_of(report: str | None, compiler: str | None = None) -> str 
     assignment rule while a rewrite of the report that keeps them (``run`` adds
     its ``full_model`` section) does not.
     """
-    from .full_model import selection_digest
+    from .fullrun import selection_digest
 
     try:
         return selection_digest(read_selection(report, compiler))
@@ -47,7 +49,7 @@ def assignment_job(*, report: str | None, compiler: str | None, assignment: str,
     """Rule ``full_assignment`` (Snakemake form): ``assignment.json`` from the report
     (else the compiler JSON), without extra run options."""
     from .errors import ReportError
-    from .full_model import assignment_bytes, make_assignment
+    from .fullrun import assignment_bytes, make_assignment
 
     sel = read_selection(report, compiler)
     if sel is None:
@@ -78,7 +80,7 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``."""
     import onnx
 
-    from .full_model import make_plan
+    from .fullrun import make_plan
 
     t0 = time.perf_counter()
     doc = read_json(assignment, "full-model assignment")
@@ -93,10 +95,8 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     counts: dict[str, int] = {}
     for p in result["partitions"]:
         counts[p["executor"]] = counts.get(p["executor"], 0) + 1
-    if result.get("mode") == "torq":
-        msg = (f"full model: whole model on torq ({', '.join(result['torq_executors'])}), one torq-compile with an "
-               f"executor map of {result['num_map_entries']} entr(y/ies); {len(result['fallbacks'])} layer(s) "
-               "without a recommendation left to the compiler")
+    if result.get("mode") != PARTITIONS_MODE:
+        msg = f"full model: {capabilities(result['mode']).whole_model().summary(result)}"
     else:
         msg = (f"full model: {result['num_partitions']} partition(s) "
                f"({', '.join(f'{k}: {v}' for k, v in counts.items())}), "
@@ -115,7 +115,7 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
 
     A failure is recorded in ``compiled.json`` (``status: error``), not raised.
     """
-    from .full_model import compile_partition
+    from .fullrun import compile_partition
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -174,7 +174,7 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
                        log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
     """Rule ``run_full_model``: run the partitions in order (a torq plan: the whole-model
     module once), compare, ``result.json``."""
-    from .full_model import run_partitions
+    from .fullrun import run_partitions
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -192,7 +192,8 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
     t = res["timing"]
     _log(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
     run_ms = "n/a" if t["run_ms_total"] is None else f"{t['run_ms_total']:.0f} ms"
-    what = "whole model on torq" if res.get("mode") == "torq" else f"{res['num_partitions']} partitions"
+    mode = res.get("mode") or PARTITIONS_MODE
+    what = f"whole model on {mode}" if mode != PARTITIONS_MODE else f"{res['num_partitions']} partitions"
     text = f"full model: {res['status']} ({what}, run {run_ms}): {res['summary']}\n"
     if verbose and res.get("failure"):
         text += res["failure"]["message"].rstrip() + "\n"

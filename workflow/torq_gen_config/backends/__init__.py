@@ -6,13 +6,19 @@ lazily, only when an executor of that kind is made, so a backend whose
 dependencies are missing or broken does not affect the others.
 
 To add a backend: write ``torq_gen_config/backends/<kind>.py`` with a
-:class:`~torq_gen_config.backends.base.Backend` subclass and add one line here.
+:class:`~torq_gen_config.backends.base.Backend` subclass and add one line here
+(``docs/backends.md``). Everything else the workflow needs to know about a backend
+(whether it compiles MLIR, takes the tool options, can run a partition of the
+full-model chain, compiles a whole model at once) is a capability of its class; the
+config schema's ``backend`` enum is this registry's keys (``config.py``).
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
-from typing import Any, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..errors import ConfigError
 from .base import Backend, CompiledArtifact, StageError
@@ -27,24 +33,42 @@ __all__ = [
     "backend_class",
     "make_backend",
     "NEEDS_MLIR",
+    "capabilities",
+    "effective_executor",
     "executor_with_tool_options",
 ]
 
-#: backend kind -> "module:Class"
+#: backend kind -> "module:Class": the one line a new backend adds (docs/backends.md)
 BACKEND_KINDS: dict[str, str] = {
     "iree": "torq_gen_config.backends.iree:IreeBackend",
     "onnxruntime": "torq_gen_config.backends.onnxruntime:OnnxRuntimeBackend",
     "torq": "torq_gen_config.backends.torq:TorqBackend",
 }
 
-#: backend kind -> whether its compile input is the layer's MLIR (the workflow needs
-#: this to build its DAG without importing the backend; a test checks it against
-#: each class's ``needs_mlir``).
-NEEDS_MLIR: dict[str, bool] = {
-    "iree": True,
-    "onnxruntime": False,
-    "torq": True,
-}
+
+class _NeedsMlir(Mapping):
+    """Read-only backend kind -> the class's ``needs_mlir`` (for old importers; the
+    rules need it to build the DAG). The class is imported on first use; a backend
+    whose module fails to import counts as needing MLIR (its jobs fail with the
+    import error)."""
+
+    def __getitem__(self, kind: str) -> bool:
+        if kind not in BACKEND_KINDS:
+            raise KeyError(kind)
+        try:
+            return bool(backend_class(kind).needs_mlir)
+        except BackendUnavailableError:
+            return True
+
+    def __iter__(self):
+        return iter(BACKEND_KINDS)
+
+    def __len__(self) -> int:
+        return len(BACKEND_KINDS)
+
+
+#: backend kind -> whether its compile input is the layer's MLIR (computed from the registry).
+NEEDS_MLIR: Mapping[str, bool] = _NeedsMlir()
 
 
 class UnknownBackendError(ConfigError, ValueError):
@@ -120,24 +144,39 @@ def make_backend(executor: Mapping[str, Any]) -> Backend:
     return cls(name, options if options is not None else {})
 
 
+def capabilities(kind: str | None) -> type[Backend]:
+    """The class whose capabilities describe backend ``kind``: its registered class,
+    or :class:`Backend` itself (default capabilities) when ``kind`` is unknown or its
+    module fails to import (the error surfaces when an executor of it is made)."""
+    try:
+        return backend_class(kind) if isinstance(kind, str) else Backend
+    except (UnknownBackendError, BackendUnavailableError):
+        return Backend
+
+
+def effective_executor(executor: Mapping, compiler_options: Iterable[str] = (),
+                       runtime_options: Iterable[str] = ()) -> dict:
+    """The executor definition a full-model run uses (a deep copy): the config's
+    ``compiler_options`` / ``runtime_options`` (``--compiler-option`` /
+    ``--runtime-option``) applied as by :func:`executor_with_tool_options`, as in discovery."""
+    ex = copy.deepcopy(dict(executor))
+    ex["options"] = dict(ex.get("options") or {})
+    return copy.deepcopy(executor_with_tool_options(ex, list(compiler_options), list(runtime_options)))
+
+
 def executor_with_tool_options(executor: dict, compiler_options: list[str], runtime_options: list[str],
                                torq_hw: str = "", torq_hw_type: str = "") -> dict:
     """The executor definition with the user's tool options applied (a new dict).
 
     ``compiler_options``/``runtime_options`` are appended to ``compile_flags`` /
-    ``run_flags`` of backends that run a compiler (``iree``, ``torq``); ``torq_hw`` /
-    ``torq_hw_type`` (when not empty) override those options of ``torq`` executors.
-    Other backends are returned unchanged.
+    ``run_flags`` of backends that take them (``takes_tool_options``: iree, torq);
+    ``torq_hw`` / ``torq_hw_type`` (when not empty) override the options of that name
+    of backends that list them in ``override_options`` (torq). Executors of other
+    backends (or of unknown ones) are returned unchanged (the same object).
     """
-    if executor["backend"] not in ("iree", "torq"):
+    opts = capabilities(executor["backend"]).with_tool_options(
+        executor.get("options"), compiler_options, runtime_options,
+        {"torq_hw": torq_hw, "torq_hw_type": torq_hw_type})
+    if opts is None:
         return executor
-    opts = dict(executor.get("options") or {})
-    if compiler_options or runtime_options:
-        opts["compile_flags"] = list(opts.get("compile_flags") or []) + list(compiler_options)
-        opts["run_flags"] = list(opts.get("run_flags") or []) + list(runtime_options)
-    if executor["backend"] == "torq":
-        if torq_hw:
-            opts["torq_hw"] = torq_hw
-        if torq_hw_type:
-            opts["torq_hw_type"] = torq_hw_type
     return {**executor, "options": opts}

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
+
+    from .whole_model import WholeModel
 
 __all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "check_options", "check_inputs",
            "check_timing_args", "runtime_stats"]
@@ -123,16 +125,71 @@ class Backend(ABC):
     and validate their options in ``__init__`` and implement :meth:`compile`,
     :meth:`run` and :meth:`describe`.
 
+    What differs per backend for the workflow (its *capabilities*) is read from the
+    class, never from the backend's name: :attr:`needs_mlir`,
+    :attr:`chain_unavailable`, :attr:`takes_tool_options`, :attr:`override_options`,
+    :attr:`run_only_options`, :meth:`with_tool_options`, :meth:`with_debug_ir` and
+    :meth:`whole_model`. The defaults suit an in-process backend without a compiler
+    (``onnxruntime``).
+
     Attributes:
         kind: backend kind as used in the configuration (``"iree"``, ``"onnxruntime"``).
         needs_mlir: True when the compile input is the layer's MLIR file (the
             workflow must import the layer first); False when it is the layer ONNX.
+        chain_unavailable: why an executor of this backend cannot run one partition
+            of a whole-model chain (``torq-gen-config run``); None when it can.
+        takes_tool_options: the config's ``compiler_options`` / ``runtime_options``
+            are appended to the options ``compile_flags`` / ``run_flags``.
+        override_options: option keys that a run-wide setting of the same name
+            (config ``torq_hw``, ``torq_hw_type``) overrides when not empty.
+        run_only_options: option keys that only matter at run time (a change
+            recompiles nothing in the full-model run).
         name: the executor's name from the configuration.
         options: the executor's options as given (a shallow copy).
     """
 
     kind: str = ""
     needs_mlir: bool = False
+    chain_unavailable: ClassVar[str | None] = None
+    takes_tool_options: ClassVar[bool] = False
+    override_options: ClassVar[tuple[str, ...]] = ()
+    run_only_options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def with_tool_options(cls, options: Mapping[str, Any] | None, compiler_options: Sequence[str],
+                          runtime_options: Sequence[str], overrides: Mapping[str, str] | None = None) -> dict | None:
+        """The executor options with the run-wide tool options applied (a new dict),
+        or None when this backend takes none (the executor is used unchanged).
+
+        ``compiler_options`` / ``runtime_options`` (lists of str) are appended to
+        ``compile_flags`` / ``run_flags`` when :attr:`takes_tool_options`; each key of
+        :attr:`override_options` whose value in ``overrides`` is not empty replaces
+        the option.
+        """
+        if not cls.takes_tool_options:
+            return None
+        opts = dict(options or {})
+        if compiler_options or runtime_options:
+            opts["compile_flags"] = list(opts.get("compile_flags") or []) + list(compiler_options)
+            opts["run_flags"] = list(opts.get("run_flags") or []) + list(runtime_options)
+        for key in cls.override_options:
+            if (overrides or {}).get(key):
+                opts[key] = overrides[key]
+        return opts
+
+    @classmethod
+    def with_debug_ir(cls, options: dict, directory: str) -> dict:
+        """``options`` with the compiler flags that dump the compilation phases into
+        ``directory`` (``torq-gen-config run --debug-ir``); unchanged by default (the
+        backend has no such dump). May change ``options`` in place; returns it."""
+        return options
+
+    @classmethod
+    def whole_model(cls) -> "WholeModel | None":
+        """The hooks that compile and run a whole model at once with this backend
+        (its compiler places each op itself), or None (the default: the full-model
+        run is a chain of partitions). Imported lazily by the backends that have them."""
+        return None
 
     def __init__(self, name: str, options: Mapping[str, Any] | None):
         """Store the executor name and options.

@@ -1,0 +1,140 @@
+"""ONNX Runtime sessions: the options of an onnxruntime executor, the workflow's
+reference session (CPU, optimizations off), runs that return any dtype, and the log
+lines of the onnxruntime backend. onnxruntime is imported only inside the functions."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from ..errors import ConfigError
+from .base import check_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    import onnxruntime
+
+#: option value -> name of the ``onnxruntime.GraphOptimizationLevel`` member
+OPT_LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",
+    "all": "ORT_ENABLE_ALL",
+}
+
+_OPTIONS = {
+    "providers": list,
+    "graph_optimization_level": str,
+    "intra_op_num_threads": int,
+}
+
+
+def ort_version() -> str:
+    """The version of the installed onnxruntime (e.g. ``"1.32.0"``).
+
+    Raises:
+        ImportError: onnxruntime is not installed.
+    """
+    import onnxruntime
+
+    return onnxruntime.__version__
+
+
+def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: int = 1) -> "onnxruntime.InferenceSession":
+    """The reference engine: an onnxruntime CPU session with ALL graph optimisations disabled.
+
+    Disabling the optimisations (``ORT_DISABLE_ALL``) keeps every node as written
+    (no fusion, no constant folding, no layout change), so the reference computes
+    the ONNX semantics node by node.
+
+    Args:
+        onnx_path: the ONNX model (a layer or a whole model).
+        intra_op_num_threads: threads inside one operator (default 1: deterministic
+            reductions; 0 lets onnxruntime choose).
+
+    Returns:
+        An ``onnxruntime.InferenceSession`` on ``CPUExecutionProvider``.
+
+    Raises:
+        FileNotFoundError: ``onnx_path`` does not exist.
+        onnxruntime's exceptions (``...onnxruntime_pybind11_state.Fail``, ``InvalidGraph``,
+            ``NotImplemented``, ...): the model cannot be loaded, e.g. an operator or
+            type that the CPU provider does not implement.
+    """
+    import onnxruntime as ort
+
+    if not os.path.isfile(onnx_path):
+        raise FileNotFoundError(f"ONNX model not found: {onnx_path}")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = int(intra_op_num_threads)
+    so.log_severity_level = 3  # errors only
+    return ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def _append_log(log_path: str | os.PathLike | None, text: str) -> None:
+    if log_path is None:
+        return
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"=== {stamp} {text.rstrip()}\n\n")
+
+
+def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
+    """``session.run``, or ``run_with_ort_values`` when a fetched output has a type that
+    ``session.run`` cannot return (bfloat16, float8, int4, ...): :func:`torq_gen_config.ort_io.run`;
+    such outputs come back as ml_dtypes arrays."""
+    from .. import ort_io
+
+    return ort_io.run(session, fetch, feed, run_options)
+
+
+def parse_ort_options(name: str, options: Mapping[str, Any]) -> tuple[list, str, int]:
+    """Validate an onnxruntime executor's options (without importing onnxruntime).
+
+    Returns:
+        ``(providers, graph_optimization_level, intra_op_num_threads)``: providers as
+        names or ``(name, {options})`` pairs (default ``["CPUExecutionProvider"]``),
+        a key of :data:`OPT_LEVELS` (default ``"all"``), threads >= 0 (default 1).
+
+    Raises:
+        ConfigError: unknown option, wrong type, unknown optimisation level,
+            malformed provider entry, or a negative thread count.
+    """
+    check_options(name, options, _OPTIONS)
+    providers = options.get("providers")
+    if providers is None:
+        providers = ["CPUExecutionProvider"]
+    if not providers:
+        raise ConfigError(f"executor {name!r}: option 'providers' must not be empty")
+    parsed: list[str | tuple[str, dict]] = []
+    for p in providers:
+        if isinstance(p, str) and p:
+            parsed.append(p)
+        elif (
+            isinstance(p, (list, tuple))
+            and len(p) == 2
+            and isinstance(p[0], str)
+            and p[0]
+            and isinstance(p[1], dict)
+        ):
+            parsed.append((p[0], dict(p[1])))
+        else:
+            raise ConfigError(
+                f"executor {name!r}: each entry of 'providers' must be a provider name or "
+                f"[name, {{options}}], got {p!r}"
+            )
+    level = options.get("graph_optimization_level") or "all"
+    if level not in OPT_LEVELS:
+        raise ConfigError(
+            f"executor {name!r}: graph_optimization_level must be one of {', '.join(OPT_LEVELS)}, got {level!r}"
+        )
+    threads = options.get("intra_op_num_threads")
+    threads = 1 if threads is None else threads
+    if threads < 0:
+        raise ConfigError(f"executor {name!r}: intra_op_num_threads must be >= 0, got {threads}")
+    return parsed, level, threads

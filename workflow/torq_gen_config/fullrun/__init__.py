@@ -1,0 +1,88 @@
+"""Full-model run (``torq-gen-config run``): the whole prepared model with each op on
+its assigned executor. One module per step: :mod:`.selection` (what to run),
+:mod:`.partition` and :mod:`.plan` (how it is cut), :mod:`.compile` and
+:mod:`.execute` (compile, run, compare), :mod:`.report_section` (the report).
+
+IREE and ONNX Runtime have no per-op assignment pass, so the model runs as a chain
+of *partitions* (notes/toolchain.md section 6: per-layer modules chained through
+host numpy is the safe path):
+
+1. Constant-producing nodes are folded (:func:`torq_gen_config.model.split.fold_constants`,
+   the same folding as the layer split), so every remaining node of the prepared
+   model belongs to a layer (manifest ``prepared_node_indices``).
+2. Every layer gets an executor (:func:`~.selection.resolve_assignment`): the report's
+   ``recommended_executor``, or the compiler JSON's entry for the layer's
+   ``line:col``; a layer without one runs on the highest-priority executor whose
+   status for that layer is not ``error`` (else the first executor), and the plan
+   lists it with the reason.
+3. A partition is a maximal run of consecutive nodes (graph order, which ONNX
+   requires to be topological) with the same executor (:func:`~.partition.partition_runs`). A
+   run of consecutive nodes of a topological order is convex, so running the
+   partitions in order only ever needs tensors that earlier partitions (or the
+   graph inputs) produced.
+4. Each partition becomes a stand-alone ONNX model (:func:`~.partition.build_partition_model`):
+   run-time inputs are graph inputs, folded values and initializers are
+   initializers, and every tensor it produces that a node outside it (or the
+   model's output) needs is a graph output. Its *pid* is a short hash of the model
+   bytes and the executor definition as compiled (extra compiler options and the
+   debug-IR directory included), so an unchanged partition keeps its compiled
+   module and a change to one layer's executor recompiles only the partitions that
+   contain or border it.
+5. :func:`~.compile.compile_partition` compiles one partition for its executor;
+   :func:`~.execute.run_partitions` runs them in order, handing tensors from partition to
+   partition as numpy arrays, compares the model's outputs with the ONNX Runtime
+   reference of the whole prepared model (same metrics as the layer comparisons)
+   and checks each partition against ONNX Runtime on the inputs it actually got
+   (to tell which partition introduced a difference).
+
+Files (under ``<output_dir>/work/full``): ``assignment.json`` (what the run was
+asked to do), ``plan.json`` (partitions), ``partitions/<pid>/model.onnx``,
+``model.mlir``, ``compiled.json`` and the module, ``reference.npz``,
+``result.json``.
+
+A backend that compiles whole models (:meth:`~torq_gen_config.backends.base.Backend.whole_model`,
+e.g. TORQ, whose compiler has a per-op assignment pass, ``--torq-executor-map``) runs
+the model uncut: when every executor the assignment names is of that backend, the
+plan's ``mode`` is the backend kind and the plan, the compile and the run of its
+single "partition" are the backend's hooks (``backends/torq/whole_model.py``).
+Executors of such a backend and others in one assignment are an error; an executor
+whose backend cannot run one partition of a chain (``chain_unavailable``) is never
+a fallback.
+"""
+
+from .common import (
+    ASSIGNMENT_SCHEMA,
+    COMPILED_FILE,
+    COMPILED_SCHEMA,
+    PARTITION_MLIR,
+    PARTITION_MODEL,
+    PARTITIONS_MODE,
+    PLAN_SCHEMA,
+    RESULT_SCHEMA,
+    RUN_RULES,
+)
+from .compile import compile_partition
+from .execute import run_partitions, run_whole_model
+from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
+from .plan import QDQ_OPS, make_plan, whole_model_plan
+from .report_section import TEXT_MARKER, full_model_section, render_full_model_text, with_full_model_text
+from .selection import (
+    assignment_bytes,
+    assignment_mode,
+    check_selection,
+    make_assignment,
+    resolve_assignment,
+    selection_digest,
+    selection_from_compiler_json,
+    selection_from_report,
+)
+
+__all__ = [
+    "ASSIGNMENT_SCHEMA", "COMPILED_FILE", "COMPILED_SCHEMA", "PARTITION_MLIR", "PARTITION_MODEL", "PARTITIONS_MODE",
+    "PLAN_SCHEMA", "QDQ_OPS", "RESULT_SCHEMA", "RUN_RULES", "TEXT_MARKER",
+    "assignment_bytes", "assignment_mode", "build_partition_model", "check_selection", "compile_definition",
+    "compile_partition", "effective_executor", "full_model_section", "make_assignment", "make_plan",
+    "partition_id", "partition_runs", "render_full_model_text", "resolve_assignment", "run_partitions",
+    "run_whole_model", "selection_digest", "selection_from_compiler_json", "selection_from_report",
+    "whole_model_plan", "with_full_model_text",
+]

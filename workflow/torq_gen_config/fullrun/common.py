@@ -1,0 +1,32 @@
+"""What the steps of the full-model run share: file schemas and names, the rules
+``torq-gen-config run`` runs, and two small formatters."""
+
+from __future__ import annotations
+
+ASSIGNMENT_SCHEMA = "torq-gen-config/full-model-assignment/1"
+PLAN_SCHEMA = "torq-gen-config/full-model-plan/1"
+COMPILED_SCHEMA = "torq-gen-config/full-model-compiled/1"
+RESULT_SCHEMA = "torq-gen-config/full-model-result/1"
+
+#: Rules ``torq-gen-config run`` lets Snakemake execute (never discovery or the report;
+#: the model preparation and split only when they are missing or out of date).
+RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_model", "compile_partition",
+             "full_reference", "run_full_model")
+#: Mode of a plan that runs the model as a chain of partitions (a whole-model plan's
+#: mode is its backend's kind).
+PARTITIONS_MODE = "partitions"
+PARTITION_MODEL = "model.onnx"
+PARTITION_MLIR = "model.mlir"
+COMPILED_FILE = "compiled.json"
+
+
+def _layer_span(layer_ids: list[str]) -> str:
+    if not layer_ids:
+        return "-"
+    if len(layer_ids) == 1:
+        return layer_ids[0]
+    return f"{layer_ids[0]} .. {layer_ids[-1]} ({len(layer_ids)})"
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 3)

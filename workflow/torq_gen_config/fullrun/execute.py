@@ -1,0 +1,334 @@
+"""Run a full-model plan: the partitions in order (tensors handed on as numpy
+arrays), or a whole-model module once; compare the model's outputs with the ONNX
+Runtime reference and check each partition on the inputs it got (``result.json``)."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..backends import capabilities, make_backend
+from ..backends.base import CompiledArtifact, StageError
+from ..limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
+from ..tools import bounded_message, first_error_line
+from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
+
+
+def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
+                   timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None,
+                   check_partitions: bool = True) -> dict:
+    """Run the plan's partitions in order and compare the outputs with the reference.
+
+    Args:
+        plan: from :func:`make_plan`.
+        reference_npz: inputs and ONNX Runtime outputs of the whole prepared model.
+        compiled: pid -> ``compiled.json`` content.
+        tolerance: for the verdict (the caller may re-derive it from the metrics).
+        timeout_s: per tool call.
+        partitions_dir: ``work/full/partitions``: each partition's files are found in
+            ``<partitions_dir>/<pid>`` (model, module; paths stored in ``compiled.json``
+            are only used for their file names, so the directory may be reached
+            through another working directory than at compile time), its run files go
+            to ``<partitions_dir>/<pid>/run``.
+        check_partitions: also run each partition with ONNX Runtime (optimizations
+            off) on the inputs it got and compare (``partition_check``), which
+            tells which partition introduced a difference.
+
+    Returns:
+        The result (JSON-safe): ``status`` (``success``/``difference``/``error``/
+        ``unverified``), ``summary``, ``metrics``, ``num_over_tolerance``,
+        ``failure`` (for errors: ``stage``, ``during``, ``summary``, ``message``,
+        ``partition``, ``pid``, ``executor``, ``layer_ids``), ``partitions`` (per
+        partition: ``index``, ``pid``, ``executor``, ``first_node``, ``last_node``,
+        ``layer_ids``, ``compile_ms``, ``run_ms``, ``status``, ``partition_check``),
+        ``timing`` (``compile_ms_total``, ``run_ms_total``, ``wall_ms``),
+        ``reference``, ``fallbacks``, ``source``, ``options``, ``mode``. A whole-model
+        plan (``mode``: its backend's kind, e.g. ``"torq"``) is run by
+        :func:`run_whole_model` (same result shape).
+    """
+    from ..compare import dequantized_outputs_of_file
+    from ..reference import load_reference
+
+    if (plan.get("mode") or PARTITIONS_MODE) != PARTITIONS_MODE:
+        return run_whole_model(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
+                               timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
+    t0 = time.perf_counter()
+    inputs, ref_outputs, meta = load_reference(reference_npz)
+    result = _new_result(plan, tolerance, meta)
+    rows = result["partitions"]
+    for p in plan["partitions"]:
+        c = compiled.get(p["pid"]) or {}
+        rows.append({"index": p["index"], "pid": p["pid"], "executor": p["executor"], "backend": p["backend"],
+                     "first_node": p["first_node"], "last_node": p["last_node"], "num_nodes": p["num_nodes"],
+                     "layer_ids": p["layer_ids"], "compile_ms": c.get("compile_ms"), "run_ms": None,
+                     "status": "compiled" if c.get("status") == "ok" else "not run", "partition_check": None})
+
+    def finish(status: str, summary: str, failure: dict | None = None) -> dict:
+        result["status"] = status
+        result["summary"] = summary[:SUMMARY_LIMIT]
+        result["failure"] = failure
+        comp = [r["compile_ms"] for r in rows if r["compile_ms"] is not None]
+        runs = [r["run_ms"] for r in rows if r["run_ms"] is not None]
+        result["timing"] = {"compile_ms_total": _round(sum(comp)) if comp else None,
+                            "run_ms_total": _round(sum(runs)) if runs else None,
+                            "wall_ms": _round((time.perf_counter() - t0) * 1000.0)}
+        return result
+
+    def part_failure(p: Mapping, stage: str, message: str, during: str | None = None) -> dict:
+        where = f"partition {p['index']} ({p['executor']}, nodes {p['first_node']}-{p['last_node']}, " \
+                f"layers {_layer_span(p['layer_ids'])})"
+        return {"stage": stage, "during": during, "partition": p["index"], "pid": p["pid"], "executor": p["executor"],
+                "layer_ids": p["layer_ids"],
+                "summary": f"{where}: {stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                "message": bounded_message(message, MESSAGE_LIMIT)}
+
+    # a failed compile is known before anything runs
+    for p, row in zip(plan["partitions"], rows):
+        c = compiled.get(p["pid"])
+        if c is None:
+            f = part_failure(p, "compile", "no compile result for this partition")
+            return finish("error", f["summary"], f)
+        if c.get("status") != "ok":
+            fr = c.get("failure") or {}
+            f = part_failure(p, fr.get("stage") or "compile", fr.get("message") or "compile failed", fr.get("during"))
+            row["status"] = "error"
+            return finish("error", f["summary"], f)
+
+    store: dict[str, Any] = dict(inputs)
+    missing_inputs = [n for n in plan["graph_inputs"] if n not in store]
+    if missing_inputs:
+        return finish("error", f"the reference has no input(s) {missing_inputs}",
+                      {"stage": "run", "during": None, "partition": None, "pid": None, "executor": None,
+                       "layer_ids": [], "summary": f"the reference has no input(s) {missing_inputs}",
+                       "message": f"reference inputs: {sorted(inputs)}"})
+    if plan.get("constant_outputs"):
+        store.update(_constant_outputs(plan))
+    last_use = _last_uses(plan)
+    keep = set(plan["graph_outputs"])
+    levels: dict[str, dict] = {}  # model outputs a DequantizeLinear writes: compared as int levels
+    for k, (p, row) in enumerate(zip(plan["partitions"], rows)):
+        c = compiled[p["pid"]]
+        pdir = Path(partitions_dir) / p["pid"]
+        feed = {n: store[n] for n in p["inputs"]}
+        try:
+            backend = make_backend(p["executor_def"])
+            artifact = _artifact(c, pdir)
+            outs, run_ms = backend.run(artifact, inputs=feed, input_names=p["inputs"], output_names=p["outputs"],
+                                       work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
+        except StageError as e:
+            row["status"] = "error"
+            f = part_failure(p, e.stage, e.message, e.during)
+            return finish("error", f["summary"], f)
+        except Exception as e:  # a backend bug: an error result, not a crashed workflow
+            row["status"] = "error"
+            f = part_failure(p, "run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+            return finish("error", f["summary"], f)
+        row["run_ms"] = _round(run_ms)
+        row["status"] = "ran"
+        if check_partitions:
+            row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance,
+                                                      timeout_s=timeout_s)
+        if keep & set(p["outputs"]):
+            part_levels = dequantized_outputs_of_file(str(pdir / PARTITION_MODEL))
+            levels.update({n: q for n, q in part_levels.items() if n in keep})
+        store.update(outs)
+        for name in [n for n in store if last_use.get(n, -1) <= k and n not in keep]:
+            del store[name]  # no later partition reads it: free the memory
+
+    actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
+    return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels,
+                               model_path=plan.get("prepared_model"))
+
+
+def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
+    """The result skeleton (``result.json``) of a run of ``plan``."""
+    return {
+        "schema": RESULT_SCHEMA, "mode": plan.get("mode") or PARTITIONS_MODE, "status": None, "summary": None,
+        "tolerance_used": dict(tolerance),
+        "metrics": None, "num_over_tolerance": None, "share_over_tolerance": None, "failure": None,
+        "source": plan.get("source"), "source_file": plan.get("source_file"), "options": plan.get("options"),
+        "num_partitions": len(plan["partitions"]), "partitions": [],
+        "timing": {"compile_ms_total": None, "run_ms_total": None, "wall_ms": None},
+        "reference": {k: meta.get(k) for k in ("status", "message", "engine", "ort_version",
+                                                 "graph_optimization_level", "run_ms")},
+        "fallbacks": plan.get("fallbacks") or [], "warnings": plan.get("warnings") or [],
+        "layer_executors": plan.get("layer_executors"), "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapping, meta: Mapping,
+                        tolerance: Mapping, levels: Mapping[str, dict] | None = None,
+                        model_path: str | None = None) -> dict:
+    """Compare the model's outputs with the reference and finish the result;
+    ``levels``: outputs a DequantizeLinear writes, compared as their integer levels
+    (``--quantize``; docs/comparison.md); ``model_path``: the model run (its outputs
+    that carry quantized data may differ by one step, other integers are exact).
+    Float outputs must also reach FULL_MODEL_MIN_COSINE."""
+    from ..compare import (FULL_MODEL_MIN_COSINE, arrays_as_levels, compare_outputs, count_over_tolerance,
+                          derive_status, quantized_data_outputs_of_file)
+    if meta.get("status") != "ok":
+        return finish("unverified", f"the model ran, but the reference (ONNX Runtime) failed: "
+                                    f"{first_error_line(meta.get('message') or '')}")
+    try:
+        if levels:
+            actual, ref_outputs = arrays_as_levels(actual, levels), arrays_as_levels(ref_outputs, levels)
+        quantized = set(levels or ()) | quantized_data_outputs_of_file(model_path)
+        metrics = compare_outputs(actual, ref_outputs, meta["output_names"], min_cosine=FULL_MODEL_MIN_COSINE,
+                                  quantized_outputs=quantized)
+        if levels:
+            metrics["quantized_levels"] = dict(levels)
+        status, summary = derive_status(metrics, tolerance)
+        count, share = count_over_tolerance(metrics, tolerance)
+    except Exception as e:
+        msg = f"{type(e).__name__}: {e}"
+        return finish("error", f"compare failed: {msg}", {"stage": "compare", "during": None, "partition": None,
+                                                          "pid": None, "executor": None, "layer_ids": [],
+                                                          "summary": f"compare failed: {msg}"[:SUMMARY_LIMIT],
+                                                          "message": bounded_message(msg + "\n" + traceback.format_exc())})
+    result["metrics"] = metrics
+    result["num_over_tolerance"] = count
+    result["share_over_tolerance"] = share
+    return finish(status, summary)
+
+
+def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
+                    timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None) -> dict:
+    """Run the compiled module of a whole-model plan once (its backend's
+    :meth:`~torq_gen_config.backends.whole_model.WholeModel.run`: torq runs
+    ``torq-run-module`` on the reference inputs) and compare it with the reference.
+    A failed compile (e.g. ``torq-compile`` not found) or run is an ``error`` result
+    whose failure names the stage and the message.
+
+    Returns:
+        The result in :func:`run_partitions`' shape (``mode``: the backend kind, one
+        partition, ``partition_check`` None: the partition is the model), plus the
+        backend's ``result_fields`` (torq: ``torq``: ``executor_map``,
+        ``num_map_entries``, ``executors``, ``compile_argv``).
+    """
+    from ..reference import load_reference
+
+    hooks = capabilities(plan["mode"]).whole_model()
+    t0 = time.perf_counter()
+    inputs, ref_outputs, meta = load_reference(reference_npz)
+    result = _new_result(plan, tolerance, meta)
+    p = plan["partitions"][0]
+    c = compiled.get(p["pid"]) or {}
+    result.update(hooks.result_fields(plan, c) if hooks is not None else {})
+    row = {"index": 0, "pid": p["pid"], "executor": p["executor"], "backend": p["backend"],
+           "first_node": p["first_node"], "last_node": p["last_node"], "num_nodes": p["num_nodes"],
+           "layer_ids": p["layer_ids"], "compile_ms": c.get("compile_ms"), "run_ms": None,
+           "status": "compiled" if c.get("status") == "ok" else "not run", "partition_check": None}
+    result["partitions"].append(row)
+
+    def finish(status: str, summary: str, failure: dict | None = None) -> dict:
+        result["status"] = status
+        result["summary"] = summary[:SUMMARY_LIMIT]
+        result["failure"] = failure
+        result["timing"] = {"compile_ms_total": row["compile_ms"], "run_ms_total": row["run_ms"],
+                            "wall_ms": _round((time.perf_counter() - t0) * 1000.0)}
+        return result
+
+    def failure(stage: str, message: str, during: str | None = None) -> dict:
+        where = hooks.failure_where(p) if hooks is not None else f"whole model on {plan['mode']}"
+        return {"stage": stage, "during": during, "partition": 0, "pid": p["pid"], "executor": p["executor"],
+                "layer_ids": p["layer_ids"],
+                "summary": f"{where}: {stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                "message": bounded_message(message, MESSAGE_LIMIT)}
+
+    if not c:
+        f = failure("compile", "no compile result for the whole-model partition")
+        return finish("error", f["summary"], f)
+    if c.get("status") != "ok":
+        fr = c.get("failure") or {}
+        row["status"] = "error"
+        f = failure(fr.get("stage") or "compile", fr.get("message") or "compile failed", fr.get("during"))
+        return finish("error", f["summary"], f)
+    missing = [n for n in p["inputs"] if n not in inputs]
+    if missing:
+        f = failure("run", f"the reference has no input(s) {missing}; reference inputs: {sorted(inputs)}")
+        return finish("error", f["summary"], f)
+    pdir = Path(partitions_dir) / p["pid"]
+    try:
+        if hooks is None:
+            raise RuntimeError(f"backend {plan['mode']!r} has no whole-model run (is it installed?)")
+        outs, run_ms = hooks.run(p, c, inputs=inputs, partition_dir=str(pdir), timeout_s=timeout_s,
+                                 log_path=log_path)
+    except StageError as e:
+        row["status"] = "error"
+        f = failure(e.stage, e.message, e.during)
+        return finish("error", f["summary"], f)
+    except Exception as e:  # a missing module, a backend bug: an error result, not a crashed workflow
+        row["status"] = "error"
+        f = failure("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        return finish("error", f["summary"], f)
+    row["run_ms"] = _round(run_ms)
+    row["status"] = "ran"
+    return _compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance,
+                               model_path=plan.get("prepared_model"))
+
+
+def _last_uses(plan: Mapping) -> dict[str, int]:
+    """Tensor name -> index of the last partition that reads it."""
+    last: dict[str, int] = {}
+    for k, p in enumerate(plan["partitions"]):
+        for n in p["inputs"]:
+            last[n] = k
+    return last
+
+
+def _artifact(compiled: Mapping, pdir: Path):
+    """The CompiledArtifact of ``compiled.json``, with its files found in ``pdir``."""
+    art = compiled.get("artifact") or {}
+    info = dict(art.get("info") or {})
+    if info.get("onnx_path"):
+        info["onnx_path"] = str(pdir / PARTITION_MODEL)
+    path = str(pdir / Path(art["path"]).name) if art.get("path") else None
+    return CompiledArtifact(path=path, compile_ms=compiled.get("compile_ms"), info=info)
+
+
+def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping,
+                     timeout_s: float | None = None) -> dict:
+    """This partition's outputs against ONNX Runtime (optimizations off; a bf16
+    partition widened to fp32, see :func:`~torq_gen_config.reference_run.run_reference`)
+    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.isolation`)."""
+    try:
+        import onnx
+
+        from ..compare import FULL_MODEL_MIN_COSINE, compare_on_model, derive_status
+        from ..isolation import run_isolated
+        from ..limits import call_limit
+        from ..reference import DEFAULT_TIMEOUT_S
+        from ..reference_run import run_reference_file
+
+        part_model = onnx.load(model_path, load_external_data=False)
+        outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
+                                                        list(p["outputs"]), "onnxruntime", timeout_s),
+                                   limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                                   what="ONNX Runtime on the partition")
+        ref = dict(zip(p["outputs"], outs_ref))
+    except Exception as e:
+        return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
+                "max_rel_diff": None, "max_abs_diff": None}
+    try:
+        m = compare_on_model(part_model, outs, ref, list(p["outputs"]), min_cosine=FULL_MODEL_MIN_COSINE)
+        status, summary = derive_status(m, tolerance)
+    except Exception as e:
+        return {"status": "error", "summary": f"compare failed: {type(e).__name__}: {e}"[:SUMMARY_LIMIT],
+                "max_rel_diff": None, "max_abs_diff": None}
+    return {"status": status, "summary": summary[:SUMMARY_LIMIT], "max_rel_diff": m.get("max_rel_diff"),
+            "max_abs_diff": m.get("max_abs_diff"), "mean_rel_diff": m.get("mean_rel_diff"),
+            "cosine_similarity": m.get("cosine_similarity"), "inconclusive": m.get("inconclusive")}
+
+
+def _constant_outputs(plan: Mapping) -> dict:
+    """Model outputs that are constants (rare): evaluated again from the prepared model."""
+    import onnx
+
+    from ..model.split import fold_constants
+
+    model = onnx.load(plan["prepared_model"])
+    values, _, _ = fold_constants(model)
+    return {t: values[t] for t in plan["constant_outputs"]}

@@ -1,0 +1,132 @@
+"""The report's ``full_model`` section and its part of ``final_report_text``."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..backends import capabilities
+from .common import PARTITIONS_MODE, _layer_span
+
+#: Marker of the full-model part of ``final_report_text``.
+TEXT_MARKER = "--- Full Model Comparison ---"
+
+
+def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str | None = None) -> dict:
+    """The report's ``full_model`` section, with the verdict re-derived from the
+    metrics with ``tolerance`` (the report's ``default_tolerance``)."""
+    from ..compare import count_over_tolerance, derive_status, normalize_tolerance
+
+    tol = normalize_tolerance(tolerance)
+    mode = result.get("mode") or PARTITIONS_MODE
+    status, summary = result.get("status"), result.get("summary")
+    count, share = result.get("num_over_tolerance"), result.get("share_over_tolerance")
+    if result.get("metrics") and status in ("success", "difference"):
+        status, summary = derive_status(result["metrics"], tol)
+        count, share = count_over_tolerance(result["metrics"], tol)
+    execs: dict[str, int] = {}
+    for ex in (result.get("layer_executors") or {}).values():
+        execs[ex] = execs.get(ex, 0) + 1
+    parts: dict[str, int] = {}
+    for p in result.get("partitions") or []:
+        parts[p["executor"]] = parts.get(p["executor"], 0) + 1
+    return {
+        "status": status,
+        "summary": summary,
+        "mode": mode,
+        "tolerance_used": tol,
+        "metrics": result.get("metrics"),
+        "num_over_tolerance": count,
+        "share_over_tolerance": share,
+        "failure": result.get("failure"),
+        "assignment": {"source": result.get("source"), "source_file": result.get("source_file"),
+                       "layer_counts": execs,
+                       "layers_without_recommendation": list(result.get("fallbacks") or [])},
+        "num_partitions": result.get("num_partitions"),
+        "partition_counts": parts,
+        "partitions": result.get("partitions"),
+        "timing": result.get("timing"),
+        "reference": result.get("reference"),
+        "options": result.get("options"),
+        "warnings": result.get("warnings") or [],
+        **({mode: result.get(mode)} if mode != PARTITIONS_MODE else {}),  # the backend's fields
+        "result_file": result_file,
+        "generated_at": result.get("generated_at"),
+    }
+
+
+def render_full_model_text(section: Mapping) -> str:
+    """The ``--- Full Model Comparison ---`` part of ``final_report_text``."""
+    m = section.get("metrics") or {}
+    t = section.get("timing") or {}
+    a = section.get("assignment") or {}
+    lines = [TEXT_MARKER, f"Status: {section.get('status')}"]
+    if section.get("summary"):
+        lines.append(f"  {section['summary']}")
+    lines.append(f"Assignment: {a.get('source_file') or a.get('source')} "
+                 f"({', '.join(f'{k}: {v}' for k, v in (a.get('layer_counts') or {}).items())} layers)")
+    parts = section.get("partition_counts") or {}
+    mode = section.get("mode") or PARTITIONS_MODE
+    if mode != PARTITIONS_MODE:
+        hooks = capabilities(mode).whole_model()
+        lines.extend(hooks.text_lines(section) if hooks is not None else [f"Mode: whole model on {mode}"])
+        lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))}; run time: {_fmt_ms(t.get('run_ms_total'))}")
+    else:
+        lines.append(f"Partitions: {section.get('num_partitions')} "
+                     f"({', '.join(f'{k}: {v}' for k, v in parts.items())})")
+        lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))} total; run time: "
+                     f"{_fmt_ms(t.get('run_ms_total'))} total (sum over partitions)")
+    ref = section.get("reference") or {}
+    if ref.get("status") not in (None, "ok"):
+        lines.append(f"Reference failed: {ref.get('message') or ref.get('status')} (the outputs were not compared)")
+    if m:
+        outs = m.get("outputs") or []
+        has_float = any(o.get("kind") == "float" for o in outs)
+        if has_float:
+            lines.append(f"Max relative difference: {_fmt(m.get('max_rel_diff'))} (float outputs)")
+        lines.append(f"Max absolute difference: {_fmt(m.get('max_abs_diff'))}")
+        if has_float:
+            lines.append(f"Mean relative difference: {_fmt(m.get('mean_rel_diff'))}")
+        if m.get("cosine_similarity") is not None:
+            lines.append(f"Cosine similarity: {m['cosine_similarity']:.6f} (min over float outputs; required "
+                         f">= {m.get('min_cosine')})")
+        lines.append(f"Number of differences (over tolerance): {section.get('num_over_tolerance')} "
+                     f"of {m.get('num_elements')} elements")
+    f = section.get("failure")
+    if f and f.get("summary") != section.get("summary"):
+        lines.append(f"Failure: {f.get('summary')}")
+    fb = a.get("layers_without_recommendation") or []
+    if fb:
+        lines.append(f"Layers without a recommendation: {len(fb)}")
+        for item in fb[:20]:
+            lines.append(f"  - {item['layer_id']} -> {item['executor'] or 'compiler'} ({item['reason']})")
+        if len(fb) > 20:
+            lines.append(f"  ... and {len(fb) - 20} more (see full_model.assignment in the report JSON)")
+    checks = [p for p in section.get("partitions") or [] if (p.get("partition_check") or {}).get("status")
+              not in (None, "success")]
+    if checks:
+        lines.append("Partitions that differ from ONNX Runtime on their own inputs:")
+        for p in checks[:20]:
+            c = p["partition_check"]
+            lines.append(f"  - #{p['index']} {p['executor']} nodes {p['first_node']}-{p['last_node']} "
+                         f"({_layer_span(p['layer_ids'])}): {c.get('status')}: {c.get('summary')}")
+    return "\n".join(lines) + "\n"
+
+
+def with_full_model_text(text: str, section: Mapping) -> str:
+    """``final_report_text`` with its full-model part replaced by (or appended as) the current one."""
+    text = text or ""
+    pos = text.find(TEXT_MARKER)
+    if pos >= 0:
+        text = text[:pos]
+    text = text.rstrip("\n") + "\n\n" if text.strip() else ""
+    return text + render_full_model_text(section)
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3e}"
+
+
+def _fmt_ms(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x / 1000.0:.2f} s" if x >= 1000 else f"{x:.1f} ms"
