@@ -38,8 +38,8 @@ Figures (default mode):
    backend (``make_backend(executor).run(...)``; IREE: ``<slug>/<executor>/module.vmfb``
    with the MLIR signature, ONNX Runtime: a session on ``<slug>/model.onnx``) on the
    layer's stored inputs (those the verdict was computed on). Those outputs are compared
-   with ONNX's expected outputs **by the product's own rule** (``compare_on_model`` and
-   ``derive_status`` with the report's default tolerance), i.e. the verdict the product
+   with ONNX's expected outputs **by the product's own rule** (``compare.judge``, with
+   the report's default tolerance), i.e. the verdict the product
    would have given with the expected outputs as its reference. The test agrees when the
    verdict is ``success`` iff that comparison is ``success``. Disagreements are a
    *false success* (the executor is wrong the way the reference is) or a *false
@@ -293,7 +293,7 @@ def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
     """Everything this benchmark reads from one finished discovery in ``d``."""
     import onnx
 
-    from torq_gen_config.compare import compare_on_model, derive_status
+    from torq_gen_config.compare import judge
     from torq_gen_config.reference import load_reference
 
     row: dict = {}
@@ -426,9 +426,8 @@ def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
                                      args.timeout)
                 names = [n for n in meta["output_names"] if n in expected]
                 layer_model = onnx.load(str(layers_dir / L["slug"] / "model.onnx"))
-                metrics = compare_on_model(layer_model, {n: got[n] for n in names}, {n: expected[n] for n in names},
-                                           names)
-                st, summ = derive_status(metrics, tolerance)
+                st, summ, metrics = judge({n: got[n] for n in names}, {n: expected[n] for n in names}, names,
+                                          tolerance, model=layer_model)
                 if st != "success":
                     exec_ok = False
                     msg2 = msg2 or f"{L['layer_id']}: executor vs expected: {summ}"

@@ -165,7 +165,9 @@ def test_partition_models_identical(tmp_path, squeezenet_path):
         values, folded, _ = split.fold_constants(model)
         live = [j for j in range(len(model.graph.node)) if j not in folded]
         for members in (live, live[: len(live) // 2 or 1], live[len(live) // 2:]):
-            old, old_io = build_partition_model(model, members, values)
+            old, old_io = _old_build_partition_model(model, members, values)
+            assert build_partition_model(model, members, values)[0].SerializeToString(deterministic=True) \
+                == old.SerializeToString(deterministic=True)
             new, io = extract_model(model, members, constants=values, outputs="read_outside",
                                     value_info_policy="produced", infer_shapes=True,
                                     props={"torq_gen_config.prepared_nodes": f"{members[0]}-{members[-1]}"})
@@ -173,7 +175,56 @@ def test_partition_models_identical(tmp_path, squeezenet_path):
             assert io == old_io
 
 
-# ---- frozen copies (split.py / subgraph.py before model/extract.py)
+# ---- frozen copies (split.py / subgraph.py / full_model.py before model/extract.py)
+
+
+def _old_build_partition_model(model, members, values, *, types=None, consumers=None, graph_outputs=None):
+    """fullrun.partition.build_partition_model before model/extract.py."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from torq_gen_config.model.graph import copy_proto, node_inputs, tensor_consumers, value_info, value_types
+
+    def _np(value):
+        return np.asarray(value)
+
+    types = types if types is not None else value_types(model)
+    consumers = consumers if consumers is not None else tensor_consumers(model)
+    graph_outputs = list(graph_outputs if graph_outputs is not None else (o.name for o in model.graph.output))
+    member_set = set(members)
+    nodes = [model.graph.node[j] for j in members]
+    produced: list[str] = [t for n in nodes for t in n.output if t]
+    produced_set = set(produced)
+    inputs, inits = [], []
+    seen: set[str] = set()
+    for n in nodes:
+        for t in node_inputs(n):
+            if t in produced_set or t in seen:
+                continue
+            seen.add(t)
+            if t in values:
+                inits.append(numpy_helper.from_array(_np(values[t]), name=t))
+            else:
+                inputs.append(value_info(t, types))
+    gout = set(graph_outputs)
+    outs = [t for t in produced if t in gout or any(c not in member_set for c in consumers.get(t, ()))]
+    if not outs:
+        read_inside = {t for n in nodes for t in node_inputs(n)}
+        outs = [t for t in produced if t not in read_inside] or produced[-1:]
+    outputs = [value_info(t, types) for t in outs]
+    internal = [value_info(t, types) for t in produced if t not in set(outs) and t in types]
+    graph = helper.make_graph([copy_proto(n) for n in nodes], "main", inputs, outputs, initializer=inits,
+                              value_info=internal)
+    part = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="torq-gen-config")
+    part.ir_version = model.ir_version
+    helper.set_model_props(part, {"torq_gen_config.prepared_nodes": f"{members[0]}-{members[-1]}"})
+    try:
+        part = onnx.shape_inference.infer_shapes(part, data_prop=True)
+    except Exception:  # keep the copied types; the importer reports what it lacks
+        pass
+    io = {"inputs": [vi.name for vi in inputs], "outputs": list(outs), "initializers": [t.name for t in inits]}
+    return part, io
+
 
 def _old_build_layer_model(model, members: list[int], values: dict, types: dict, graph_outputs: list[str],
                       layer_id: str, node_index: int):

@@ -24,7 +24,6 @@ from .fullrun.execute import (  # noqa: F401
     _last_uses,
     _new_result,
 )
-from .fullrun.partition import _np  # noqa: F401
 from .fullrun.plan import _prune  # noqa: F401
 from .fullrun.report_section import _fmt, _fmt_ms  # noqa: F401
 from .fullrun.selection import _NULL_NAMES, _executor_name, _named_executors  # noqa: F401

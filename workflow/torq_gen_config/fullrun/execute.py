@@ -167,20 +167,14 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     (``--quantize``; docs/comparison.md); ``model_path``: the model run (its outputs
     that carry quantized data may differ by one step, other integers are exact).
     Float outputs must also reach FULL_MODEL_MIN_COSINE."""
-    from ..compare import (FULL_MODEL_MIN_COSINE, arrays_as_levels, compare_outputs, count_over_tolerance,
-                          derive_status, quantized_data_outputs_of_file)
+    from ..compare import FULL_MODEL_MIN_COSINE, count_over_tolerance, judge, quantized_data_outputs_of_file
     if meta.get("status") != "ok":
         return finish("unverified", f"the model ran, but the reference (ONNX Runtime) failed: "
                                     f"{first_error_line(meta.get('message') or '')}")
     try:
-        if levels:
-            actual, ref_outputs = arrays_as_levels(actual, levels), arrays_as_levels(ref_outputs, levels)
-        quantized = set(levels or ()) | quantized_data_outputs_of_file(model_path)
-        metrics = compare_outputs(actual, ref_outputs, meta["output_names"], min_cosine=FULL_MODEL_MIN_COSINE,
-                                  quantized_outputs=quantized)
-        if levels:
-            metrics["quantized_levels"] = dict(levels)
-        status, summary = derive_status(metrics, tolerance)
+        status, summary, metrics = judge(actual, ref_outputs, meta["output_names"], tolerance, levels=levels,
+                                         quantized_outputs=quantized_data_outputs_of_file(model_path),
+                                         min_cosine=FULL_MODEL_MIN_COSINE)
         count, share = count_over_tolerance(metrics, tolerance)
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
@@ -297,7 +291,7 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
     try:
         import onnx
 
-        from ..compare import FULL_MODEL_MIN_COSINE, compare_on_model, derive_status
+        from ..compare import FULL_MODEL_MIN_COSINE, judge
         from ..isolation import run_isolated
         from ..limits import call_limit
         from ..reference import DEFAULT_TIMEOUT_S
@@ -313,8 +307,8 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
         return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
                 "max_rel_diff": None, "max_abs_diff": None}
     try:
-        m = compare_on_model(part_model, outs, ref, list(p["outputs"]), min_cosine=FULL_MODEL_MIN_COSINE)
-        status, summary = derive_status(m, tolerance)
+        status, summary, m = judge(outs, ref, list(p["outputs"]), tolerance, model=part_model,
+                                   min_cosine=FULL_MODEL_MIN_COSINE)
     except Exception as e:
         return {"status": "error", "summary": f"compare failed: {type(e).__name__}: {e}"[:SUMMARY_LIMIT],
                 "max_rel_diff": None, "max_abs_diff": None}

@@ -9,7 +9,7 @@ import json
 from typing import Any, Iterable, Mapping
 
 from ..backends import capabilities, effective_executor  # noqa: F401 (effective_executor re-exported)
-from ..model.graph import copy_proto, node_inputs, tensor_consumers, value_info, value_types
+from ..model.extract import extract_model
 
 
 def partition_runs(node_executors: list[tuple[int, str]]) -> list[tuple[str, list[int]]]:
@@ -53,52 +53,10 @@ def build_partition_model(model, members: list[int], values: Mapping[str, Any], 
         ``main`` (the function name after the MLIR import); value infos of internal
         tensors are copied from ``model``.
     """
-    import onnx
-    from onnx import helper, numpy_helper
-
-
-    types = types if types is not None else value_types(model)
-    consumers = consumers if consumers is not None else tensor_consumers(model)
-    graph_outputs = list(graph_outputs if graph_outputs is not None else (o.name for o in model.graph.output))
-    member_set = set(members)
-    nodes = [model.graph.node[j] for j in members]
-    produced: list[str] = [t for n in nodes for t in n.output if t]
-    produced_set = set(produced)
-    inputs, inits = [], []
-    seen: set[str] = set()
-    for n in nodes:
-        for t in node_inputs(n):
-            if t in produced_set or t in seen:
-                continue
-            seen.add(t)
-            if t in values:
-                inits.append(numpy_helper.from_array(_np(values[t]), name=t))
-            else:
-                inputs.append(value_info(t, types))
-    gout = set(graph_outputs)
-    outs = [t for t in produced if t in gout or any(c not in member_set for c in consumers.get(t, ()))]
-    if not outs:
-        read_inside = {t for n in nodes for t in node_inputs(n)}
-        outs = [t for t in produced if t not in read_inside] or produced[-1:]
-    outputs = [value_info(t, types) for t in outs]
-    internal = [value_info(t, types) for t in produced if t not in set(outs) and t in types]
-    graph = helper.make_graph([copy_proto(n) for n in nodes], "main", inputs, outputs, initializer=inits,
-                              value_info=internal)
-    part = helper.make_model(graph, opset_imports=list(model.opset_import), producer_name="torq-gen-config")
-    part.ir_version = model.ir_version
-    helper.set_model_props(part, {"torq_gen_config.prepared_nodes": f"{members[0]}-{members[-1]}"})
-    try:
-        part = onnx.shape_inference.infer_shapes(part, data_prop=True)
-    except Exception:  # keep the copied types; the importer reports what it lacks
-        pass
-    io = {"inputs": [vi.name for vi in inputs], "outputs": list(outs), "initializers": [t.name for t in inits]}
-    return part, io
-
-
-def _np(value):
-    import numpy as np
-
-    return np.asarray(value)
+    return extract_model(model, members, constants=values, types=types, consumers=consumers,
+                         graph_outputs=graph_outputs, outputs="read_outside", value_info_policy="produced",
+                         props={"torq_gen_config.prepared_nodes": f"{members[0]}-{members[-1]}"},
+                         infer_shapes=True)
 
 
 def compile_definition(executor: Mapping) -> dict:
