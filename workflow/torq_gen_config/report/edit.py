@@ -592,9 +592,12 @@ def edit_report_file(
     compiler = refresh_report(report)
     choices = merge_user_choices(existing, report, layer_ids)
     compiler_path = compiler_path_for_report(path)
-    files = {path: json_bytes(report), compiler_path: json_bytes(compiler)}
+    files = {}
     if existing is not None or choices["ops"]:
+        # first: the sidecar is an input of the report (rule aggregate_report), which
+        # must not look older than it (the next discovery would redo the report)
         files[sidecar] = json_bytes(choices)
+    files.update({path: json_bytes(report), compiler_path: json_bytes(compiler)})
     atomic_write_files(files)  # all three or none (a full disk, a read-only directory)
     return EditResult(report_path=path, compiler_path=compiler_path, user_choices_path=sidecar,
                       changes=changes, report=report)
