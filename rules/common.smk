@@ -14,7 +14,7 @@ import torq_gen_config.steps.quantize
 import torq_gen_config.steps.report
 import torq_gen_config.steps.split
 from torq_gen_config.steps import untracked
-from torq_gen_config.steps.markers import skipped_rerun_marker, timeout_rerun_marker, write_rerun_marker
+from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
@@ -88,7 +88,7 @@ if os.path.isdir(OUT):
 # (a failed or stopped rerun leaves it; torq_gen_config.report.staleness).
 REPORT_OUTDATED = os.path.join(WORK, layout.OUTDATED_MARKER)
 # the job's time limit (s): a param that reruns nothing when changed (a larger limit
-# reruns what timed out: timeout_rerun_marker)
+# reruns what timed out: get_timeout_rerun, get_test_rerun)
 TIMEOUT = untracked(config["timeout_s"])
 USER_CHOICES = os.path.join(WORK, "user_choices.json")
 
@@ -181,20 +181,22 @@ def get_reference_inputs(wildcards):
         inputs["calibration"] = os.path.join(QUANT, "calibration.json")
     if config["layer_inputs"] == "propagate":  # written by the split checkpoint with the layer's model
         inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
-    rerun = timeout_rerun_marker(os.path.join(LAYERS, wildcards.layer, "reference.npz"), config["timeout_s"])
-    if rerun:  # timed out under a smaller --timeout than now
-        inputs["rerun"] = rerun
     return inputs
 
 
 def get_import_inputs(wildcards):
-    """Inputs of a layer's MLIR import: its model (and a rerun marker when the import
-    timed out under a smaller --timeout than now)."""
-    inputs = {"model": get_layer_model(wildcards)}
-    rerun = timeout_rerun_marker(os.path.join(LAYERS, wildcards.layer, "import.json"), config["timeout_s"])
-    if rerun:
-        inputs["rerun"] = rerun
-    return inputs
+    """Inputs of a layer's MLIR import: its model."""
+    return {"model": get_layer_model(wildcards)}
+
+
+def get_timeout_rerun(file):
+    """The rerun param of the per-layer job whose output is LAYERS/<layer>/<file>: a
+    new value when it timed out under a smaller --timeout than now (read-only)."""
+
+    def rerun(wildcards):
+        return timeout_rerun_token(os.path.join(LAYERS, wildcards.layer, file), config["timeout_s"])
+
+    return rerun
 
 
 def get_test_inputs(wildcards):
@@ -207,19 +209,21 @@ def get_test_inputs(wildcards):
     if NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]]:
         inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
         inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
-    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
     if config["skip_mode"]:
         # skip mode: the executors of a layer are tested in priority order
         names = list(EXECUTORS)
         k = names.index(wildcards.executor)
         inputs["earlier"] = [os.path.join(LAYERS, wildcards.layer, e, "result.json") for e in names[:k]]
-    elif skipped_rerun_marker(result_dir):
-        # a verdict skipped in an earlier skip-mode run is produced now
-        inputs["rerun"] = skipped_rerun_marker(result_dir)
-    rerun = timeout_rerun_marker(os.path.join(result_dir, "result.json"), config["timeout_s"])
-    if rerun:  # timed out under a smaller --timeout than now
-        inputs["timed_out"] = rerun
     return inputs
+
+
+def get_test_rerun(wildcards):
+    """The rerun param of one (layer, executor) test, read-only: new values when its
+    verdict was skipped in an earlier skip-mode run (it is produced now, outside skip
+    mode) or timed out under a smaller --timeout than now."""
+    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
+    return {"skipped": skipped_rerun_token(result_dir, config["skip_mode"]),
+            "timed_out": timeout_rerun_token(os.path.join(result_dir, "result.json"), config["timeout_s"])}
 
 
 def get_executor(wildcards):

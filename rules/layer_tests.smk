@@ -1,7 +1,7 @@
 # One job per (layer, executor): compile, run, compare, result.json.
 # Tolerance, timeout, log file and verbosity are untracked params: the report
 # re-derives verdicts from the stored metrics, so a tolerance change recompiles
-# nothing (a larger timeout reruns what timed out: get_test_inputs). The runtime
+# nothing (a larger timeout reruns what timed out: param rerun). The runtime
 # measurement settings (collect_timing) are a tracked param: switching timing on
 # must rerun the tests to measure.
 
@@ -16,6 +16,7 @@ rule test_layer:
         executor=get_executor,
         timing=get_timing,
         precision=LAYER_PRECISION,
+        rerun=get_test_rerun,
         tolerance=untracked(config["tolerance"]),
         timeout_s=TIMEOUT,
         log_file=untracked(config["log_file"] or None),

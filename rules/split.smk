@@ -34,6 +34,7 @@ rule layer_reference:
         layer_inputs=config["layer_inputs"],
         engine=config["reference"],
         precision=LAYER_PRECISION,
+        rerun=get_timeout_rerun("reference.npz"),
         timeout_s=TIMEOUT,
         outdated=REPORT_OUTDATED,
     log:
@@ -51,6 +52,7 @@ rule import_layer:
         status=os.path.join(LAYERS, "{layer}", "import.json"),
     params:
         precision=LAYER_PRECISION,
+        rerun=get_timeout_rerun("import.json"),
         timeout_s=TIMEOUT,
         outdated=REPORT_OUTDATED,
     log:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from ..fileio import read_json
 from ..job_support import _log, append_to_shared_log, records_failure
 from ..layout import mark_outdated
-from .markers import SKIPPED_MARKER, record_timeout
+from .markers import SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
 from .quantize import quantize_failure
 
 @records_failure
@@ -88,9 +89,12 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
 
 def test_layer(input, output, params, log) -> None:
     """Rule ``test_layer``: one (layer, executor) result.json (:func:`test_layer_job`).
-    Params: ``layer``, ``executor``, ``timing``, ``outdated``; untracked ``tolerance``,
+    Params: ``layer``, ``executor``, ``timing``, ``outdated``, ``rerun`` (``{"skipped",
+    "timed_out"}``: the rerun params of steps.markers); untracked ``tolerance``,
     ``timeout_s``, ``log_file`` (None: no shared log) and ``verbose``."""
     mark_outdated(params.outdated)
+    consume_rerun_marker(os.path.join(os.path.dirname(output.result), SKIPPED_MARKER), params.rerun["skipped"])
+    consume_rerun_marker(output.result + TIMED_OUT_SUFFIX, params.rerun["timed_out"])
     test_layer_job(layer=params.layer, executor=params.executor, layer_onnx=input.model, reference=input.reference,
                    mlir=input.get("mlir"), import_status=input.get("import_status"), result=output.result,
                    tolerance=params.tolerance.value, timeout_s=params.timeout_s.value, log=log[0],

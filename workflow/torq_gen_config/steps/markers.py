@@ -1,9 +1,13 @@
 """Files beside a job's output that decide whether the next run redoes the job: the
 skip-mode "skipped" placeholder and the timeout record (the limit a job timed out under).
 
-The rules read them while the DAG is built, which must not write anything: they name
-a rerun marker (:func:`skipped_rerun_marker`, :func:`timeout_rerun_marker`) that rule
-``rerun_marker`` creates when the jobs run."""
+The rules read them while the DAG is built, which must not write anything: a job's
+rerun param (:func:`skipped_rerun_token`, :func:`timeout_rerun_token`) changes when a
+marker asks for a rerun, and the rerun renames that marker so that the param keeps
+its value afterwards (:func:`consume_rerun_marker`).
+
+:func:`mark_for_rerun` and :func:`rerun_after_timeout` are the older form (an extra
+input file, touched while the DAG is built); kept for callers of the old API."""
 
 from __future__ import annotations
 
@@ -78,43 +82,47 @@ def _newer_marker(output: str, marker: str) -> str:
     return marker
 
 
-def _rerun_marker_name(output: str) -> str | None:
-    # <output>.rerun-<mtime of output in ns>: new for every skipped or timed-out
-    # version of the output, so a marker made for an earlier one never stands in
+#: Suffix of a skip or timeout marker that a rerun has dealt with (renamed, so its
+#: mtime, the rerun param's value, stays the same: the next run reruns nothing).
+DONE_SUFFIX = ".done"
+
+
+def _token(path: str) -> str | None:
     try:
-        return f"{output}.rerun-{os.stat(output).st_mtime_ns}"
-    except FileNotFoundError:  # no output: the job runs anyway
+        return str(os.stat(path).st_mtime_ns)
+    except FileNotFoundError:
         return None
 
 
-def skipped_rerun_marker(result_dir: str) -> str | None:
-    """Without writing anything (DAG building): the rerun marker input of the test job
-    whose result in ``result_dir`` is a skip-mode "skipped" placeholder, else None.
-    Rule ``rerun_marker`` creates it, so the job runs again after it."""
-    return _rerun_marker_name(os.path.join(result_dir, "result.json")) if was_skipped(result_dir) else None
+def skipped_rerun_token(result_dir: str, skip_mode: bool) -> str | None:
+    """Read-only (DAG building): a test job's rerun param for skip mode. Outside skip
+    mode, a "skipped" placeholder in ``result_dir`` gives a new value (the marker's
+    mtime, ns, as text), which reruns the job ("params" rerun trigger); otherwise the
+    value of the last placeholder a rerun replaced (:func:`consume_rerun_marker`), or None."""
+    marker = os.path.join(result_dir, SKIPPED_MARKER)
+    return (None if skip_mode else _token(marker)) or _token(marker + DONE_SUFFIX)
 
 
-def timeout_rerun_marker(output: str, timeout_s: float | None) -> str | None:
-    """Without writing anything (DAG building): the rerun marker input of the job of
-    ``output`` when that output records a timeout under a smaller limit than
-    ``timeout_s`` (seconds) now, else None. A stat per output when nothing timed out."""
+def timeout_rerun_token(output: str, timeout_s: float | None) -> str | None:
+    """Read-only (DAG building): the rerun param of the job of ``output``. When that
+    output records a timeout under a smaller limit than ``timeout_s`` (seconds) now,
+    a new value (the record's mtime, ns, as text) that reruns the job; otherwise the
+    value of the last record a rerun dealt with (:func:`consume_rerun_marker`), or None.
+    A stat per output when nothing timed out."""
     from ..reference import DEFAULT_TIMEOUT_S
 
+    record = output + TIMED_OUT_SUFFIX
     try:
-        limit = float(Path(output + TIMED_OUT_SUFFIX).read_text().strip())
+        if float(Path(record).read_text().strip()) < float(timeout_s or DEFAULT_TIMEOUT_S):
+            return _token(record)
     except (OSError, ValueError):
-        return None
-    if limit >= float(timeout_s or DEFAULT_TIMEOUT_S):
-        return None
-    return _rerun_marker_name(output)
+        pass
+    return _token(record + DONE_SUFFIX)
 
 
-def write_rerun_marker(marker: str) -> None:
-    """Rule ``rerun_marker``: create ``marker`` (empty) and remove the older rerun
-    markers of the same output (made for an earlier skipped or timed-out version)."""
-    output, _, _ = marker.rpartition(".rerun-")
-    for old in Path(output).parent.glob(Path(output).name + ".rerun-*"):
-        if str(old) != marker:
-            old.unlink(missing_ok=True)
-    Path(marker).parent.mkdir(parents=True, exist_ok=True)
-    Path(marker).touch()
+def consume_rerun_marker(marker: str, token: str | None) -> None:
+    """In a job, before it writes its output: when ``token`` (its rerun param) names
+    the current ``marker`` (a skip marker or a timeout record), rename the marker to
+    ``<marker>.done``; its mtime stays, so the next run computes the same param."""
+    if token is not None and _token(marker) == token:
+        os.replace(marker, marker + DONE_SUFFIX)

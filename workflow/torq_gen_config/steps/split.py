@@ -10,7 +10,7 @@ from pathlib import Path
 from ..fileio import read_json, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
-from .markers import record_timeout
+from .markers import TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
 from .quantize import quantized_input_ranges
 
 @records_failure
@@ -146,15 +146,19 @@ def split_layers(input, output, params, log) -> None:
 
 
 def layer_reference(input, output, params, log) -> None:
-    """Rule ``layer_reference``: the layer's inputs and reference outputs (:func:`reference_job`)."""
+    """Rule ``layer_reference``: the layer's inputs and reference outputs (:func:`reference_job`);
+    param ``rerun``: see :func:`~torq_gen_config.steps.markers.timeout_rerun_token`."""
     mark_outdated(params.outdated)
+    consume_rerun_marker(output.reference + TIMED_OUT_SUFFIX, params.rerun)
     reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
                   inputs_path=input.get("inputs"), calibration=input.get("calibration"), engine=params.engine,
                   timeout_s=params.timeout_s.value, log=log[0])
 
 
 def import_layer(input, output, params, log) -> None:
-    """Rule ``import_layer``: the layer's MLIR and import status (:func:`import_layer_job`)."""
+    """Rule ``import_layer``: the layer's MLIR and import status (:func:`import_layer_job`);
+    param ``rerun``: see :func:`~torq_gen_config.steps.markers.timeout_rerun_token`."""
     mark_outdated(params.outdated)
+    consume_rerun_marker(output.status + TIMED_OUT_SUFFIX, params.rerun)
     import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status,
                      timeout_s=params.timeout_s.value, log=log[0])
