@@ -576,12 +576,14 @@ def edit_report_file(
     compiler = refresh_report(report)
     choices = merge_user_choices(existing, report, layer_ids)
     compiler_path = compiler_path_for_report(path)
-    files = {}
+    files = {path: json_bytes(report), compiler_path: json_bytes(compiler)}
     if existing is not None or choices["ops"]:
-        # first: the sidecar is an input of the report (rule aggregate_report), which
-        # must not look older than it (the next discovery would redo the report)
         files[sidecar] = json_bytes(choices)
-    files.update({path: json_bytes(report), compiler_path: json_bytes(compiler)})
     atomic_write_files(files)  # all three or none (a full disk, a read-only directory)
+    if sidecar in files:
+        # the sidecar is an input of the report (rule aggregate_report), which this
+        # edit has re-rendered: not newer than it, or the next discovery redoes it
+        st = os.stat(path)
+        os.utime(sidecar, ns=(st.st_atime_ns, st.st_mtime_ns))
     return EditResult(report_path=path, compiler_path=compiler_path, user_choices_path=sidecar,
                       changes=changes, report=report)
