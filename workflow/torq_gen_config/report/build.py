@@ -361,8 +361,6 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     A report with a full-model result keeps its comparison at the end of
     ``final_report_text`` ("--- Full Model Comparison ---").
     """
-    from ..full_model import with_full_model_text
-
     if rederive:
         summary, critical = summarize(report["ops"], executor_names(report))
         report["discovery_report"] = {"summary": summary, "critical_failures": critical, **trust_lists(report["ops"])}
@@ -371,6 +369,10 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     if full_model is not None:
         report["full_model"] = full_model
     if report.get("full_model"):
+        # imported only here: editing a report without a full-model result imports no
+        # backend (tests/test_edit.py)
+        from ..full_model import with_full_model_text
+
         report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", report["full_model"])
     return build_compiler_json(report)
 
