@@ -1,12 +1,20 @@
 # Configuration, paths and input functions shared by the rules. Logic lives in the
 # torq_gen_config package (workflow/torq_gen_config); this file only wires it up.
 import json
-import re
 import os
+import re
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import backends, isolation, jobs, layout, run_lock
+from torq_gen_config import backends, full_model_jobs, isolation, layout, run_lock, steps
+import torq_gen_config.steps.full_model
+import torq_gen_config.steps.layer_tests
+import torq_gen_config.steps.prepare
+import torq_gen_config.steps.quantize
+import torq_gen_config.steps.report
+import torq_gen_config.steps.split
+from torq_gen_config.steps import untracked
+from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
@@ -79,11 +87,10 @@ if os.path.isdir(OUT):
 # is written again: while it exists, view/edit/run say the report is out of date
 # (a failed or stopped rerun leaves it; torq_gen_config.report.staleness).
 REPORT_OUTDATED = os.path.join(WORK, layout.OUTDATED_MARKER)
-
-
-def report_outdated():
-    """Mark the report as out of date (called first by the jobs that feed it)."""
-    layout.mark_outdated(REPORT_OUTDATED)
+# the job's time limit (s): a param that reruns nothing when changed (a larger limit
+# reruns what timed out: get_timeout_rerun, get_test_rerun)
+TIMEOUT = untracked(config["timeout_s"])
+USER_CHOICES = os.path.join(WORK, "user_choices.json")
 
 
 REPORT = os.path.normpath(os.path.join(OUT, layout.report_file(MODEL_NAME)))
@@ -174,20 +181,22 @@ def get_reference_inputs(wildcards):
         inputs["calibration"] = os.path.join(QUANT, "calibration.json")
     if config["layer_inputs"] == "propagate":  # written by the split checkpoint with the layer's model
         inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
-    rerun = jobs.rerun_after_timeout(os.path.join(LAYERS, wildcards.layer, "reference.npz"), config["timeout_s"])
-    if rerun:  # timed out under a smaller --timeout than now
-        inputs["rerun"] = rerun
     return inputs
 
 
 def get_import_inputs(wildcards):
-    """Inputs of a layer's MLIR import: its model (and a rerun marker when the import
-    timed out under a smaller --timeout than now)."""
-    inputs = {"model": get_layer_model(wildcards)}
-    rerun = jobs.rerun_after_timeout(os.path.join(LAYERS, wildcards.layer, "import.json"), config["timeout_s"])
-    if rerun:
-        inputs["rerun"] = rerun
-    return inputs
+    """Inputs of a layer's MLIR import: its model."""
+    return {"model": get_layer_model(wildcards)}
+
+
+def get_timeout_rerun(file):
+    """The rerun param of the per-layer job whose output is LAYERS/<layer>/<file>: a
+    new value when it timed out under a smaller --timeout than now (read-only)."""
+
+    def rerun(wildcards):
+        return timeout_rerun_token(os.path.join(LAYERS, wildcards.layer, file), config["timeout_s"])
+
+    return rerun
 
 
 def get_test_inputs(wildcards):
@@ -200,19 +209,21 @@ def get_test_inputs(wildcards):
     if NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]]:
         inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
         inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
-    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
     if config["skip_mode"]:
         # skip mode: the executors of a layer are tested in priority order
         names = list(EXECUTORS)
         k = names.index(wildcards.executor)
         inputs["earlier"] = [os.path.join(LAYERS, wildcards.layer, e, "result.json") for e in names[:k]]
-    elif jobs.was_skipped(result_dir):
-        # a verdict skipped in an earlier skip-mode run is produced now
-        inputs["rerun"] = jobs.mark_for_rerun(result_dir)
-    rerun = jobs.rerun_after_timeout(os.path.join(result_dir, "result.json"), config["timeout_s"])
-    if rerun:  # timed out under a smaller --timeout than now
-        inputs["timed_out"] = rerun
     return inputs
+
+
+def get_test_rerun(wildcards):
+    """The rerun param of one (layer, executor) test, read-only: new values when its
+    verdict was skipped in an earlier skip-mode run (it is produced now, outside skip
+    mode) or timed out under a smaller --timeout than now."""
+    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
+    return {"skipped": skipped_rerun_token(result_dir, config["skip_mode"]),
+            "timed_out": timeout_rerun_token(os.path.join(result_dir, "result.json"), config["timeout_s"])}
 
 
 def get_executor(wildcards):
@@ -305,3 +316,75 @@ def run_manifest():
     """The layers over run_model()'s nodes: the split's manifest, or with quantize
     the layers mapped onto the quantized model (rule map_quantized_layers)."""
     return os.path.join(QUANT, "manifest.json") if QUANTIZE else os.path.join(LAYERS, "manifest.json")
+
+
+def quantize_report_inputs(wildcards):
+    """With quantize: the layers mapped onto the quantized model (their line:col in
+    its MLIR) and the full model's quantization info; else nothing."""
+    if not QUANTIZE:
+        return []
+    return [os.path.join(QUANT, "manifest.json"), os.path.join(QUANT, "quantize.json")]
+
+
+def user_choices_input(wildcards):
+    """The user's overrides (written by `edit`), as a list (empty when there are none)."""
+    return [USER_CHOICES] if os.path.exists(USER_CHOICES) else []
+
+
+# Full-model run (rules/full_model.smk)
+FULL = os.path.join(WORK, "full")
+PARTS = os.path.join(FULL, "partitions")
+FULL_ASSIGNMENT = os.path.join(FULL, "assignment.json")
+FULL_PLAN = os.path.join(FULL, "plan.json")
+FULL_REFERENCE = os.path.join(FULL, "reference.npz")
+FULL_RESULT = os.path.join(FULL, "result.json")
+
+
+wildcard_constraints:
+    pid=r"[A-Za-z0-9][A-Za-z0-9_.+-]*-[0-9a-f]{12}",
+
+
+_PLAN_CACHE = {}
+
+
+def full_plan():
+    """The plan written by the checkpoint (after it ran), cached per mtime."""
+    path = checkpoints.plan_full_model.get().output.plan
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _PLAN_CACHE:
+        with open(path) as f:
+            plan = json.load(f)
+        _PLAN_CACHE.clear()
+        _PLAN_CACHE[key] = {p["pid"]: p for p in plan["partitions"]}
+    return _PLAN_CACHE[key]
+
+
+def get_partition_model(wildcards):
+    """The partition's ONNX model, or for a torq plan its executor map (a side file
+    of the plan checkpoint)."""
+    plan = full_plan()
+    if wildcards.pid not in plan:
+        raise WorkflowError(f"unknown partition {wildcards.pid!r}: not in {FULL_PLAN}")
+    return os.path.join(PARTS, wildcards.pid, os.path.basename(plan[wildcards.pid]["model"]))
+
+
+def get_compile_def(wildcards):
+    """How the partition is compiled: a deterministic function of the pid (the pid
+    hashes it), so this param changes only when the pid does."""
+    return full_plan()[wildcards.pid]["compile_def"]
+
+
+def all_compiled(wildcards):
+    """compiled.json of every partition of the plan (known once the checkpoint ran)."""
+    return [os.path.join(PARTS, pid, "compiled.json") for pid in full_plan()]
+
+
+def assignment_digest(wildcards):
+    """What the report assigns (a param: an edit of the report that changes the
+    assignment reruns the assignment rule even when the compiler JSON stays the same)."""
+    return full_model_jobs.selection_digest_of(REPORT, COMPILER_JSON)
+
+
+def run_input_data():
+    """`run --input-data` other than discovery's (full-model reference only), as a list."""
+    return [str(resolve_model_path(config["run_input_data"]))] if config["run_input_data"] else []

@@ -7,60 +7,8 @@
 # executor map: compile_partition compiles work/full.mlir once with
 # --torq-executor-map, run_full_model runs that module once.
 # docs/full_model_run.md describes the files; the logic is in
-# torq_gen_config.full_model, the job entry points in torq_gen_config.full_model_jobs.
-from torq_gen_config import full_model_jobs
-
-FULL = os.path.join(WORK, "full")
-PARTS = os.path.join(FULL, "partitions")
-FULL_ASSIGNMENT = os.path.join(FULL, "assignment.json")
-FULL_PLAN = os.path.join(FULL, "plan.json")
-FULL_REFERENCE = os.path.join(FULL, "reference.npz")
-FULL_RESULT = os.path.join(FULL, "result.json")
-
-
-wildcard_constraints:
-    pid=r"[A-Za-z0-9][A-Za-z0-9_.+-]*-[0-9a-f]{12}",
-
-
-_PLAN_CACHE = {}
-
-
-def full_plan():
-    """The plan written by the checkpoint (after it ran), cached per mtime."""
-    path = checkpoints.plan_full_model.get().output.plan
-    key = (path, os.stat(path).st_mtime_ns)
-    if key not in _PLAN_CACHE:
-        with open(path) as f:
-            plan = json.load(f)
-        _PLAN_CACHE.clear()
-        _PLAN_CACHE[key] = {p["pid"]: p for p in plan["partitions"]}
-    return _PLAN_CACHE[key]
-
-
-def get_partition_model(wildcards):
-    """The partition's ONNX model, or for a torq plan its executor map (a side file
-    of the plan checkpoint)."""
-    plan = full_plan()
-    if wildcards.pid not in plan:
-        raise WorkflowError(f"unknown partition {wildcards.pid!r}: not in {FULL_PLAN}")
-    return os.path.join(PARTS, wildcards.pid, os.path.basename(plan[wildcards.pid]["model"]))
-
-
-def get_compile_def(wildcards):
-    """How the partition is compiled: a deterministic function of the pid (the pid
-    hashes it), so this param changes only when the pid does."""
-    return full_plan()[wildcards.pid]["compile_def"]
-
-
-def all_compiled(wildcards):
-    """compiled.json of every partition of the plan (known once the checkpoint ran)."""
-    return [os.path.join(PARTS, pid, "compiled.json") for pid in full_plan()]
-
-
-def assignment_digest(wildcards):
-    """What the report assigns (a param: an edit of the report that changes the
-    assignment reruns the assignment rule even when the compiler JSON stays the same)."""
-    return full_model_jobs.selection_digest_of(REPORT, COMPILER_JSON)
+# torq_gen_config.full_model, the steps in torq_gen_config.steps.full_model; the
+# paths (FULL_*) and input functions are in rules/common.smk.
 
 
 # Snakemake form only (`torq-gen-config run` writes assignment.json itself, with its
@@ -77,11 +25,11 @@ rule full_assignment:
         assignment=FULL_ASSIGNMENT,
     params:
         digest=assignment_digest,
+        report=REPORT,
     log:
         os.path.join(LOGS, "full_assignment.log"),
     run:
-        full_model_jobs.assignment_job(report=REPORT, compiler=input.compiler, assignment=output.assignment,
-                                       log=log[0])
+        steps.full_model.full_assignment(input, output, params, log)
 
 
 checkpoint plan_full_model:
@@ -101,13 +49,11 @@ checkpoint plan_full_model:
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],
         precision=LAYER_PRECISION,
+        timeout_s=TIMEOUT,
     log:
         os.path.join(LOGS, "plan_full_model.log"),
     run:
-        full_model_jobs.plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
-                                 locations=input.locations, executors=params.executors, plan=output.plan,
-                                 compiler_options=params.compiler_options, runtime_options=params.runtime_options,
-                                 full_mlir=input.mlir, timeout_s=config["timeout_s"], log=log[0])
+        steps.full_model.plan_full_model(input, output, params, log)
 
 
 rule compile_partition:
@@ -117,17 +63,14 @@ rule compile_partition:
         compiled=os.path.join(PARTS, "{pid}", "compiled.json"),
     params:
         executor=get_compile_def,
+        timeout_s=TIMEOUT,
+        log_file=untracked(config["log_file"] or None),
+        verbose=untracked(config["verbose"]),
     log:
         os.path.join(LOGS, "compile_partition", "{pid}.log"),
+    threads: 1
     run:
-        full_model_jobs.compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
-                                              compiled=output.compiled, timeout_s=config["timeout_s"], log=log[0],
-                                              log_file=config["log_file"] or None, verbose=config["verbose"])
-
-
-def run_input_data():
-    """`run --input-data` other than discovery's (full-model reference only), as a list."""
-    return [str(resolve_model_path(config["run_input_data"]))] if config["run_input_data"] else []
+        steps.full_model.compile_partition(input, output, params, log, wildcards)
 
 
 # on the model's input values (MODEL_INPUTS: --input-data, else generated), or on the
@@ -144,14 +87,12 @@ rule full_reference:
         engine=config["reference"],
         run_data=file_fingerprint(run_input_data()[0]) if run_input_data() else None,
         precision=LAYER_PRECISION,
+        quantized=QUANTIZE,
+        timeout_s=TIMEOUT,
     log:
         os.path.join(LOGS, "full_reference.log"),
     run:
-        full_model_jobs.full_reference_job(prepared=input.model, reference=output.reference,
-                                           input_settings=params.inputs, model_inputs=input.model_inputs,
-                                           run_data=input.run_data[0] if input.run_data else None,
-                                           quantized=QUANTIZE, engine=params.engine,
-                                           timeout_s=config["timeout_s"], log=log[0])
+        steps.full_model.full_reference(input, output, params, log)
 
 
 rule run_full_model:
@@ -161,12 +102,15 @@ rule run_full_model:
         reference=FULL_REFERENCE,
     output:
         result=FULL_RESULT,
+    params:
+        tolerance=untracked(config["tolerance"]),
+        timeout_s=TIMEOUT,
+        log_file=untracked(config["log_file"] or None),
+        verbose=untracked(config["verbose"]),
     log:
         os.path.join(LOGS, "run_full_model.log"),
     run:
-        full_model_jobs.run_full_model_job(plan=input.plan, reference=input.reference, result=output.result,
-                                           tolerance=config["tolerance"], timeout_s=config["timeout_s"], log=log[0],
-                                           log_file=config["log_file"] or None, verbose=config["verbose"])
+        steps.full_model.run_full_model(input, output, params, log)
 
 
 rule full_model:

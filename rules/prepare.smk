@@ -20,17 +20,15 @@ rule prepare_model:
         inputs=config["inputs"],
         input_shapes=INPUT_SHAPES,
         input_data=INPUT_DATA_FINGERPRINT,
+        # subgraph mode: prepare_model cuts out the subgraph; the range is untracked,
+        # its node indices are part of the output paths (WORK)
+        subgraph=untracked(subgraph_range()),
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "prepare_model.log"),
-    # subgraph mode: prepare_model cuts out the subgraph (subgraph_range()); the range
-    # is not a param, its node indices are part of the output paths (WORK)
     run:
-        report_outdated()
-        jobs.prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
-                               target_opset=params.target_opset, subgraph=subgraph_range(),
-                               precision=params.precision, model_inputs=output.model_inputs,
-                               input_settings=params.inputs, input_data=input.data[0] if input.data else None,
-                               input_shapes=params.input_shapes, timeout_s=config["timeout_s"], log=log[0])
+        steps.prepare.prepare_model(input, output, params, log)
 
 
 # with quantize: the quantized full model (its nodes are what the compiler sees)
@@ -43,9 +41,9 @@ rule import_full_model:
     params:
         # switching quantize changes the input file (maybe to an older one)
         precision=LAYER_PRECISION,
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "import_full_model.log"),
     run:
-        report_outdated()
-        jobs.import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations,
-                                   timeout_s=config["timeout_s"], log=log[0])
+        steps.prepare.import_full_model(input, output, params, log)

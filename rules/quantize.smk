@@ -17,13 +17,12 @@ rule calibrate_model:
         float_range=config["inputs"]["float_range"],
         # dropping the file is no input change Snakemake sees: the path is a param
         data=calibration_data_file(),
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "calibrate_model.log"),
     run:
-        report_outdated()
-        jobs.calibrate_job(prepared=input.model, ranges=output.ranges, samples=params.samples, seed=params.seed,
-                           float_range=params.float_range, data=input.data[0] if input.data else None,
-                           timeout_s=config["timeout_s"], log=log[0])
+        steps.quantize.calibrate_model(input, output, params, log)
 
 
 rule quantize_full_model:
@@ -40,15 +39,12 @@ rule quantize_full_model:
         seed=config["inputs"]["seed"],
         float_range=config["inputs"]["float_range"],
         data=calibration_data_file(),
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "quantize_full_model.log"),
     run:
-        report_outdated()
-        jobs.quantize_full_model_job(prepared=input.model, ranges=input.ranges, quantized=output.model,
-                                     info=output.info, settings=params.settings, samples=params.samples,
-                                     seed=params.seed, float_range=params.float_range,
-                                     data=input.data[0] if input.data else None,
-                                     timeout_s=config["timeout_s"], log=log[0])
+        steps.quantize.quantize_full_model(input, output, params, log)
 
 
 # each layer in the format the whole model got (hybrid decides once, for the model)
@@ -62,13 +58,13 @@ rule quantize_layer:
         info=os.path.join(LAYERS, "{layer}", "quantize.json"),
     params:
         settings=QUANT_SETTINGS,
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "quantize_layer", "{layer}.log"),
+    threads: 1
     run:
-        report_outdated()
-        jobs.quantize_layer_job(layer_onnx=input.model, ranges=input.ranges, quantized=output.model,
-                                info=output.info, settings=params.settings, full_model_info=input.full,
-                                timeout_s=config["timeout_s"], log=log[0])
+        steps.quantize.quantize_layer(input, output, params, log)
 
 
 rule map_quantized_layers:
@@ -77,9 +73,9 @@ rule map_quantized_layers:
         model=rules.quantize_full_model.output.model,
     output:
         manifest=os.path.join(QUANT, "manifest.json"),
+    params:
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "map_quantized_layers.log"),
     run:
-        report_outdated()
-        jobs.map_quantized_layers_job(manifest=input.manifest, quantized=input.model, mapped=output.manifest,
-                                      log=log[0])
+        steps.quantize.map_quantized_layers(input, output, params, log)

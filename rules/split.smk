@@ -14,13 +14,12 @@ checkpoint split_layers:
         manifest=os.path.join(LAYERS, "manifest.json"),
     params:
         layer_inputs=config["layer_inputs"],
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "split_layers.log"),
     run:
-        report_outdated()
-        jobs.split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest,
-                              model_inputs=input.model_inputs, layer_inputs=params.layer_inputs,
-                              timeout_s=config["timeout_s"], log=log[0])
+        steps.split.split_layers(input, output, params, log)
 
 
 # Both reference engines (onnxruntime and onnx's reference implementation); the
@@ -35,13 +34,14 @@ rule layer_reference:
         layer_inputs=config["layer_inputs"],
         engine=config["reference"],
         precision=LAYER_PRECISION,
+        rerun=get_timeout_rerun("reference.npz"),
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "layer_reference", "{layer}.log"),
+    threads: 1
     run:
-        report_outdated()
-        jobs.reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
-                           inputs_path=input.get("inputs"), calibration=input.get("calibration"),
-                           engine=params.engine, timeout_s=config["timeout_s"], log=log[0])
+        steps.split.layer_reference(input, output, params, log)
 
 
 rule import_layer:
@@ -52,9 +52,11 @@ rule import_layer:
         status=os.path.join(LAYERS, "{layer}", "import.json"),
     params:
         precision=LAYER_PRECISION,
+        rerun=get_timeout_rerun("import.json"),
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "import_layer", "{layer}.log"),
+    threads: 1
     run:
-        report_outdated()
-        jobs.import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status,
-                              timeout_s=config["timeout_s"], log=log[0])
+        steps.split.import_layer(input, output, params, log)

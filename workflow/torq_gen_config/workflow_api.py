@@ -2,8 +2,10 @@
 
 The workflow runs with the output directory as Snakemake's working directory, so
 each output directory has its own ``.snakemake`` state and lock, and two discoveries
-of different models can run at the same time. Settings match the workflow profile
-``profiles/default``: greedy scheduler, jobs as threads, keep going, rerun incomplete.
+of different models can run at the same time. The Snakemake settings are read from
+the workflow profile ``profiles/default/config.yaml`` (what a plain ``snakemake`` run
+from the repository root uses): greedy scheduler, jobs as threads, keep going, rerun
+incomplete, no "input" rerun trigger (:func:`profile_settings`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,11 @@ from .config import REPO_ROOT
 from .errors import TorqGenConfigError
 
 SNAKEFILE = REPO_ROOT / "Snakefile"
+PROFILE = REPO_ROOT / "profiles" / "default" / "config.yaml"
+#: The profile settings the runner applies (other keys are refused: a setting added to
+#: the profile must be applied here too, or the two forms would differ).
+PROFILE_KEYS = ("force-use-threads", "scheduler", "keep-going", "rerun-incomplete", "rerun-triggers",
+                "printshellcmds", "quiet", "resources")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -129,11 +136,11 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
             verbose: bool = False, allowed_rules: list[str] | None = None, resources: dict | None = None,
             failures: list[str] | None = None, quiet_progress: bool = False) -> None:
     """One Snakemake run of the repository's Snakefile through its API, with the settings of
-    ``profiles/default`` (greedy scheduler, jobs as threads, keep going, rerun incomplete, no
-    "input" rerun trigger). Used by both workflows (discovery and CK profiling).
+    ``profiles/default`` (:func:`profile_settings`; the profile's ``quiet`` choices only
+    with ``quiet``). Used by both workflows (discovery and CK profiling).
 
     Args:
-        resources: global resources (``{"ck_device": 1}``), as ``--resources``.
+        resources: global resources (``{"ck_device": 1}``), as ``--resources``; over the profile's.
         failures: bad-input messages jobs recorded; the first leads the error message.
         quiet_progress: also hide the progress lines (with ``quiet``).
 
@@ -155,29 +162,33 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
     from snakemake_interface_common.exceptions import WorkflowError
 
     failures = failures if failures is not None else []
-    quiet_set = {Quietness.RULES, Quietness.HOST, Quietness.REASON} if quiet else None
+    profile = profile_settings()
+    quiet_set = {Quietness.parse_choice(q) for q in profile.get("quiet") or []} if quiet else None
     if quiet and quiet_progress:
         quiet_set.add(Quietness.PROGRESS)
     try:
         with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
+                                         printshellcmds=bool(profile.get("printshellcmds")),
                                          show_failed_logs=True)) as api:
             wf = api.workflow(
                 snakefile=SNAKEFILE,
                 workdir=workdir,
-                resource_settings=ResourceSettings(cores=cores, resources=dict(resources or {})),
+                resource_settings=ResourceSettings(cores=cores,
+                                                   resources={**profile["resources"], **(resources or {})}),
                 config_settings=ConfigSettings(config=config),
             )
             dag = wf.dag(DAGSettings(targets=frozenset(targets or []), forcerun=frozenset(forcerun or []),
-                                     forceall=forceall, force_incomplete=True,
+                                     forceall=forceall, force_incomplete=bool(profile.get("rerun-incomplete")),
                                      allowed_rules=frozenset(allowed_rules or []),
-                                     # as profiles/default: no "input" trigger (skip mode changes input sets)
-                                     rerun_triggers=frozenset({RerunTrigger.MTIME, RerunTrigger.PARAMS,
-                                                               RerunTrigger.SOFTWARE_ENV, RerunTrigger.CODE})))
+                                     rerun_triggers=frozenset(RerunTrigger.parse_choice(t)
+                                                              for t in profile["rerun-triggers"])))
             dag.execute_workflow(
                 executor="local",
                 pseudo_executor="dryrun" if dryrun else None,
-                execution_settings=ExecutionSettings(keep_going=True, use_threads=True, ignore_incomplete=False),
-                scheduling_settings=SchedulingSettings(scheduler="greedy"),
+                execution_settings=ExecutionSettings(keep_going=bool(profile.get("keep-going")),
+                                                     use_threads=bool(profile.get("force-use-threads")),
+                                                     ignore_incomplete=False),
+                scheduling_settings=SchedulingSettings(scheduler=profile["scheduler"]),
                 scheduler_settings=GreedySchedulerSettings(),  # required with greedy (notes/snakemake.md)
             )
     except WorkflowError as e:
@@ -187,6 +198,49 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
                                 "LockException", "ChildIOException"):
             raise WorkflowFailed(_with_job_failures(_one_line(e), failures)) from None
         raise
+
+
+def profile_settings(path: str | os.PathLike = PROFILE) -> dict:
+    """The workflow profile's settings (``profiles/default/config.yaml``), keyed as there
+    (``"rerun-triggers"``: list of str, ``"resources"``: ``{name: int}``, ...).
+
+    Raises:
+        WorkflowFailed: the profile is missing, unreadable, or has a key outside
+            :data:`PROFILE_KEYS`.
+    """
+    import yaml
+
+    try:
+        settings = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise WorkflowFailed(f"cannot read the workflow profile {path}: {_one_line(e)}") from None
+    unknown = sorted(set(settings) - set(PROFILE_KEYS))
+    if unknown:
+        raise WorkflowFailed(f"{path}: setting(s) {', '.join(unknown)} not applied by torq_gen_config.workflow_api "
+                             "(add them there, so that both forms of a run use them)")
+    resources = {}
+    for item in settings.get("resources") or []:
+        name, _, value = str(item).partition("=")
+        resources[name.strip()] = int(value)
+    return {**settings, "resources": resources}
+
+
+def profile_argv(settings: dict, *, quiet: bool) -> list[str]:
+    """The profile's settings (:func:`profile_settings`) as Snakemake command-line flags;
+    ``quiet`` adds the profile's ``--quiet`` choices (else none)."""
+    argv = []
+    for key, value in settings.items():
+        if key == "quiet" and not quiet:
+            continue
+        if key == "resources":
+            argv += ["--resources", *(f"{k}={v}" for k, v in value.items())] if value else []
+        elif isinstance(value, bool):
+            argv += [f"--{key}"] if value else []
+        elif isinstance(value, list):
+            argv += [f"--{key}", *map(str, value)]
+        else:
+            argv += [f"--{key}", str(value)]
+    return argv
 
 
 def _report_name(config: dict) -> str:
@@ -222,8 +276,8 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     arguments given after ``--`` (``torq-gen-config discover ... -- --printshellcmds``).
 
     The config is written to ``<workdir>/.torq-gen-config.yaml`` and passed with
-    ``--configfile``; the settings of :func:`run_workflow` are passed as flags before
-    ``extra_args``, so the user's flags win.
+    ``--configfile``; the profile's settings (:func:`profile_argv`) are passed as flags
+    before ``extra_args``, so the user's flags win.
 
     Raises:
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
@@ -242,10 +296,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     cfg_path = workdir / ".torq-gen-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
     argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores),
-            "--configfile", str(cfg_path), "--scheduler", "greedy", "--force-use-threads", "--keep-going",
-            "--rerun-incomplete", "--rerun-triggers", "mtime", "params", "software-env", "code"]
-    if quiet:
-        argv += ["--quiet", "rules", "host", "reason"]
+            "--configfile", str(cfg_path), *profile_argv(profile_settings(), quiet=quiet)]
     if forceall:
         argv.append("--forceall")
     from . import run_lock

@@ -175,9 +175,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         render_full_model_text,
         selection_from_compiler_json,
         selection_from_report,
-        with_full_model_text,
     )
-    from ..report.build import build_compiler_json
+    from ..report.build import build_compiler_json, render_report
     from ..workflow_api import WorkflowFailed, run_workflow
     from .options import subgraph_flags
 
@@ -220,8 +219,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     section = full_model_section(result, tolerance=tolerance, result_file=result_file)
     if report is not None:
         report = read_json(report_path, "report JSON")  # re-read: keep edits made meanwhile
-        report["full_model"] = section
-        report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", section)
+        render_report(report, full_model=section, rederive=False)
         write_json(report_path, report)
     if echo:
         print(render_full_model_text(section))

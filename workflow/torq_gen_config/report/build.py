@@ -335,3 +335,44 @@ def build_compiler_json(report: Mapping) -> dict:
         "op_assignments": {loc: {"executor": ex} for _, loc, ex in assignments},
         "model_name": report.get("model_name"),
     }
+
+
+def executor_names(report: Mapping) -> list[str]:
+    """The executor names of a report, in priority order (older reports without an
+    ``executors`` list: the executors present, in order of appearance)."""
+    names = report.get("executors")
+    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
+        return list(names)
+    found: list[str] = []
+    for op in (report.get("ops") or {}).values():
+        for name in op.get("executors") or {}:
+            if name not in found:
+                found.append(name)
+    return found
+
+
+def render_report(report: dict, *, full_model: Mapping | None = None, rederive: bool = True) -> dict:
+    """The one render step of a stored report, in place; returns its compiler JSON
+    (:func:`build_compiler_json`).
+
+    ``rederive`` (``edit``: the user's choices changed): ``discovery_report``,
+    ``has_critical_failures`` and ``final_report_text`` are computed again from ``ops``.
+    ``full_model`` (``run``: the section of a whole-model run) replaces the report's.
+    A report with a full-model result keeps its comparison at the end of
+    ``final_report_text`` ("--- Full Model Comparison ---").
+    """
+    if rederive:
+        summary, critical = summarize(report["ops"], executor_names(report))
+        report["discovery_report"] = {"summary": summary, "critical_failures": critical, **trust_lists(report["ops"])}
+        report["has_critical_failures"] = bool(critical)
+        report["final_report_text"] = render_final_report_text(report)
+    if full_model is not None:
+        report["full_model"] = full_model
+    if report.get("full_model"):
+        # imported only here: editing a report without a full-model result imports no
+        # backend (tests/test_edit.py)
+        from ..full_model import with_full_model_text
+
+        report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", report["full_model"])
+    return build_compiler_json(report)
+

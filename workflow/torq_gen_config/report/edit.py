@@ -43,9 +43,9 @@ from typing import Any, Mapping
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
 from ..fileio import atomic_write_files, json_bytes, read_json
-from .build import build_compiler_json, check_report, summarize, trust_lists
+from .build import build_compiler_json, check_report, executor_names, render_report, summarize, trust_lists  # noqa: F401
 from .recommend import recommend_with_reason, rederive_statuses
-from .text import render_final_report_text
+from .text import render_final_report_text  # noqa: F401 (its old import path here)
 
 __all__ = [
     "UNSET",
@@ -186,16 +186,7 @@ def load_report(path: str | os.PathLike) -> dict:
     return data
 
 
-def _executor_names(report: Mapping) -> list[str]:
-    names = report.get("executors")
-    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
-        return list(names)
-    found: list[str] = []  # older reports: the executors present, in order of appearance
-    for op in (report.get("ops") or {}).values():
-        for name in op.get("executors") or {}:
-            if name not in found:
-                found.append(name)
-    return found
+_executor_names = executor_names  # its old name here
 
 
 # --------------------------------------------------------------------------- matching
@@ -493,16 +484,9 @@ def apply_edit(
 def refresh_report(report: dict) -> dict:
     """Recompute ``discovery_report``, ``has_critical_failures`` and
     ``final_report_text`` of ``report`` in place, and return its compiler JSON
-    (:func:`~torq_gen_config.report.build.build_compiler_json`)."""
-    summary, critical = summarize(report["ops"], _executor_names(report))
-    report["discovery_report"] = {"summary": summary, "critical_failures": critical, **trust_lists(report["ops"])}
-    report["has_critical_failures"] = bool(critical)
-    report["final_report_text"] = render_final_report_text(report)
-    if report.get("full_model"):  # keep the result of the last `run` in the text
-        from ..full_model import with_full_model_text
-
-        report["final_report_text"] = with_full_model_text(report["final_report_text"], report["full_model"])
-    return build_compiler_json(report)
+    (:func:`~torq_gen_config.report.build.build_compiler_json`): the render step
+    :func:`~torq_gen_config.report.build.render_report`, shared with ``run``."""
+    return render_report(report)
 
 
 # --------------------------------------------------------------------------- sidecar
@@ -596,5 +580,10 @@ def edit_report_file(
     if existing is not None or choices["ops"]:
         files[sidecar] = json_bytes(choices)
     atomic_write_files(files)  # all three or none (a full disk, a read-only directory)
+    if sidecar in files:
+        # the sidecar is an input of the report (rule aggregate_report), which this
+        # edit has re-rendered: not newer than it, or the next discovery redoes it
+        st = os.stat(path)
+        os.utime(sidecar, ns=(st.st_atime_ns, st.st_mtime_ns))
     return EditResult(report_path=path, compiler_path=compiler_path, user_choices_path=sidecar,
                       changes=changes, report=report)

@@ -1,0 +1,40 @@
+"""Building the DAG writes nothing: a dry run (`snakemake -n`) over a finished discovery,
+with reruns pending (skipped verdicts to produce, timed-out jobs under a larger limit),
+leaves every file of the output directory as it was and creates none."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import run_cli, run_snakemake, work
+from test_e2e import small_cnn
+
+pytestmark = pytest.mark.slow
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and directory under ``root``: relative path -> (size, mtime ns)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            out[str(p.relative_to(root))] = (st.st_size if p.is_file() else 0, st.st_mtime_ns)
+    return out
+
+
+def test_dry_run_writes_nothing(tmp_path):
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--skip-mode")
+    assert r.returncode == 0, r.stderr[-3000:]
+    # a timed-out layer test under a smaller limit than the next run's
+    result = work(out) / "layers" / "Relu_relu" / "llvm-cpu" / "result.json"
+    Path(str(result) + ".timed-out").write_text("1\n")
+    before = snapshot(out)
+    r = run_snakemake("-n", "--config", f"model={model}", f"output_dir={out}", "timeout_s=60", "--quiet", "rules")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "test_layer" in r.stdout, r.stdout[-3000:]  # the reruns are planned...
+    assert snapshot(out) == before  # ...without touching a file

@@ -1,0 +1,90 @@
+"""What every job entry point shares: the one-line notes of bad-input failures the
+Snakemake runner reports, the per-job log, the log file shared by all jobs, and
+supervised workers for in-process work that can hang or crash.
+
+Jobs run in-process (``run:`` blocks with the local executor's threads, see
+``profiles/default``), so a job costs milliseconds of start-up instead of a Python
+process with numpy, ONNX Runtime and IREE imported (notes/snakemake.md). Tools that
+can crash or hang run as subprocesses with timeouts.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+#: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
+#: this process (jobs are threads of the Snakemake process); workflow_api puts the
+#: first into the run's error message instead of Snakemake's generic one.
+JOB_FAILURES: list[str] = []
+
+
+def records_failure(fn):
+    """Decorator for job entry points: a TorqGenConfigError (a missing or corrupt
+    model, an int64 value out of int32 range, failed quantization, ...) is noted in
+    :data:`JOB_FAILURES` and raised again (the job fails as before)."""
+    import functools
+
+    from .errors import TorqGenConfigError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TorqGenConfigError as e:
+            JOB_FAILURES.append(f"{fn.__name__.removesuffix('_job')}: {e}")
+            raise
+
+    return wrapper
+
+
+def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, **kwargs):
+    """Run the job body ``impl(**kwargs)`` in a supervised worker process
+    (:mod:`torq_gen_config.isolation`) with the time limit ``limit`` (seconds): a hang
+    or a crash of ONNX Runtime, onnx's reference evaluator or the IREE importer stops
+    only the worker. For model-level jobs: the run then stops with one line, unless
+    ``without_run`` names a keyword of ``impl`` that skips its whole-model reference run
+    (what hangs or crashes there): then the job is done again with that keyword set to
+    the reason, and says so.
+
+    Raises:
+        ModelError: the worker had to be stopped or died (naming ``what``), also when
+            done again without the whole-model run.
+        Exception: whatever the job body raised.
+    """
+    from .errors import ModelError
+    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+
+    try:
+        return run_isolated(impl, kwargs=kwargs, limit_s=limit, what=what)
+    except WorkerTimeout:
+        reason = (f"{what} did not finish within {limit:g} s and was stopped (raise --timeout if the model "
+                  "is big; a hang in ONNX Runtime or onnx's reference evaluator also ends this way)")
+    except WorkerCrash as e:
+        reason = f"{what} crashed: {e}"
+    if without_run is None or kwargs.get(without_run):
+        raise ModelError(reason)
+    print(f"warning: {reason}; done again without the whole-model reference run", file=sys.stderr)
+    return in_worker(impl, what, limit, without_run=without_run, **{**kwargs, without_run: reason})
+
+
+def _log(log_path: str | None, text: str) -> None:
+    if not log_path:
+        return
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as f:
+        f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
+
+
+
+def append_to_shared_log(log_file: str, title: str, text: str) -> None:
+    """Append one job's log to a file shared by all jobs (``--log-file``), under a lock."""
+    from filelock import FileLock
+
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(log_file + ".lock"):
+        with open(log_file, "a", encoding="utf-8") as f:
+            f.write(f"\n##### {title} #####\n{text}")
+
+

@@ -1,0 +1,102 @@
+"""Job of rules/layer_tests.smk: compile, run and compare one layer on one executor."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..fileio import read_json
+from ..job_support import _log, append_to_shared_log, records_failure
+from ..layout import mark_outdated
+from .markers import SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
+from .quantize import quantize_failure
+
+@records_failure
+def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
+                   import_status: str | None, result: str, tolerance: dict, timeout_s: float,
+                   log: str | None = None, log_file: str | None = None, verbose: bool = False,
+                   earlier_results: list[str] = (), timing: dict | None = None) -> None:
+    """Rule ``test_layer``: compile, run and compare one layer on one executor.
+
+    The console gets one line per job; ``log_file`` (optional) receives the job's
+    full log (tool command lines and output), appended under a file lock;
+    ``verbose`` also prints the full failure message. ``earlier_results`` (skip
+    mode) are the result files of the higher-priority executors of the same layer:
+    if one of them is a success, this executor is recorded as ``skipped`` without
+    compiling anything. ``timing`` (``{"runs", "warmup"}`` or None; the workflow's
+    ``collect_timing``) also measures the runtime after a run that produced outputs
+    (see :func:`~torq_gen_config.layer_test.run_layer_test`).
+    """
+    import traceback
+
+    from ..layer_test import error_result, one_line_summary
+
+    try:
+        _test_layer_job(layer=layer, executor=executor, layer_onnx=layer_onnx, reference=reference, mlir=mlir,
+                        import_status=import_status, result=result, tolerance=tolerance, timeout_s=timeout_s,
+                        log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing)
+    except Exception as e:  # a bug on one layer must not stop the others (nor the report)
+        message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+        res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
+                           tolerance=tolerance)
+        _log(log, message)
+        sys.stdout.write(one_line_summary(res) + "\n")
+
+
+def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
+                    import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
+                    log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None) -> None:
+    from ..layer_test import one_line_summary, run_layer_test, skipped_result
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    marker = Path(result).parent / SKIPPED_MARKER
+    for path in earlier_results:
+        earlier = read_json(path, "layer result")
+        if earlier.get("status") == "success":
+            res = skipped_result(layer=layer, executor=executor, by=earlier["executor"], result_path=result)
+            marker.touch()
+            sys.stdout.write(one_line_summary(res) + "\n")
+            return
+    marker.unlink(missing_ok=True)
+    failed = quantize_failure(layer_onnx)
+    if failed:
+        from ..layer_test import error_result
+
+        res = error_result(layer=layer, executor=executor, stage="quantize", message=failed, result_path=result,
+                           tolerance=tolerance)
+        sys.stdout.write(one_line_summary(res) + "\n")
+        return
+    res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
+                         layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
+                         result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
+                         timing=timing)
+    record_timeout(result, (res.get("failure_report") or {}).get("stage") == "timeout", timeout_s)
+    # one write per line: jobs are threads, and print() writes text and newline separately
+    text = one_line_summary(res) + "\n"
+    if verbose and res.get("failure_report"):
+        text += res["failure_report"]["message"].rstrip() + "\n"
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if log_file and log:
+        append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
+
+
+#: File next to a result.json that was written as "skipped" (skip mode).
+
+
+def test_layer(input, output, params, log) -> None:
+    """Rule ``test_layer``: one (layer, executor) result.json (:func:`test_layer_job`).
+    Params: ``layer``, ``executor``, ``timing``, ``outdated``, ``rerun`` (``{"skipped",
+    "timed_out"}``: the rerun params of steps.markers); untracked ``tolerance``,
+    ``timeout_s``, ``log_file`` (None: no shared log) and ``verbose``."""
+    mark_outdated(params.outdated)
+    consume_rerun_marker(os.path.join(os.path.dirname(output.result), SKIPPED_MARKER), params.rerun["skipped"])
+    consume_rerun_marker(output.result + TIMED_OUT_SUFFIX, params.rerun["timed_out"])
+    test_layer_job(layer=params.layer, executor=params.executor, layer_onnx=input.model, reference=input.reference,
+                   mlir=input.get("mlir"), import_status=input.get("import_status"), result=output.result,
+                   tolerance=params.tolerance.value, timeout_s=params.timeout_s.value, log=log[0],
+                   log_file=params.log_file.value, verbose=params.verbose.value,
+                   earlier_results=input.get("earlier") or [], timing=params.timing)
