@@ -6,7 +6,7 @@ import re
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import backends, full_model_jobs, isolation, layout, run_lock, steps
+from torq_gen_config import backends, isolation, layout, run_lock, steps
 import torq_gen_config.steps.full_model
 import torq_gen_config.steps.layer_tests
 import torq_gen_config.steps.prepare
@@ -382,7 +382,7 @@ def all_compiled(wildcards):
 def assignment_digest(wildcards):
     """What the report assigns (a param: an edit of the report that changes the
     assignment reruns the assignment rule even when the compiler JSON stays the same)."""
-    return full_model_jobs.selection_digest_of(REPORT, COMPILER_JSON)
+    return steps.full_model.selection_digest_of(REPORT, COMPILER_JSON)
 
 
 def run_input_data():

@@ -1,24 +1,33 @@
 """Steps of rules/full_model.smk (``torq-gen-config run``, or ``snakemake full_model``):
 the whole model as a chain of partitions with the report's assignment, compiled and
-run in order, compared with the whole model's reference. The job bodies are in
-:mod:`torq_gen_config.full_model_jobs`; docs/full_model_run.md describes the files."""
+run in order, compared with the whole model's reference. docs/full_model_run.md
+describes the files. The rule entry points first, then the job bodies (plain paths and
+values, also called by tests and benchmarks)."""
 
 from __future__ import annotations
 
-from .. import full_model_jobs
+import os
+import sys
+import time
+from pathlib import Path
+
+from ..backends import capabilities
+from ..fileio import read_json, write_bytes_if_changed, write_json
+from ..fullrun.common import PARTITIONS_MODE
+from ..job_support import _log, records_failure
 
 
 def full_assignment(input, output, params, log) -> None:
     """Rule ``full_assignment``: assignment.json from the compiler JSON (input) and the
     report next to it (param ``report``, a path; param ``digest``: what it assigns)."""
-    full_model_jobs.assignment_job(report=params.report, compiler=input.compiler, assignment=output.assignment,
+    assignment_job(report=params.report, compiler=input.compiler, assignment=output.assignment,
                                    log=log[0])
 
 
 def plan_full_model(input, output, params, log) -> None:
     """Checkpoint ``plan_full_model``: plan.json and the partitions' side files.
     Params: ``executors``, ``compiler_options``, ``runtime_options``; untracked ``timeout_s``."""
-    full_model_jobs.plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
+    plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
                              locations=input.locations, executors=params.executors, plan=output.plan,
                              compiler_options=params.compiler_options, runtime_options=params.runtime_options,
                              full_mlir=input.mlir, timeout_s=params.timeout_s.value, log=log[0])
@@ -27,7 +36,7 @@ def plan_full_model(input, output, params, log) -> None:
 def compile_partition(input, output, params, log, wildcards) -> None:
     """Rule ``compile_partition``: one partition (wildcard ``pid``) compiled for its
     executor (param ``executor``); untracked ``timeout_s``, ``log_file``, ``verbose``."""
-    full_model_jobs.compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
+    compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
                                           compiled=output.compiled, timeout_s=params.timeout_s.value, log=log[0],
                                           log_file=params.log_file.value, verbose=params.verbose.value)
 
@@ -36,7 +45,7 @@ def full_reference(input, output, params, log) -> None:
     """Rule ``full_reference``: the whole model's reference outputs on the model's input
     values (or on ``run --input-data``). Params: ``inputs``, ``engine``, ``quantized``;
     untracked ``timeout_s``."""
-    full_model_jobs.full_reference_job(prepared=input.model, reference=output.reference,
+    full_reference_job(prepared=input.model, reference=output.reference,
                                        input_settings=params.inputs, model_inputs=input.model_inputs,
                                        run_data=input.run_data[0] if input.run_data else None,
                                        quantized=params.quantized, engine=params.engine,
@@ -46,6 +55,202 @@ def full_reference(input, output, params, log) -> None:
 def run_full_model(input, output, params, log) -> None:
     """Rule ``run_full_model``: result.json of the whole-model run; untracked
     ``tolerance``, ``timeout_s``, ``log_file``, ``verbose``."""
-    full_model_jobs.run_full_model_job(plan=input.plan, reference=input.reference, result=output.result,
+    run_full_model_job(plan=input.plan, reference=input.reference, result=output.result,
                                        tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
                                        log=log[0], log_file=params.log_file.value, verbose=params.verbose.value)
+
+
+# ---- job bodies
+
+def read_selection(report: str | None, compiler: str | None) -> dict | None:
+    """The selection of the report JSON if it exists, else of the compiler JSON, else None."""
+    from ..fullrun import selection_from_compiler_json, selection_from_report
+
+    if report and os.path.isfile(report):
+        return selection_from_report(read_json(report, "report JSON"), source_file=os.path.basename(report))
+    if compiler and os.path.isfile(compiler):
+        return selection_from_compiler_json(read_json(compiler, "compiler JSON"), source_file=os.path.basename(compiler))
+    return None
+
+
+def selection_digest_of(report: str | None, compiler: str | None = None) -> str | None:
+    """Digest of what the report (else compiler JSON) assigns; None if unreadable.
+
+    Used as a rule param, so that an edit of the recommendations reruns the
+    assignment rule while a rewrite of the report that keeps them (``run`` adds
+    its ``full_model`` section) does not.
+    """
+    from ..fullrun import selection_digest
+
+    try:
+        return selection_digest(read_selection(report, compiler))
+    except Exception:
+        return None
+
+
+@records_failure
+def assignment_job(*, report: str | None, compiler: str | None, assignment: str, log: str | None = None) -> None:
+    """Rule ``full_assignment`` (Snakemake form): ``assignment.json`` from the report
+    (else the compiler JSON), without extra run options."""
+    from ..errors import ReportError
+    from ..fullrun import assignment_bytes, make_assignment
+
+    sel = read_selection(report, compiler)
+    if sel is None:
+        raise ReportError(f"no report JSON ({report}) or compiler JSON ({compiler}): run discovery first")
+    write_bytes_if_changed(assignment, assignment_bytes(make_assignment(sel)))
+    _log(log, f"assignment from {sel['source_file']}")
+
+
+@records_failure
+def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
+    """Checkpoint ``plan_full_model``: :func:`_plan_job` in a supervised worker (it folds
+    the model's constants with onnx's reference evaluator; :func:`~torq_gen_config.job_support.in_worker`)."""
+    from ..job_support import in_worker
+    from ..limits import model_job_limit
+    from ..reference import DEFAULT_TIMEOUT_S
+
+    return in_worker(_plan_job, "the full-model partition plan", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1),
+                     **kwargs)
+
+
+def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
+             compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
+             log: str | None = None) -> dict:
+    """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one
+    ``partitions/<pid>/model.onnx`` per partition (side files, rewritten only when
+    their bytes change, so unchanged partitions are not compiled again). For a torq
+    assignment: one whole-model partition whose side file is its executor map
+    (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``."""
+    import onnx
+
+    from ..fullrun import make_plan
+
+    t0 = time.perf_counter()
+    doc = read_json(assignment, "full-model assignment")
+    man = read_json(manifest, "layer manifest")
+    locs = read_json(locations, "MLIR locations") if locations and os.path.isfile(locations) else None
+    model = onnx.load(prepared)
+    parts_dir = Path(plan).parent / "partitions"
+    result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
+                       runtime_options=runtime_options, full_mlir=full_mlir)
+    result["prepared_model"] = prepared
+    write_json(plan, result)
+    counts: dict[str, int] = {}
+    for p in result["partitions"]:
+        counts[p["executor"]] = counts.get(p["executor"], 0) + 1
+    if result.get("mode") != PARTITIONS_MODE:
+        msg = f"full model: {capabilities(result['mode']).whole_model().summary(result)}"
+    else:
+        msg = (f"full model: {result['num_partitions']} partition(s) "
+               f"({', '.join(f'{k}: {v}' for k, v in counts.items())}), "
+               f"{len(result['fallbacks'])} layer(s) without a recommendation")
+    _log(log, f"{msg}; {time.perf_counter() - t0:.2f} s; warnings: {result['warnings']}")
+    print(msg, file=sys.stderr)
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    return result
+
+
+@records_failure
+def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str, timeout_s: float,
+                          log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
+    """Rule ``compile_partition``: import (if needed) and compile one partition.
+
+    A failure is recorded in ``compiled.json`` (``status: error``), not raised.
+    """
+    from ..fullrun import compile_partition
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    res = compile_partition(pid=pid, model_path=model, executor=executor, work_dir=str(Path(compiled).parent),
+                            timeout_s=timeout_s, log_path=log)
+    write_json(compiled, res)
+    if res["status"] == "ok":
+        text = f"compiled partition {pid}: ok, {res['compile_ms']:.0f} ms\n"
+    else:
+        text = f"compiled partition {pid}: ERROR {res['failure']['summary']}\n"
+        if verbose:
+            text += res["failure"]["message"].rstrip() + "\n"
+    _emit(text, log_file, f"full-model partition {pid}", log)
+    return res
+
+
+@records_failure
+def full_reference_job(*, prepared: str, reference: str, input_settings: dict, model_inputs: str | None = None,
+                       run_data: str | None = None, quantized: bool = False, engine: str = "onnxruntime",
+                       timeout_s: float | None = None, log: str | None = None) -> None:
+    """Rule ``full_reference``: the model's input values (``model_inputs``: the user's
+    ``--input-data``, else the generated ones every whole-model step uses; in subgraph
+    mode the subgraph's inputs from a whole-model run) and the reference outputs of the
+    whole prepared model (:func:`~torq_gen_config.reference.compute_reference`: ``engine``
+    first, the other engine as second opinion). With ``--quantize`` the model is the
+    quantized one; its int8 inputs (``--full-integer``) do not match the float values
+    and are generated over all int8 values."""
+    import onnx
+
+    from .quantize import quantized_input_ranges
+    from ..model_inputs import load_model_inputs
+    from ..reference import compute_reference
+
+    feeds, source = None, None
+    if run_data:  # `run --input-data`: must fit the prepared model discovery tested
+        from ..reference import load_input_data
+
+        model = onnx.load(prepared, load_external_data=False)
+        feeds, source = load_input_data(run_data, model), f"run --input-data {run_data}"
+    elif model_inputs:
+        try:
+            feeds, meta = load_model_inputs(model_inputs, onnx.load(prepared, load_external_data=False))
+            source = f"model inputs: {meta.get('source')}"
+        except Exception:  # e.g. the quantized model's int8 inputs: generated below
+            feeds = None
+    meta = compute_reference(prepared, reference, input_settings, inputs=feeds, inputs_source=source,
+                             input_ranges=quantized_input_ranges(prepared, {}) if quantized else None,
+                             engine=engine, timeout_s=timeout_s, second_opinion=False)
+    _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
+              f"inputs: {meta.get('layer_inputs')}")
+
+
+@records_failure
+def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dict, timeout_s: float,
+                       log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
+    """Rule ``run_full_model``: run the partitions in order (a torq plan: the whole-model
+    module once), compare, ``result.json``."""
+    from ..fullrun import run_partitions
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    p = read_json(plan, "full-model plan")
+    parts_dir = Path(plan).parent / "partitions"
+    compiled = {}
+    for part in p["partitions"]:
+        f = parts_dir / part["pid"] / "compiled.json"
+        if f.is_file():
+            compiled[part["pid"]] = read_json(f, "compile result")
+    res = run_partitions(p, reference_npz=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
+                         partitions_dir=parts_dir, log_path=log)
+    write_json(result, res)
+    t = res["timing"]
+    _log(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
+    run_ms = "n/a" if t["run_ms_total"] is None else f"{t['run_ms_total']:.0f} ms"
+    mode = res.get("mode") or PARTITIONS_MODE
+    what = f"whole model on {mode}" if mode != PARTITIONS_MODE else f"{res['num_partitions']} partitions"
+    text = f"full model: {res['status']} ({what}, run {run_ms}): {res['summary']}\n"
+    if verbose and res.get("failure"):
+        text += res["failure"]["message"].rstrip() + "\n"
+    _emit(text, log_file, "full-model run", log)
+    return res
+
+
+def _emit(text: str, log_file: str | None, title: str, log: str | None) -> None:
+    """One console write per job (jobs are threads), and the job's log appended to
+    the shared ``--log-file`` when one is set."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if log_file and log and os.path.isfile(log):
+        from ..job_support import append_to_shared_log
+
+        append_to_shared_log(log_file, title, Path(log).read_text())
