@@ -1,17 +1,38 @@
 """The package's import structure (pyproject.toml [tool.importlinter]): no cycles between
-sibling modules or packages at any depth, ck-profile layered and using only the basic layer."""
+sibling modules or packages at any depth, the package layered (README, Layout), ck-profile
+layered and using only the basic layer; and the contracts catch a violation."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 from conftest import REPO
 
+LINT = os.path.join(os.path.dirname(sys.executable), "lint-imports")
+
+
+def _lint(cwd, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([LINT, "--no-cache"], cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+
 
 def test_import_contracts_hold():
-    exe = os.path.join(os.path.dirname(sys.executable), "lint-imports")
-    r = subprocess.run([exe, "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    r = _lint(REPO)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    assert "Contracts: 3 kept, 0 broken." in r.stdout
+    assert "Contracts: 4 kept, 0 broken." in r.stdout
+
+
+def test_layers_contract_catches_an_upward_import(tmp_path):
+    """A basic module (errors) importing the report layer breaks the layers contract."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copytree(REPO / "workflow" / "torq_gen_config", tmp_path / "torq_gen_config",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    with open(tmp_path / "torq_gen_config" / "errors.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom . import report  # noqa: E402,F401\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    r = _lint(tmp_path, env)
+    assert r.returncode != 0
+    assert "the package is layered" in r.stdout and "BROKEN" in r.stdout
+    assert "torq_gen_config.errors -> torq_gen_config.report" in r.stdout

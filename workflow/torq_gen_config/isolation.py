@@ -34,7 +34,7 @@ from .errors import TorqGenConfigError
 
 #: Modules the forkserver imports once, so that workers start with them loaded.
 PRELOAD = ["numpy", "ml_dtypes", "onnx", "onnx.reference", "onnxruntime", "torq_gen_config.reference",
-           "torq_gen_config.model_run", "torq_gen_config.input_generation"]
+           "torq_gen_config.model_run", "torq_gen_config.inputs"]
 #: Seconds between checks of a worker while waiting for it.
 _POLL_S = 0.05
 #: Environment variable that runs calls in this process instead (debugging; tests of the library).

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .fileio import load_npz, save_npz  # noqa: F401 (re-exported: their old home)
-from .input_generation import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
+from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
 from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
 

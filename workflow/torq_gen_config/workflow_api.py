@@ -124,11 +124,11 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 allowed_rules=None) -> None:
     # a Snakemake lock left by a killed run is removed when the workflow is parsed
     # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
-    from . import jobs
+    from .job_support import JOB_FAILURES
 
-    jobs.JOB_FAILURES.clear()
+    JOB_FAILURES.clear()
     execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
-            dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, failures=jobs.JOB_FAILURES)
+            dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, failures=JOB_FAILURES)
 
 
 def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | None = None,

@@ -166,7 +166,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     from ..compare import normalize_tolerance
     from ..config import check_precision_matches
     from ..fileio import json_bytes, read_json, write_bytes_if_changed, write_json
-    from ..full_model import (
+    from ..fullrun import (
         RUN_RULES,
         assignment_bytes,
         check_selection,

@@ -198,7 +198,7 @@ def _random_samples(model, specs, n: int, seed: int, float_range_of) -> list[dic
             raise QuantizationError(f"cannot generate calibration data for input {name!r} of dtype {np.dtype(dtype)}")
     extra: list[dict] = [{} for _ in range(n)]
     if others:
-        from ..input_generation import make_inputs
+        from ..inputs import make_inputs
 
         inferred = _infer(model)  # value_info: shapes of the indexed data tensors
         settings = {"int_range": list(INT_INPUT_RANGE), "uint8_range": list(INT_INPUT_RANGE)}

@@ -371,7 +371,7 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     if report.get("full_model"):
         # imported only here: editing a report without a full-model result imports no
         # backend (tests/test_edit.py)
-        from ..full_model import with_full_model_text
+        from ..fullrun import with_full_model_text
 
         report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", report["full_model"])
     return build_compiler_json(report)

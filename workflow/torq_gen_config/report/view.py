@@ -211,7 +211,7 @@ def render_summary(report: Mapping, console: Console) -> None:
     _line(console)
     _line(console, f"DEFAULT TOLERANCE: {_fmt_tol(report.get('default_tolerance'))}")
     if report.get("full_model"):  # the last `torq-gen-config run`
-        from ..full_model import render_full_model_text
+        from ..fullrun import render_full_model_text
 
         _line(console)
         for ln in render_full_model_text(report["full_model"]).rstrip("\n").splitlines():
