@@ -1,5 +1,5 @@
 """The full-model comparison of ``run`` and its per-partition checks use the
-comparison rules of compare.py with the cosine requirement and the quantized-data
+comparison rules of compare/ with the cosine requirement and the quantized-data
 flags (library functions on small real models; no workflow run, no IREE)."""
 
 from __future__ import annotations
