@@ -1,4 +1,5 @@
-"""Person-made changes to a report JSON: layer matching, edits, user-choices sidecar.
+"""Person-made changes to a report JSON: edits and the user-choices sidecar (layer
+matching: :mod:`.layer_select`; paths and loading: :mod:`.files`).
 
 Used by ``torq-gen-config edit`` (and the path helpers by ``view``). An edit
 works on the stored results only: verdicts are re-derived from the stored
@@ -31,8 +32,6 @@ and the choices survive the next ``discover`` through the sidecar.
 from __future__ import annotations
 
 import copy
-import difflib
-import fnmatch
 import math
 import os
 import re
@@ -44,6 +43,17 @@ from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
 from ..fileio import atomic_write_files, json_bytes, read_json
 from .build import build_compiler_json, check_report, executor_names, render_report, summarize, trust_lists  # noqa: F401
+from .files import (  # noqa: F401 (their old import path here)
+    _report_name_for_compiler,
+    compiler_path_for_model,
+    compiler_path_for_report,
+    is_compiler_json,
+    load_report,
+    report_path_for_model,
+    resolve_report_path,
+    user_choices_path,
+)
+from .layer_select import ALL_LAYERS, _MAX_CLOSE, _no_match_message, close_matches, find_layer, list_layers, match_layers  # noqa: F401
 from .recommend import recommend_with_reason, rederive_statuses
 from .text import render_final_report_text  # noqa: F401 (its old import path here)
 
@@ -84,212 +94,13 @@ UNSET: Any = _Unset()
 NULL_EXECUTOR = "null"
 """Command-line spelling of "no executor" (stored as JSON null)."""
 
-ALL_LAYERS = "ALL"
-"""``--layer`` value that matches every layer."""
-
-_MAX_CLOSE = 10
 
 
 #: An MLIR location the compiler JSON can name.
 _LINE_COL = re.compile(r"^\d+:\d+$")
 
 
-# --------------------------------------------------------------------------- paths
-
-
-def report_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.layout`)."""
-    from ..layout import report_file
-
-    return Path(output_dir).expanduser() / report_file(Path(model).stem)
-
-
-def compiler_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.layout`)."""
-    from ..layout import compiler_file
-
-    return Path(output_dir).expanduser() / compiler_file(Path(model).stem)
-
-
-def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
-    """The compiler JSON next to a report: ``<report stem>_compiler.json``."""
-    p = Path(report_path)
-    return p.with_name(f"{p.stem}_compiler.json")
-
-
-def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = None) -> Path:
-    """The user-choices sidecar of a report: ``<report dir>/work/<name>/user_choices.json``
-    (:mod:`torq_gen_config.layout`; ``name`` the report's ``model_name``, else the name in
-    the report's file name), so that the choices of one model (or subgraph) never reach
-    another's report in the same directory."""
-    from ..layout import REPORT_PREFIX, user_choices_file
-
-    name = report.get("model_name") if isinstance(report, Mapping) else None
-    if not isinstance(name, str) or not name:
-        name = Path(report_path).stem.removeprefix(REPORT_PREFIX)
-    return Path(report_path).parent / user_choices_file(name)
-
-
-def resolve_report_path(report: str | None, model: str | None, output_dir: str | None) -> Path:
-    """Report path from either a positional path or ``--model``/``--output-dir``.
-
-    Raises:
-        ConfigError: neither or both forms were given.
-    """
-    if report and model:
-        raise ConfigError("give either a report JSON path or --model/--output-dir, not both")
-    if report:
-        return Path(report).expanduser()
-    if model:
-        return report_path_for_model(model, output_dir or ".")
-    raise ConfigError("give a report JSON path, or --model (with --output-dir) to find it")
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def is_compiler_json(data: Any) -> bool:
-    """True for a compiler JSON (``op_assignments`` and no ``ops``)."""
-    return isinstance(data, Mapping) and "op_assignments" in data and "ops" not in data
-
-
-def _report_name_for_compiler(path: Path) -> Path:
-    stem = path.stem
-    if stem.endswith("_compiler"):
-        return path.with_name(stem[: -len("_compiler")] + ".json")
-    return path.with_name("torq_gen_config_<model>.json")
-
-
-def load_report(path: str | os.PathLike) -> dict:
-    """Read a report JSON for editing.
-
-    Raises:
-        ReportError: the file is missing or not valid JSON; it is a compiler
-            JSON (the message names the report JSON to use instead); or it has
-            no ``ops`` object.
-    """
-    path = Path(path)
-    if not path.exists() and compiler_path_for_report(path).exists():
-        raise ReportError(
-            f"report JSON not found: {path} (only the compiler JSON {compiler_path_for_report(path)} is there; "
-            "edit needs the report JSON: run 'torq-gen-config discover' to create it)"
-        )
-    data = read_json(path, "report JSON")
-    if is_compiler_json(data):
-        raise ReportError(
-            f"{path} is a compiler JSON (op_assignments), which is derived from the report; "
-            f"edit the report JSON instead: {_report_name_for_compiler(path)}"
-        )
-    if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
-        raise ReportError(f"{path} is not a torq-gen-config report JSON: it has no 'ops' object")
-    check_report(data, str(path))
-    return data
-
-
 _executor_names = executor_names  # its old name here
-
-
-# --------------------------------------------------------------------------- matching
-
-
-def close_matches(layer_ids: list[str], query: str, n: int = _MAX_CLOSE) -> list[str]:
-    """Up to ``n`` layer IDs close to ``query`` (case-insensitive, difflib)."""
-    by_lower: dict[str, str] = {}
-    for lid in layer_ids:
-        by_lower.setdefault(lid.lower(), lid)
-    hits = difflib.get_close_matches(query.lower(), list(by_lower), n=n, cutoff=0.4)
-    return [by_lower[h] for h in hits]
-
-
-def _no_match_message(layer_ids: list[str], query: str) -> str:
-    close = close_matches(layer_ids, query)
-    if close:
-        hint = "close matches: " + ", ".join(close)
-    elif layer_ids:
-        shown = layer_ids[:_MAX_CLOSE]
-        more = f" (and {len(layer_ids) - len(shown)} more)" if len(layer_ids) > len(shown) else ""
-        hint = "layers: " + ", ".join(shown) + more
-    else:
-        hint = "the report has no layers"
-    return f"no layer matches {query!r}; {hint}; use 'edit --list' to see all layer IDs"
-
-
-def match_layers(layer_ids: list[str], pattern: str) -> list[str]:
-    """Layer IDs selected by ``pattern``, in report order.
-
-    Strategies, first that applies (``notes/reference_tool.md`` section 7):
-
-    1. ``ALL``: every layer;
-    2. the pattern holds ``*`` or ``?``: fnmatch, case-insensitive;
-    3. an exact case-insensitive match (the exact-case ID wins if several IDs
-       differ only in case);
-    4. case-insensitive substring.
-
-    Raises:
-        ConfigError: empty pattern.
-        ReportError: nothing matches (the message lists close IDs).
-    """
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigError("--layer needs a layer ID or pattern")
-    if pattern == ALL_LAYERS:
-        matched = list(layer_ids)
-    elif "*" in pattern or "?" in pattern:
-        pat = pattern.lower()
-        matched = [lid for lid in layer_ids if fnmatch.fnmatchcase(lid.lower(), pat)]
-    else:
-        if pattern in layer_ids:
-            return [pattern]
-        low = pattern.lower()
-        matched = [lid for lid in layer_ids if lid.lower() == low]
-        if not matched:
-            matched = [lid for lid in layer_ids if low in lid.lower()]
-    if not matched:
-        raise ReportError(_no_match_message(layer_ids, pattern))
-    return matched
-
-
-def find_layer(layer_ids: list[str], query: str) -> str:
-    """One layer by exact ID, else by case-insensitive ID.
-
-    Raises:
-        ReportError: no such layer (the message lists close IDs), or the
-            case-insensitive match is ambiguous.
-    """
-    if query in layer_ids:
-        return query
-    low = query.lower()
-    hits = [lid for lid in layer_ids if lid.lower() == low]
-    if len(hits) == 1:
-        return hits[0]
-    if len(hits) > 1:
-        raise ReportError(f"layer {query!r} is ambiguous (differs only in case): {', '.join(hits)}")
-    close = close_matches(layer_ids, query)
-    hint = f"; close matches: {', '.join(close)}" if close else ""
-    raise ReportError(f"no layer {query!r} in the report{hint}")
-
-
-def list_layers(report: Mapping, filter_text: str | None = None) -> tuple[list[dict], int]:
-    """Layers for ``edit --list``: substring ``filter_text`` (case-insensitive).
-
-    Returns:
-        ``(rows, total)``: rows ``{layer_id, op_type, recommended_executor,
-        recommendation_source, tolerance_override}`` in report order, and the
-        number of layers in the report.
-    """
-    ops = report.get("ops") or {}
-    low = (filter_text or "").lower()
-    rows = []
-    for lid, op in ops.items():
-        if low and low not in lid.lower():
-            continue
-        rows.append({
-            "layer_id": lid,
-            "op_type": op.get("op_type"),
-            "recommended_executor": op.get("recommended_executor"),
-            "recommendation_source": op.get("recommendation_source") or "discovery",
-            "tolerance_override": op.get("tolerance_override"),
-        })
-    return rows, len(ops)
 
 
 # --------------------------------------------------------------------------- edits
