@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..tools import bounded_message
-from .base import Backend, CompiledArtifact, StageError, check_inputs, check_timing_args, runtime_stats
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_timing_args
 from .ort_session import (  # noqa: F401 (re-exported: the old home of these names)
     _OPTIONS,
     OPT_LEVELS,
@@ -41,6 +41,7 @@ from .ort_session import (  # noqa: F401 (re-exported: the old home of these nam
     ort_reference_session,
     ort_version,
     parse_ort_options,
+    time_session_runs,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -336,53 +337,11 @@ class OnnxRuntimeBackend(Backend):
             StageError: ``"timeout"`` with ``during="run"``, ``"run"`` (onnxruntime error).
             ValueError: bad ``runs``/``warmup`` or a missing input.
         """
-        import onnxruntime as ort
-
         runs, warmup = check_timing_args(runs, warmup)
         check_inputs(inputs, input_names)
         session, feed = self._session_and_feed(artifact, inputs, input_names, output_names)
-        fetch = list(output_names)
-        run_options = ort.RunOptions()
-        fired = threading.Event()
-
-        def _terminate() -> None:
-            fired.set()
-            run_options.terminate = True
-
-        samples: list[float] = []
-        timer = threading.Timer(timeout_s, _terminate)
-        timer.daemon = True
-        start = time.perf_counter()
-        timer.start()
-        try:
-            for _ in range(warmup):
-                _run_session(session, fetch, feed, run_options)
-            for _ in range(runs):
-                t0 = time.perf_counter()
-                _run_session(session, fetch, feed, run_options)
-                samples.append((time.perf_counter() - t0) * 1000.0)
-                if fired.is_set():
-                    break
-        except Exception as e:  # onnxruntime raises its own pybind exception types
-            if not fired.is_set():
-                msg = bounded_message(f"{type(e).__name__}: {e}")
-                _append_log(log_path, f"onnxruntime benchmark {artifact.info.get('onnx_path')}\n--- FAILED (run)\n{msg}")
-                raise StageError("run", msg) from None
-        finally:
-            timer.cancel()
-        wall_ms = (time.perf_counter() - start) * 1000.0
-        if fired.is_set():
-            msg = (f"onnxruntime benchmark ({warmup} warm-up + {runs} timed runs) exceeded the {timeout_s:g} s limit "
-                   f"after {wall_ms / 1000.0:.3g} s and {len(samples)} timed run(s)")
-            _append_log(log_path, f"onnxruntime benchmark {artifact.info.get('onnx_path')}\n--- TIMED OUT\n{msg}")
-            raise StageError("timeout", msg, during="run")
-        method = (f"onnxruntime in-process: time.perf_counter around each session.run ({', '.join(session.get_providers())}); "
-                  f"{warmup} untimed warm-up run(s) first; excludes session creation")
-        stats = runtime_stats(samples, warmup=warmup, method=method)
-        _append_log(log_path, f"onnxruntime benchmark {artifact.info.get('onnx_path')}\n--- ok; {warmup} warm-up + "
-                              f"{runs} timed runs in {wall_ms:.1f} ms; median {stats['median_ms']} ms, "
-                              f"min {stats['min_ms']} ms")
-        return stats
+        return time_session_runs(session, list(output_names), feed, runs=runs, warmup=warmup, timeout_s=timeout_s,
+                                 log_path=log_path, label=f"onnxruntime benchmark {artifact.info.get('onnx_path')}")
 
     # Public methods: the work runs in a supervised worker process (a hang or a crash of
     # onnxruntime must not take the run with it; torq_gen_config.isolation).

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError
-from .base import check_options
+from ..tools import bounded_message
+from .base import StageError, check_options, runtime_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -138,3 +139,65 @@ def parse_ort_options(name: str, options: Mapping[str, Any]) -> tuple[list, str,
     if threads < 0:
         raise ConfigError(f"executor {name!r}: intra_op_num_threads must be >= 0, got {threads}")
     return parsed, level, threads
+
+
+def time_session_runs(session, fetch: list[str], feed: dict, *, runs: int, warmup: int, timeout_s: float,
+                      log_path: str | os.PathLike | None, label: str) -> dict:
+    """Runtime of ``session``: ``warmup`` untimed ``session.run`` calls, then ``runs``
+    calls each timed with ``time.perf_counter`` (milliseconds), all with ``feed``,
+    fetching ``fetch``. A ``threading.Timer`` sets ``RunOptions.terminate`` when the
+    whole measurement passes ``timeout_s`` seconds (onnxruntime checks it between nodes).
+    ``label`` starts the records appended to ``log_path``.
+
+    Returns:
+        :func:`~torq_gen_config.backends.base.runtime_stats` of the samples.
+
+    Raises:
+        StageError: ``"timeout"`` (``during="run"``) or ``"run"`` (onnxruntime error).
+    """
+    import threading
+    import time
+
+    import onnxruntime as ort
+
+    run_options = ort.RunOptions()
+    fired = threading.Event()
+
+    def _terminate() -> None:
+        fired.set()
+        run_options.terminate = True
+
+    samples: list[float] = []
+    timer = threading.Timer(timeout_s, _terminate)
+    timer.daemon = True
+    start = time.perf_counter()
+    timer.start()
+    try:
+        for _ in range(warmup):
+            _run_session(session, fetch, feed, run_options)
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            _run_session(session, fetch, feed, run_options)
+            samples.append((time.perf_counter() - t0) * 1000.0)
+            if fired.is_set():
+                break
+    except Exception as e:  # onnxruntime raises its own pybind exception types
+        if not fired.is_set():
+            msg = bounded_message(f"{type(e).__name__}: {e}")
+            _append_log(log_path, f"{label}\n--- FAILED (run)\n{msg}")
+            raise StageError("run", msg) from None
+    finally:
+        timer.cancel()
+    wall_ms = (time.perf_counter() - start) * 1000.0
+    if fired.is_set():
+        msg = (f"onnxruntime benchmark ({warmup} warm-up + {runs} timed runs) exceeded the {timeout_s:g} s limit "
+               f"after {wall_ms / 1000.0:.3g} s and {len(samples)} timed run(s)")
+        _append_log(log_path, f"{label}\n--- TIMED OUT\n{msg}")
+        raise StageError("timeout", msg, during="run")
+    method = (f"onnxruntime in-process: time.perf_counter around each session.run ({', '.join(session.get_providers())}); "
+              f"{warmup} untimed warm-up run(s) first; excludes session creation")
+    stats = runtime_stats(samples, warmup=warmup, method=method)
+    _append_log(log_path, f"{label}\n--- ok; {warmup} warm-up + "
+                          f"{runs} timed runs in {wall_ms:.1f} ms; median {stats['median_ms']} ms, "
+                          f"min {stats['min_ms']} ms")
+    return stats
