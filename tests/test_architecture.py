@@ -36,3 +36,11 @@ def test_layers_contract_catches_an_upward_import(tmp_path):
     assert r.returncode != 0
     assert "the package is layered" in r.stdout and "BROKEN" in r.stdout
     assert "torq_gen_config.errors -> torq_gen_config.report" in r.stdout
+
+
+def test_no_module_over_500_lines():
+    """One responsibility per module: none of the package's modules grows past ~500 lines."""
+    root = REPO / "workflow" / "torq_gen_config"
+    sizes = {str(p.relative_to(root)): sum(1 for _ in p.open(encoding="utf-8")) for p in root.rglob("*.py")}
+    assert len(sizes) > 100
+    assert {k: n for k, n in sizes.items() if n > 500} == {}

@@ -11,8 +11,8 @@ can crash or hang run as subprocesses with timeouts.
 from __future__ import annotations
 
 import sys
-import time
-from pathlib import Path
+
+from .logs import append_record, append_to_shared_log  # noqa: F401 (append_to_shared_log: its old home)
 
 #: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
 #: this process (jobs are threads of the Snakemake process); workflow_api puts the
@@ -69,22 +69,6 @@ def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, 
     return in_worker(impl, what, limit, without_run=without_run, **{**kwargs, without_run: reason})
 
 
-def _log(log_path: str | None, text: str) -> None:
-    if not log_path:
-        return
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a", encoding="utf-8") as f:
-        f.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}\n")
-
-
-
-def append_to_shared_log(log_file: str, title: str, text: str) -> None:
-    """Append one job's log to a file shared by all jobs (``--log-file``), under a lock."""
-    from filelock import FileLock
-
-    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(log_file + ".lock"):
-        with open(log_file, "a", encoding="utf-8") as f:
-            f.write(f"\n##### {title} #####\n{text}")
+_log = append_record  # its old name (job steps log through torq_gen_config.logs)
 
 

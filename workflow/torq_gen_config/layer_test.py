@@ -11,14 +11,13 @@ re-derive the verdict for another tolerance without recompiling.
 from __future__ import annotations
 
 import json
-import os
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from .fileio import write_json
+from .logs import append_record
 from .limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
@@ -224,9 +223,7 @@ def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, 
         result["timing"]["runtime_error"] = {"stage": None, "during": None, "summary": msg[:SUMMARY_LIMIT],
                                              "message": (msg + "\n" + traceback.format_exc())[:MESSAGE_LIMIT]}
     if log_path and "runtime_error" in result["timing"]:
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(f"[{time.strftime('%H:%M:%S')}] runtime measurement failed: "
-                    f"{result['timing']['runtime_error']['summary']}\n")
+        append_record(log_path, f"runtime measurement failed: {result['timing']['runtime_error']['summary']}")
 
 
 def error_result(*, layer: dict, executor: dict, stage: str, message: str, result_path: str,
@@ -269,10 +266,8 @@ def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) ->
 
 def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
     write_json(result_path, result)
-    if log_path:
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(f"[{time.strftime('%H:%M:%S')}] verdict: {result['status']}"
-                    f"{' - ' + result['failure_report']['summary'] if result['failure_report'] else ''}\n")
+    append_record(log_path, f"verdict: {result['status']}"
+                            f"{' - ' + result['failure_report']['summary'] if result['failure_report'] else ''}")
     return result
 
 

@@ -25,11 +25,10 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from .limits import MESSAGE_CHARS, SUMMARY_CHARS
+from .logs import append_record
 
 __all__ = [
     "ToolResult",
@@ -269,10 +268,7 @@ def kill_all_tools() -> int:
 
 
 def _append_log(log_path: str | os.PathLike, res: ToolResult, *, cwd, timeout_s: float) -> None:
-    """Append one run's record to ``log_path``."""
-    path = Path(log_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
+    """Append one run's record (command, cwd, status, stdout, stderr) to ``log_path``."""
     if res.timed_out:
         status = f"TIMED OUT after {timeout_s:g} s (process group killed; return code {res.returncode})"
     elif res.crashed:
@@ -280,7 +276,7 @@ def _append_log(log_path: str | os.PathLike, res: ToolResult, *, cwd, timeout_s:
     else:
         status = f"return code {res.returncode}"
     parts = [
-        f"=== {stamp} $ {res.command_line()}\n",
+        f"$ {res.command_line()}\n",
         f"cwd: {os.fspath(cwd) if cwd is not None else os.getcwd()}\n",
         f"--- {status}; wall {res.wall_ms:.1f} ms\n",
         f"--- stdout ({len(res.stdout)} chars)\n",
@@ -289,10 +285,8 @@ def _append_log(log_path: str | os.PathLike, res: ToolResult, *, cwd, timeout_s:
         f"--- stderr ({len(res.stderr)} chars)\n",
         res.stderr,
         "" if not res.stderr or res.stderr.endswith("\n") else "\n",
-        "\n",
     ]
-    with open(path, "a", encoding="utf-8") as f:
-        f.write("".join(parts))
+    append_record(log_path, "".join(parts))
 
 
 def find_tool(

@@ -5,11 +5,10 @@ lines of the onnxruntime backend. onnxruntime is imported only inside the functi
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError
+from ..logs import append_record
 from ..tools import bounded_message
 from .base import StageError, check_options, runtime_stats
 
@@ -75,14 +74,7 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
     return ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
-def _append_log(log_path: str | os.PathLike | None, text: str) -> None:
-    if log_path is None:
-        return
-    path = Path(log_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds")
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(f"=== {stamp} {text.rstrip()}\n\n")
+_append_log = append_record  # its old name here
 
 
 def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ...errors import ConfigError
+from ...logs import append_record
 from ...tools import ToolNotFoundError
 from ..base import check_options
 
@@ -285,9 +286,4 @@ def run_module_argv(
     ]
 
 
-def _log_line(log_path: str | None, text: str) -> None:
-    """Append one line to the job's log (e.g. the places searched for a missing tool)."""
-    if log_path:
-        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "a", encoding="utf-8") as f:
-            f.write(text.rstrip("\n") + "\n")
+_log_line = append_record  # its old name here (e.g. the places searched for a missing tool)
