@@ -12,6 +12,7 @@ not empty and names fields the tool really writes).
 from __future__ import annotations
 
 import copy
+import os
 import json
 import subprocess
 import sys
@@ -24,13 +25,9 @@ import pytest
 from onnx import numpy_helper
 
 from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
-from torq_gen_config.schemas import OUTPUT_SCHEMAS, SCHEMA_DIR, load_schema, schema_for
+from torq_gen_config.schemas import OUTPUT_SCHEMAS, SCHEMA_DIR, load_schema, schema_for, validator
 
 SNAKEMAKE_STATE = ".snakemake"  # Snakemake's own metadata, not an output of the tool
-
-
-def validator(name: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(load_schema(name))
 
 
 def validate_tree(root: Path) -> dict[str, list[str]]:
@@ -81,11 +78,12 @@ def test_every_schema_is_valid_draft_2020_12():
         jsonschema.Draft202012Validator.check_schema(schema)
     mapped = {name for _, name in OUTPUT_SCHEMAS}
     assert mapped <= names, f"mapped but missing: {sorted(mapped - names)}"
-    assert names - mapped == {"config.schema.yaml"}, f"schema files that describe no output: {sorted(names - mapped - {'config.schema.yaml'})}"
+    # config: the input; report: what view/edit/run accept, part of report_output by $ref
+    assert names - mapped == {"config.schema.yaml", "report.schema.yaml"}, sorted(names - mapped)
 
 
 @pytest.mark.parametrize("rel, name", [
-    ("torq_gen_config_m.json", "report.schema.yaml"),
+    ("torq_gen_config_m.json", "report_output.schema.yaml"),
     ("torq_gen_config_m_compiler.json", "compiler.schema.yaml"),
     ("torq_gen_config_m_subgraph_a_b_compiler.json", "compiler.schema.yaml"),
     ("work/m/layers/Conv_r0/llvm-cpu/result.json", "layer_result.schema.yaml"),
@@ -136,7 +134,7 @@ def test_squeezenet_discover_run_edit_outputs_validate(tmp_path, squeezenet_path
     ok(run_cli("edit", "--model", squeezenet_path, "--output-dir", out, "--layer", "Relu_r1", "--executor", "vmvx"))
     ok(run_cli("edit", "--model", squeezenet_path, "--output-dir", out, "--layer", "Softmax", "--tolerance-max", "0.05"))
     seen = validate_tree(out)
-    assert {"report.schema.yaml", "compiler.schema.yaml", "prepare.schema.yaml", "locations.schema.yaml",
+    assert {"report_output.schema.yaml", "compiler.schema.yaml", "prepare.schema.yaml", "locations.schema.yaml",
             "manifest.schema.yaml", "import.schema.yaml", "layer_result.schema.yaml", "user_choices.schema.yaml",
             "full_assignment.schema.yaml", "full_plan.schema.yaml", "full_compiled.schema.yaml",
             "full_result.schema.yaml"} <= set(seen), sorted(seen)
@@ -146,7 +144,10 @@ def test_squeezenet_discover_run_edit_outputs_validate(tmp_path, squeezenet_path
     assert not validator("layer_result.schema.yaml").is_valid({**res, "status": "passed"})
     rep = json.loads((out / "torq_gen_config_light_squeezenet.json").read_text())
     rep["ops"]["Conv_r0"]["executors"]["vmvx"]["status"] = "passed"
-    assert not validator("report.schema.yaml").is_valid(rep)
+    assert not validator("report.schema.yaml").is_valid(rep)  # the read check of view/edit/run
+    assert not validator("report_output.schema.yaml").is_valid(rep)
+    del rep["ops"]["Conv_r0"]["executors"]["vmvx"]["status"]
+    assert not validator("report_output.schema.yaml").is_valid(rep)
 
 
 @pytest.mark.slow
@@ -172,7 +173,7 @@ def test_bf16_timing_skip_mode_subgraph_outputs_validate(tmp_path):
     ok(run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--subgraph-from", "Relu_r",
                "--subgraph-to", "MaxPool_y"))
     seen = validate_tree(out)
-    assert len(seen["report.schema.yaml"]) == 2 and len(seen["prepare.schema.yaml"]) == 2, seen
+    assert len(seen["report_output.schema.yaml"]) == 2 and len(seen["prepare.schema.yaml"]) == 2, seen
     results = [json.loads((out / p).read_text()) for p in seen["layer_result.schema.yaml"]]
     assert {r["status"] for r in results} >= {"skipped"}
     assert any((r.get("timing") or {}).get("runtime") for r in results)
@@ -193,3 +194,27 @@ def test_ck_profile_outputs_validate(tmp_path):
     assert {"ck_configs.schema.yaml", "ck_manifest.schema.yaml", "ck_config.schema.yaml", "ck_run_result.schema.yaml",
             "ck_results.schema.yaml"} <= set(seen), sorted(seen)
     assert len(seen["ck_run_result.schema.yaml"]) == 3
+
+
+@pytest.mark.slow
+def test_torq_discover_and_run_outputs_validate(tmp_path, monkeypatch):
+    """The torq backend through the fake tools of tests/fixtures/fake_torq (they record
+    their command lines and delegate to IREE): its verdicts, whole-model plan and
+    executor map."""
+    for var in ("TORQ_COMPILE", "TORQ_RUN_MODULE", "IREE_BUILD_DIR", "FAKE_TORQ_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("TORQ_TOOL_PATH", str(REPO / "tests" / "fixtures" / "fake_torq"))
+    monkeypatch.setenv("FAKE_TORQ_LOG", str(tmp_path / "fake_torq_log.jsonl"))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")  # the fixtures' python3
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    cfg = REPO / "config" / "torq.yaml"
+    ok(run_cli("discover", "--model", model, "--output-dir", out, "--config-file", cfg, "-j", "2", "-q"))
+    ok(run_cli("run", "--model", model, "--output-dir", out, "--config-file", cfg, "-j", "2", "-q"))
+    seen = validate_tree(out)
+    maps = [p for p in seen["compiler.schema.yaml"] if p.endswith("/executor_map.json")]
+    assert len(maps) == 1, seen["compiler.schema.yaml"]
+    plan = json.loads((work(out) / "full" / "plan.json").read_text())
+    assert plan["mode"] == "torq"
+    results = [json.loads((out / p).read_text()) for p in seen["layer_result.schema.yaml"]]
+    assert {r["backend"] for r in results} == {"torq"} and len(results) == 9

@@ -19,7 +19,7 @@ SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     # discover / edit / run, in <output dir>
     ("torq_gen_config_*_compiler.json", "compiler.schema.yaml"),
-    ("torq_gen_config_*.json", "report.schema.yaml"),
+    ("torq_gen_config_*.json", "report_output.schema.yaml"),  # with report.schema.yaml by $ref
     (".torq-gen-config-*.lock.json", "lock.schema.yaml"),
     ("work/*/prepare.json", "prepare.schema.yaml"),
     ("work/*/locations.json", "locations.schema.yaml"),
@@ -71,3 +71,20 @@ def load_schema(name: str) -> dict:
 
     with open(schema_path(name), encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+def validator(name: str):
+    """A draft 2020-12 validator (``jsonschema.Draft202012Validator``) for schema file
+    ``name``; a ``$ref`` to another schema file of :data:`SCHEMA_DIR` (by file name) is
+    resolved from that directory.
+
+    Raises:
+        FileNotFoundError: no such schema file (also one that a ``$ref`` names).
+    """
+    import jsonschema
+    from referencing import Registry, Resource
+
+    def retrieve(uri: str) -> Resource:
+        return Resource.from_contents(load_schema(uri))
+
+    return jsonschema.Draft202012Validator(load_schema(name), registry=Registry(retrieve=retrieve))
