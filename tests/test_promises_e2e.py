@@ -52,6 +52,7 @@ def test_default_squeezenet_run_is_all_success_on_llvm_cpu(tmp_path, squeezenet_
 
 def test_snakemake_form_writes_to_results_model_by_default(tmp_path):
     checkout = tmp_path / "checkout"
+    checkout.mkdir()
     for name in ("Snakefile", "rules", "config", "profiles", "scripts"):
         src = REPO / name
         if src.is_dir():
@@ -99,7 +100,8 @@ def test_one_executor_option_change_reruns_only_that_executor(tmp_path):
         if e["name"] == "vmvx":
             e["options"]["run_flags"] = list(e["options"].get("run_flags") or []) + ["--print_statistics=false"]
     cfg = tmp_path / "vmvx.yaml"
-    cfg.write_text(yaml.safe_dump({"executors": executors}))
+    # key order kept: the executor param is compared as its repr (sorted keys rerun every job)
+    cfg.write_text(yaml.safe_dump({"executors": executors}, sort_keys=False))
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--config-file", cfg)
     ok(r)
     assert retested(r.stdout) == ["vmvx"] * 3, r.stdout
