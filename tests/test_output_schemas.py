@@ -218,3 +218,15 @@ def test_torq_discover_and_run_outputs_validate(tmp_path, monkeypatch):
     assert plan["mode"] == "torq"
     results = [json.loads((out / p).read_text()) for p in seen["layer_result.schema.yaml"]]
     assert {r["backend"] for r in results} == {"torq"} and len(results) == 9
+
+
+def test_run_lock_holder_validates(tmp_path):
+    """The holder record exists only while a run holds the lock: taken here in-process."""
+    from torq_gen_config import run_lock
+
+    lock = tmp_path / ".torq-gen-config-m.lock"
+    run_lock.acquire(lock)
+    try:
+        assert validate_tree(tmp_path) == {"lock.schema.yaml": [".torq-gen-config-m.lock.json"]}
+    finally:
+        run_lock.release(lock)
