@@ -7,7 +7,7 @@ command (trailing ``# ...`` comments dropped). They run verbatim in a scratch co
 workflow files (Snakefile, rules/, config/, profiles/, scripts/), with the README's
 placeholder inputs made real there: ``path/to/model.onnx`` and ``m.onnx`` are a small
 Conv/Relu/MaxPool model, ``light_squeezenet.onnx`` is onnx's light_squeezenet,
-``conv_repros_ir.json`` the three smallest convolutions of the ResNet-50 trace of ``tests/data``. A command that
+``conv_repros_ir.json`` the three cheapest convolutions of the ResNet-50 trace of ``tests/data``. A command that
 needs what this machine lacks (ROCm's ckProfiler, TORQ's tools, a GPU, the network) is
 skipped with the reason. Each command must exit 0 (``run``: 0, the outputs match) and
 write the files it promises (the report and compiler JSON of its model and output
@@ -98,15 +98,16 @@ def checkout(tmp_path_factory) -> Path:
     small_cnn(root / "path" / "to" / "model.onnx")
     shutil.copy2(root / "path" / "to" / "model.onnx", root / "m.onnx")
     shutil.copy2(SQUEEZENET, root / "light_squeezenet.onnx")
-    # the three smallest convolutions of the ResNet-50 trace (all 106 at batch 32 take minutes on ORT)
+    # the three cheapest convolutions of the ResNet-50 trace (all 106 at batch 32 take minutes on ORT)
     records = json.loads((REPO / "tests" / "data" / "resnet50_conv_ir.json").read_text())
-    (root / "conv_repros_ir.json").write_text(json.dumps(sorted(records, key=_input_elements)[:3]))
+    (root / "conv_repros_ir.json").write_text(json.dumps(sorted(records, key=_cost)[:3]))
     return root
 
 
-def _input_elements(record: dict) -> int:
-    shape = record["replay_ir"]["list_pos_args"][0]["value"]["shape"]
-    return int(np.prod(shape))
+def _cost(record: dict) -> int:
+    """Input elements times weight elements: the order of a convolution's work."""
+    args = record["replay_ir"]["list_pos_args"]
+    return int(np.prod(args[0]["value"]["shape"])) * int(np.prod(args[1]["value"]["shape"]))
 
 
 def test_readme_has_usage_examples():
