@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -51,8 +50,9 @@ def work(out, name: str | None = None) -> Path:
 
 
 def run_cli(*args, cwd=None, timeout=900):
-    """Run the torq-gen-config console script; returns CompletedProcess (text)."""
-    exe = shutil.which("torq-gen-config") or str(Path(sys.executable).parent / "torq-gen-config")
+    """Run the torq-gen-config console script of this Python's environment (not another
+    one on PATH); returns CompletedProcess (text)."""
+    exe = str(Path(sys.executable).parent / "torq-gen-config")
     return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 

@@ -73,7 +73,8 @@ def test_snakemake_form_squeezenet(tmp_path, squeezenet_path):
     assert len(compiler["op_assignments"]) == 66
     check_compiler_keys(out, report, compiler)
     prov = report["provenance"]
-    assert prov["versions"]["onnxruntime"] and prov["reference"]["ort_versions"]
+    assert all(v.count(".") >= 1 and all(x.isdigit() for x in v.split(".")[:2]) for v in prov["versions"].values()), prov["versions"]
+    assert prov["reference"]["ort_versions"] == [prov["versions"]["onnxruntime"]]
     assert [e["name"] for e in prov["executors"]] == EXECUTORS
 
     # nothing changed: nothing to do
@@ -158,10 +159,10 @@ def test_bad_model_inputs(tmp_path, squeezenet_path, kind):
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("torq-gen-config: error:"), r.stderr
-    assert not list(out.glob("torq_gen_config_*.json")) if out.exists() else True
+    assert not list(out.glob("torq_gen_config_*.json"))
     # the Snakemake form fails too, without writing a result
     r = run_snakemake("--cores", "1", "--config", f"model={model}", f"output_dir={out}")
-    assert r.returncode != 0
+    assert r.returncode == 1 and "Error in file" in r.stderr and model.name in r.stderr, r.stderr[-2000:]
     assert not (out / f"torq_gen_config_{model.stem}.json").exists()
 
 
@@ -389,7 +390,9 @@ def test_layer_inputs_propagate_and_input_data(tmp_path):
     bad = tmp_path / "bad.npz"
     np.savez(bad, wrong=x)
     r = run_cli("discover", "--model", model, "--output-dir", tmp_path / "o2", "--input-data", bad)
-    assert r.returncode != 0 and "has no array 'x'" in (r.stderr + r.stdout)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and [ln for ln in err if ln.startswith("torq-gen-config: error:")] == err[-1:], r.stderr[-2000:]
+    assert "has no array 'x'" in err[-1]
 
 
 def test_snakemake_args_passed_through(tmp_path):

@@ -107,21 +107,12 @@ def report_path(tmp_path):
     return path
 
 
-def _parser():
-    p = argparse.ArgumentParser(prog="torq-gen-config")
-    sub = p.add_subparsers(dest="command", required=True)
-    edit_cli.add_parser(sub)
-    return p
-
-
 def cli(*argv):
-    """Run ``edit`` like cli.main does: returns the exit status, errors become status 2."""
-    args = _parser().parse_args(["edit", *map(str, argv)])
-    try:
-        return args.func(args)
-    except TorqGenConfigError as e:
-        print(f"torq-gen-config: error: {e}", file=sys.stderr)
-        return 2
+    """``torq-gen-config edit ARGV`` in this process, through the console script's own
+    entry point: returns its exit status (errors: status 2 and the one-line message)."""
+    from torq_gen_config.cli.main import main
+
+    return main(["edit", *map(str, argv)])
 
 
 def _load(path):

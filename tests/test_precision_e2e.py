@@ -121,7 +121,7 @@ def test_quantize_qdq_discovery(qdq):
     # the compiler sees the quantized model (its MLIR has the Q/DQ wrappers)
     q = onnx.load(work(out) / "quant" / "quantized.onnx")
     assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in q.graph.node}
-    assert sum('"onnx.DequantizeLinear"' in ln for ln in lines) > 26
+    assert sum('"onnx.DequantizeLinear"' in ln for ln in lines) == 95  # measured (structural: the same on every run)
     # quantized layers: all bit-exact enough to pass on llvm-cpu (measured)
     assert all(op["executors"]["llvm-cpu"]["status"] == "success" for op in report["ops"].values())
 
@@ -259,7 +259,7 @@ def test_bf16_discovery(bf16):
     assert "quantization" not in prec
     conv = prec["bf16_conversion"]
     assert conv["saved_to"] == str(saved)
-    assert len(conv["constants"]) > 26
+    assert len(conv["constants"]) == 53  # measured (structural: the same on every run)
     for c in conv["constants"]:
         assert {"name", "values", "max_abs_error", "mean_abs_error", "rmse", "max_rel_error"} <= set(c), c
         assert c["values"] > 0
@@ -353,6 +353,7 @@ def test_int32_conversion(tmp_path):
 def test_int32_out_of_range_fails(tmp_path):
     model = int64_model(tmp_path / "bad64.onnx", [1, 2, 3_000_000_000, 4, 5, 6, 7, 8])
     r, _ = discover(model, tmp_path / "out", "--auto-convert-int32")
-    assert r.returncode != 0
-    assert re.search(r"'offsets'.*3000000000", r.stdout + r.stderr), (r.stdout + r.stderr)[-3000:]
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and [ln for ln in err if ln.startswith("torq-gen-config: error:")] == err[-1:], r.stderr[-3000:]
+    assert re.search(r"'offsets'.*3000000000", err[-1]), err[-1]
     assert not (tmp_path / "out" / "torq_gen_config_bad64.json").exists()

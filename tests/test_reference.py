@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
@@ -44,7 +47,7 @@ def test_gather_indices_bounded_by_indexed_dim(tmp_path):
     assert meta["status"] == "ok"
     ins, outs, meta = load_reference(tmp_path / "ref.npz")
     np.testing.assert_array_equal(outs["y"], np.arange(30, dtype=np.float32).reshape(3, 10)[:, ins["idx"]])
-    assert meta["ort_version"]
+    assert meta["ort_version"] == ort.__version__ and re.fullmatch(r"\d+\.\d+\.\d+\S*", meta["ort_version"])
 
 
 def test_reference_failure_is_recorded(tmp_path):

@@ -78,6 +78,16 @@ def mixed_run(discovered, squeezenet_path):
     return discovered, r
 
 
+@pytest.fixture
+def mixed_copy(mixed_run, tmp_path):
+    """A copy of the mixed run's output directory (mtimes kept, so nothing is out of date)
+    for a test that changes it: each test starts from the same state whatever ran before."""
+    out, r = mixed_run
+    copy = tmp_path / "sq"
+    shutil.copytree(out, copy, symlinks=True)
+    return copy, r
+
+
 def test_mixed_assignment_runs_and_matches(mixed_run):
     out, r = mixed_run
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -130,8 +140,8 @@ def test_rerun_with_unchanged_assignment_runs_no_job(mixed_run, squeezenet_path)
     assert report["final_report_text"].count("--- Full Model Comparison ---") == 1
 
 
-def test_one_layer_change_recompiles_only_the_partitions_it_touches(mixed_run, squeezenet_path):
-    out, _ = mixed_run
+def test_one_layer_change_recompiles_only_the_partitions_it_touches(mixed_copy, squeezenet_path):
+    out, _ = mixed_copy
     _, before = load(out)
     old = {p["pid"]: p for p in before["partitions"]}
     parts_dir = work(out) / "full" / "partitions"
@@ -153,8 +163,8 @@ def test_one_layer_change_recompiles_only_the_partitions_it_touches(mixed_run, s
     assert sorted(d.name for d in parts_dir.iterdir()) == sorted(p["pid"] for p in after["partitions"])
 
 
-def test_run_with_only_the_compiler_json(mixed_run, squeezenet_path, tmp_path):
-    out, _ = mixed_run
+def test_run_with_only_the_compiler_json(mixed_copy, squeezenet_path, tmp_path):
+    out, _ = mixed_copy
     report_path = out / f"torq_gen_config_{NAME}.json"
     saved = tmp_path / report_path.name
     shutil.move(report_path, saved)
@@ -178,8 +188,8 @@ def test_neither_json_is_a_clear_error(tmp_path, squeezenet_path):
     assert "torq-gen-config discover" in r.stderr and r.stdout == ""
 
 
-def test_unknown_executor_is_bad_input(mixed_run, squeezenet_path):
-    out, _ = mixed_run
+def test_unknown_executor_is_bad_input(mixed_copy, squeezenet_path):
+    out, _ = mixed_copy
     p = out / f"torq_gen_config_{NAME}.json"
     saved = p.read_text()
     try:
@@ -190,9 +200,9 @@ def test_unknown_executor_is_bad_input(mixed_run, squeezenet_path):
         p.write_text(saved)
 
 
-def test_failing_partition_exits_1_with_the_stage(mixed_run, squeezenet_path, tmp_path):
+def test_failing_partition_exits_1_with_the_stage(mixed_copy, squeezenet_path, tmp_path):
     """Runs last among the squeezenet tests: a compile option every iree partition rejects."""
-    out, _ = mixed_run
+    out, _ = mixed_copy
     r = run_cmd("--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q",
                 "--compiler-option=--no-such-iree-flag", "--debug-ir", tmp_path / "ir")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]

@@ -31,10 +31,16 @@ def test_squeezenet_has_66_layers(tmp_path, squeezenet_path):
     sm = onnx.load(tmp_path / "layers" / softmax["slug"] / "model.onnx")
     assert [n.op_type for n in sm.graph.node] == ["Flatten", "Softmax", "Reshape"]
     assert sm.graph.name == "main"
-    # every layer model loads in ONNX Runtime and runs
-    sess = ort.InferenceSession(str(tmp_path / "layers" / "Conv_r0" / "model.onnx"), providers=["CPUExecutionProvider"])
-    y = sess.run(None, {"data_0": np.ones((1, 3, 224, 224), np.float32)})[0]
-    assert y.shape == (1, 64, 111, 111)
+    # every layer model passes onnx's full check, loads in ONNX Runtime and runs, with the manifest's shapes
+    for layer in layers:
+        path = tmp_path / "layers" / layer["slug"] / "model.onnx"
+        onnx.checker.check_model(onnx.load(path), full_check=True)
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        feeds = {i["name"]: np.ones(i["shape"], np.float32) for i in layer["inputs"]}
+        assert [i.name for i in sess.get_inputs()] == list(feeds), layer["layer_id"]
+        ys = sess.run(None, feeds)
+        assert [list(y.shape) for y in ys] == [o["shape"] for o in layer["outputs"]], layer["layer_id"]
+    assert layers[0]["outputs"][0]["shape"] == [1, 64, 111, 111]
 
 
 def test_unchanged_layer_files_keep_mtime(tmp_path, squeezenet_path):

@@ -224,7 +224,7 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     report = _check_subgraph_outputs(out)
     assert all(len(op["executors"]) == 3 for op in report["ops"].values())
     fm = report["full_model"]
-    assert fm["status"] in ("success", "difference") and fm["metrics"]
+    assert fm["status"] == "success" and fm["metrics"]  # all on llvm-cpu, within tolerance (measured)
     assert fm["result_file"] == f"work/{NAME}{SUFFIX}/full/result.json"
     assert "--- Full Model Comparison ---" in report["final_report_text"]
 
@@ -239,7 +239,7 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     report = json.loads(rep_path.read_text())
     fm = report["full_model"]
     assert fm["status"] == "success" and fm["assignment"]["layer_counts"].get("ort") == 1
-    assert fm["num_partitions"] >= 2
+    assert fm["num_partitions"] == 3  # llvm-cpu [Conv_r10], ort [Relu_r11], llvm-cpu [the 5 others]
 
     # nothing of the full model's discovery was written or changed
     after = _snapshot(out)

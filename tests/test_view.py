@@ -107,20 +107,12 @@ def out_dir(tmp_path):
     return out
 
 
-def _parser():
-    p = argparse.ArgumentParser(prog="torq-gen-config")
-    sub = p.add_subparsers(dest="command", required=True)
-    view_cli.add_parser(sub)
-    return p
-
-
 def cli(*argv):
-    args = _parser().parse_args(["view", *map(str, argv)])
-    try:
-        return args.func(args)
-    except TorqGenConfigError as e:
-        print(f"torq-gen-config: error: {e}", file=sys.stderr)
-        return 2
+    """``torq-gen-config view ARGV`` in this process, through the console script's own
+    entry point: returns its exit status (errors: status 2 and the one-line message)."""
+    from torq_gen_config.cli.main import main
+
+    return main(["view", *map(str, argv)])
 
 
 def _row(text, first_cell):
