@@ -230,8 +230,11 @@ def get_executor(wildcards):
     """The executor definition (name, backend, options): a per-job param, so a change
     to one executor reruns only that executor's jobs. compiler_options/runtime_options
     are appended to the flags of compiler-based backends."""
-    return backends.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
-                                           config["runtime_options"], config["torq_hw"], config["torq_hw_type"])
+    executor = backends.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
+                                               config["runtime_options"], config["torq_hw"], config["torq_hw_type"])
+    # canonical key order: Snakemake compares params by their text, and the same
+    # executor written with its keys in another order must not rerun its jobs
+    return json.loads(json.dumps(executor, sort_keys=True))
 
 
 def tested_layers():

@@ -4,9 +4,10 @@
   198 (layer, executor) verdicts is ``success`` and llvm-cpu (first in priority) is
   recommended for all 66 layers;
 * the Snakemake form writes to ``results/<model>/`` when no ``output_dir`` is given;
-* ``run`` exits 1 on a difference (here: the report's tolerance set to 0);
-* a change to one executor's options reruns only that executor's jobs, and
-  ``--runtime-option`` only those of the iree executors.
+* ``run`` exits 1 on a difference (here: the report's tolerance set to 1e-12);
+* a change to one executor's options reruns only that executor's jobs (the same
+  executors with their keys in another order rerun nothing), and ``--runtime-option``
+  only those of the iree executors.
 """
 
 from __future__ import annotations
@@ -77,11 +78,12 @@ def test_run_exits_1_on_a_difference(tmp_path):
     path = out / "torq_gen_config_cnn.json"
     report = json.loads(path.read_text())
     assert report["full_model"]["status"] == "success"
-    report["default_tolerance"] = {k: 0.0 for k in report["default_tolerance"]}  # llvm-cpu is not bit-exact here
+    report["default_tolerance"] = {k: 1e-12 for k in report["default_tolerance"]}  # llvm-cpu is not bit-exact here
     path.write_text(json.dumps(report))
     r = run_cli("run", "--model", model, "--output-dir", out, "-q")
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Status: difference" in r.stdout
+    assert "within tolerance" not in r.stdout  # the job's line is judged with the same tolerance
     report = json.loads(path.read_text())
     assert report["full_model"]["status"] == "difference" and report["full_model"]["num_over_tolerance"] > 0
     assert json.loads((work(out) / "full" / "result.json").read_text())["status"] == "success"  # stored metrics kept
@@ -93,15 +95,20 @@ def test_one_executor_option_change_reruns_only_that_executor(tmp_path):
     ok(run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q"))
     results = {p: p.stat().st_mtime_ns for p in (work(out) / "layers").glob("*/*/result.json")}
     assert len(results) == 9
-    # the default executors with one run flag more on vmvx (iree-run-module's own default value)
     executors = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["executors"]
     assert [e["name"] for e in executors] == EXECUTORS
+    # the same executors with their keys in another (sorted) order: nothing reruns
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump({"executors": executors}, sort_keys=True))
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--config-file", same)
+    ok(r)
+    assert retested(r.stdout) == [], r.stdout
+    # the default executors with one run flag more on vmvx (iree-run-module's own default value)
     for e in executors:
         if e["name"] == "vmvx":
             e["options"]["run_flags"] = list(e["options"].get("run_flags") or []) + ["--print_statistics=false"]
     cfg = tmp_path / "vmvx.yaml"
-    # key order kept: the executor param is compared as its repr (sorted keys rerun every job)
-    cfg.write_text(yaml.safe_dump({"executors": executors}, sort_keys=False))
+    cfg.write_text(yaml.safe_dump({"executors": executors}, sort_keys=True))
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--config-file", cfg)
     ok(r)
     assert retested(r.stdout) == ["vmvx"] * 3, r.stdout

@@ -204,11 +204,16 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
                           f"{output_dir_arg or out}{subgraph_flags(layout)}` first")
     try:
         tolerance = normalize_tolerance(tolerance)
+        zero = sorted(k for k, v in tolerance.items() if k != "int_atol" and not v > 0)
+        if zero:  # the same rule as --tolerance-* (config schema: > 0)
+            raise ValueError(f"{', '.join(zero)} must be > 0")
     except ValueError as e:
         raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
     mode = check_selection(selection, config["executors"])  # "torq": one whole-model torq-compile
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
+    # the job's own verdict line uses the tolerance the report section is judged with
+    config = {**config, "tolerance": {**config["tolerance"], **tolerance}}
     try:
         run_workflow(config=config, workdir=out, cores=cores, targets=[result_file], allowed_rules=list(RUN_RULES),
                      quiet=quiet, verbose=verbose)

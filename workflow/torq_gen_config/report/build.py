@@ -362,7 +362,10 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     ``final_report_text`` ("--- Full Model Comparison ---").
     """
     if rederive:
+        before = (report.get("discovery_report") or {}).get("summary") or {}
         summary, critical = summarize(report["ops"], executor_names(report))
+        if "distinct_layers_tested" in before:  # what discovery tested: an edit does not change it
+            summary["distinct_layers_tested"] = before["distinct_layers_tested"]
         report["discovery_report"] = {"summary": summary, "critical_failures": critical, **trust_lists(report["ops"])}
         report["has_critical_failures"] = bool(critical)
         report["final_report_text"] = render_final_report_text(report)
