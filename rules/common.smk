@@ -13,6 +13,7 @@ import torq_gen_config.steps.prepare
 import torq_gen_config.steps.quantize
 import torq_gen_config.steps.report
 import torq_gen_config.steps.split
+import torq_gen_config.steps.tested_layers
 from torq_gen_config.steps import untracked
 from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
@@ -64,7 +65,6 @@ WORK = os.path.normpath(os.path.join(OUT, layout.work_dir(MODEL_NAME)))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
 EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
-SKIP_OPS = {op.lower() for op in config["skip_ops"]}
 # Precision modes (docs/precision.md). CONVERSION applies when preparing the model;
 # QUANTIZE adds rules/quantize.smk's jobs and tests each layer's quantized model.
 CONVERSION = {k: config[k] for k in ("auto_convert_bf16", "auto_convert_int32", "save_bf16_model")}
@@ -241,17 +241,9 @@ def tested_layers():
     """Slugs of the layers that get test jobs: not skipped by skip_ops, testable (a
     layer with an unknown input/output type gets no jobs, the report says why) and,
     with dedup_layers, only the first layer of each signature."""
-    seen = set()
-    slugs = []
-    for slug, layer in manifest_layers().items():
-        if layer["op_type"].lower() in SKIP_OPS or layer.get("not_testable"):
-            continue
-        if config["dedup_layers"]:
-            if layer["signature"] in seen:
-                continue
-            seen.add(layer["signature"])
-        slugs.append(slug)
-    return slugs
+    layers = manifest_layers()
+    plan = steps.tested_layers.plan_layer_tests(layers.values(), config["skip_ops"], config["dedup_layers"])
+    return [slug for slug, layer in layers.items() if plan[layer["layer_id"]][0] == steps.tested_layers.TEST]
 
 
 def all_layer_results(wildcards):

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..fileio import read_json, write_json
 from ..job_support import _log, records_failure
 from ..layout import clear_outdated
+from .tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
 
 @records_failure
 def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
@@ -44,15 +45,15 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     info = read_json(prepare_info, "preparation info")
     locs = read_json(locations, "MLIR locations")
     names = [e["name"] for e in executors]
-    skip = {op.lower() for op in skip_ops}
+    plan = plan_layer_tests(man["layers"], skip_ops, dedup_layers)
     qlayers = {}
     if quantized_manifest:
         qlayers = {l["layer_id"]: l for l in read_json(quantized_manifest, "quantized layer map")["layers"]}
     layers, results = [], {}
-    first_of: dict[str, str] = {}  # signature -> layer ID tested for it (dedup)
     duplicate_of: dict[str, str] = {}
     for layer in man["layers"]:
-        skipped = layer["op_type"].lower() in skip
+        decision, src = plan[layer["layer_id"]]
+        skipped = decision == SKIP_OPS
         layers.append({
             "layer_id": layer["layer_id"], "slug": layer["slug"], "op_type": layer["op_type"],
             "node_index": layer["node_index"],
@@ -61,15 +62,13 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
             "skipped_reason": f"op type {layer['op_type']} skipped (skip_ops)" if skipped else None,
             "not_testable": None if skipped else layer.get("not_testable"),
         })
-        if skipped or layer.get("not_testable"):
+        if decision in (SKIP_OPS, NOT_TESTABLE):
             results[layer["layer_id"]] = {}
             continue
-        if dedup_layers and layer["signature"] in first_of:
-            src = first_of[layer["signature"]]
+        if decision == DUPLICATE:
             duplicate_of[layer["layer_id"]] = src
             results[layer["layer_id"]] = {n: {**r, "duplicate_of": src} for n, r in results[src].items()}
             continue
-        first_of[layer["signature"]] = layer["layer_id"]
         per = {}
         for name in names:
             p = Path(results_root) / layer["slug"] / name / "result.json"
@@ -100,7 +99,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
         rep["subgraph"] = {**info["subgraph"],
                            "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
     rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
-        len(first_of) if dedup_layers else sum(1 for per in results.values() if per))
+        sum(1 for d, _ in plan.values() if d == TEST) if dedup_layers else sum(1 for per in results.values() if per))
     if duplicate_of or rep["folded_nodes"]:  # the text shows copied verdicts and folded nodes
         from ..report.text import render_final_report_text
 
