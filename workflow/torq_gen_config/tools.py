@@ -289,6 +289,28 @@ def _append_log(log_path: str | os.PathLike, res: ToolResult, *, cwd, timeout_s:
     append_record(log_path, "".join(parts))
 
 
+def tool_from_env(name: str, env_var: str, elsewhere: str = "the default locations") -> str | None:
+    """The executable that the environment variable ``env_var`` names for the tool
+    ``name``: a path, or a name looked up on ``PATH``; None when it is unset or empty.
+
+    Raises:
+        ToolNotFoundError: it is set but names no executable file (no silent fallback;
+            the message says to unset it to search ``elsewhere``).
+    """
+    value = os.environ.get(env_var, "")
+    if not value:
+        return None
+    if os.sep in value or (os.altsep and os.altsep in value):
+        if os.path.isfile(value) and os.access(value, os.X_OK):
+            return os.path.abspath(value)
+    else:
+        found = shutil.which(value)
+        if found:
+            return os.path.abspath(found)
+    raise ToolNotFoundError(f"{name}: ${env_var}={value!r} is not an executable file "
+                            f"(unset {env_var} to search {elsewhere})")
+
+
 def find_tool(
     name: str,
     env_var: str | None = None,
@@ -319,20 +341,9 @@ def find_tool(
         ToolNotFoundError (a FileNotFoundError): not found; the message names every
             place that was searched.
     """
-    if env_var:
-        value = os.environ.get(env_var, "")
-        if value:
-            if os.sep in value or (os.altsep and os.altsep in value):
-                if os.path.isfile(value) and os.access(value, os.X_OK):
-                    return os.path.abspath(value)
-            else:
-                found = shutil.which(value)
-                if found:
-                    return os.path.abspath(found)
-            raise ToolNotFoundError(
-                f"{name}: ${env_var}={value!r} is not an executable file "
-                f"(unset {env_var} to search the default locations)"
-            )
+    chosen = tool_from_env(name, env_var) if env_var else None
+    if chosen:
+        return chosen
 
     searched: list[str] = []
     if env_var:

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from ...errors import ConfigError
 from ...logs import append_record
-from ...tools import ToolNotFoundError
+from ...tools import ToolNotFoundError, tool_from_env
 from ..base import check_options
 
 #: TORQ executors in the seed's priority order.
@@ -141,19 +141,9 @@ def find_torq_tool(name: str, *, repo_root: str | os.PathLike | None = None) -> 
     """
     places = tool_search_places(name, repo_root=repo_root)
     env_var = TOOLS[name][0]
-    value = os.environ.get(env_var, "")
-    if value:
-        if os.sep in value or (os.altsep and os.altsep in value):
-            if _is_exe(value):
-                return os.path.abspath(value)
-        else:
-            found = shutil.which(value)
-            if found:
-                return os.path.abspath(found)
-        raise ToolNotFoundError(
-            f"{name}: ${env_var}={value!r} is not an executable file (unset {env_var} to search "
-            "$TORQ_TOOL_PATH, the installed torq wheels, the build tree and PATH)"
-        )
+    chosen = tool_from_env(name, env_var, "$TORQ_TOOL_PATH, the installed torq wheels, the build tree and PATH")
+    if chosen:
+        return chosen
     for _desc, cand in places[1:-1]:
         if cand and _is_exe(cand):
             return os.path.abspath(cand)
