@@ -2,7 +2,7 @@
 
 Every JSON file that ``discover``, ``run``, ``edit`` and ``ck-profile`` write has a schema
 (JSON Schema draft 2020-12, YAML) in ``workflow/schemas/``; the tests validate every JSON
-file of real runs against them (``tests/test_output_schemas.py``), so a renamed or missing
+file of real runs against them (``tests/workflow/test_output_schemas.py``), so a renamed or missing
 field, or a new output without a schema, fails a test. Only paths and the file -> schema
 map live here: no validation at run time (the report's own check is in ``report.build``).
 """

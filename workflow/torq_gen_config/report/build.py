@@ -373,7 +373,7 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
         report["full_model"] = full_model
     if report.get("full_model"):
         # imported only here: editing a report without a full-model result imports no
-        # backend (tests/test_edit.py)
+        # backend (tests/unit/report/test_edit.py)
         from ..fullrun import with_full_model_text
 
         report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", report["full_model"])

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_compiler_json.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "check_compiler_json.py"
 
 MLIR = """module {
   func.func @main(%arg0: !torch.vtensor<[1,3,8,8],f32>) -> !torch.vtensor<[1,4,8,8],f32> {

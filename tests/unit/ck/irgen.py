@@ -8,8 +8,8 @@ from pathlib import Path
 
 from torq_gen_config.ck.trace_ir import dense_strides
 
-FAKE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "fake_ck"
-DATA = Path(__file__).resolve().parents[1] / "data"
+FAKE_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "fake_ck"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def contiguous(shape):

@@ -121,7 +121,7 @@ def test_edit_on_full_or_read_only_disk_changes_nothing(tmp_path, capsys, monkey
     import errno
     import tempfile
 
-    from test_edit import make_report
+    from sample_report import make_report
 
     from torq_gen_config.report.build import build_compiler_json
 

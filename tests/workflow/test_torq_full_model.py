@@ -4,7 +4,7 @@ A torq assignment is not cut into partitions: ``work/full.mlir`` is compiled ONC
 ``torq-compile ... --torq-executor-map=<executor map>`` (keys ``line:col`` in that file)
 and run once by ``torq-run-module``. The TORQ tools are the TEST FIXTURES of
 ``tests/fixtures/fake_torq`` (they record their argv in ``$FAKE_TORQ_LOG`` and hand the
-work to IREE's llvm-cpu compiler and runtime), as in ``tests/test_torq_backend.py``.
+work to IREE's llvm-cpu compiler and runtime), as in ``tests/unit/backends/test_torq_backend.py``.
 """
 
 from __future__ import annotations

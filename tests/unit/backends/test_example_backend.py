@@ -29,7 +29,7 @@ from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
 from torq_gen_config.reference import compute_reference
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 EXAMPLE = {"name": "ort-all", "backend": "ort-example", "options": {"threads": 1}}
 ORT = {"name": "ort", "backend": "onnxruntime", "options": {"providers": ["CPUExecutionProvider"]}}

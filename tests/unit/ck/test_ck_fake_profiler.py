@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-FAKE = Path(__file__).resolve().parents[1] / "fixtures" / "fake_ck" / "ckProfiler"
+FAKE = Path(__file__).resolve().parents[2] / "fixtures" / "fake_ck" / "ckProfiler"
 # grouped_conv_fwd fp16 NHWGC, G=2 N=32 K=C=64, 3x3 over 56x56, stride/dilation/pad 1
 FWD = "grouped_conv_fwd 1 1 0 0 1 0 1 2 2 32 64 64 3 3 56 56 1 1 1 1 1 1 1 1".split()
 BWW = "grouped_conv_bwd_weight 1 4 0 0 0 1 2 2 32 64 64 3 3 56 56 1 1 1 1 1 1 1 1 all".split()
