@@ -289,7 +289,10 @@ def test_iree_bf16_output_read_from_raw_file(models, mlirs, tmp_path):
 
 def test_iree_f64_needs_demotion_flag(models, mlirs, tmp_path):
     x = np.array([[-1.5, 2.0, -3.25], [4.0, -5.5, 0.0]], dtype=np.float64)
-    default = _iree("llvm-cpu")
+    # local-sync: after this runtime error, iree-run-module 3.13 on local-task hangs in
+    # about 1 of 15 runs (measured 4/60; local-sync 0/60), which the backend reports as a
+    # timeout; the message checked here comes from the run error itself
+    default = _iree("llvm-cpu", device="local-sync")
     art = _compile(default, models, mlirs, "abs_f64", tmp_path / "a")
     with pytest.raises(StageError) as ei:
         _run(default, art, {"x": x}, ["y"], tmp_path / "a")
