@@ -122,3 +122,20 @@ def test_one_executor_option_change_reruns_only_that_executor(tmp_path):
     report = json.loads((out / "torq_gen_config_cnn.json").read_text())
     assert report["provenance"]["options"]["runtime_options"] == ["--print_statistics=false"]
     assert all(e["status"] == "success" for op in report["ops"].values() for e in op["executors"].values())
+
+
+def test_retarget_one_deleted_result_after_double_dash(tmp_path):
+    """README: a deleted layer result is redone by naming its file after ``--`` (the
+    profile's list-valued flags must not swallow the target); only that job runs."""
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    ok(run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q"))
+    target = work(out) / "layers" / "Conv_c" / "vmvx" / "result.json"
+    before = {p: p.stat().st_mtime_ns for p in (work(out) / "layers").glob("*/*/result.json") if p != target}
+    target.unlink()
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "1", "-q", "--",
+                str(target.relative_to(out)))
+    ok(r)
+    assert retested(r.stdout) == ["vmvx"], r.stdout
+    assert json.loads(target.read_text())["status"] == "success"
+    assert all(p.stat().st_mtime_ns == m for p, m in before.items())

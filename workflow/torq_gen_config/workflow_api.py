@@ -295,8 +295,10 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         raise WorkflowFailed(f"cannot use output directory {workdir}: {reason}") from None
     cfg_path = workdir / ".torq-gen-config.yaml"
     atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
-    argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--cores", str(cores),
-            "--configfile", str(cfg_path), *profile_argv(profile_settings(), quiet=quiet)]
+    # --cores last: the profile's list-valued flags (--resources, --quiet) take any number
+    # of values and would swallow a target given after `--`
+    argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--configfile", str(cfg_path),
+            *profile_argv(profile_settings(), quiet=quiet), "--cores", str(cores)]
     if forceall:
         argv.append("--forceall")
     from . import run_lock
@@ -311,6 +313,9 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
             parser, args = parse_args(argv + list(extra_args))
         except SystemExit as e:  # argparse already printed the reason
             raise WorkflowFailed(f"Snakemake rejected the arguments after --: {' '.join(extra_args)}") from None
+        except Exception as e:  # Snakemake's own checks of the values (e.g. a malformed --resources)
+            raise WorkflowFailed(f"Snakemake rejected the arguments after --: {' '.join(extra_args)}: "
+                                 f"{_one_line(e)}") from None
         try:
             ok = args_to_api(args, parser)
         except Exception as e:
