@@ -232,9 +232,14 @@ def get_executor(wildcards):
     are appended to the flags of compiler-based backends."""
     executor = backends.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
                                                config["runtime_options"], config["torq_hw"], config["torq_hw_type"])
-    # canonical key order: Snakemake compares params by their text, and the same
-    # executor written with its keys in another order must not rerun its jobs
-    return json.loads(json.dumps(executor, sort_keys=True))
+    return canonical(executor)
+
+
+def canonical(value):
+    """``value`` (JSON data) with its keys in sorted order: Snakemake compares params by
+    their text, and the same executor written with its keys in another order must not
+    rerun its jobs."""
+    return json.loads(json.dumps(value, sort_keys=True))
 
 
 def tested_layers():

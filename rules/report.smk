@@ -16,7 +16,7 @@ rule aggregate_report:
         compiler=COMPILER_JSON,
     params:
         model_name=MODEL_NAME,
-        executors=list(EXECUTORS.values()),
+        executors=[canonical(e) for e in EXECUTORS.values()],
         tolerance=config["tolerance"],
         options=run_options(),
         skip_ops=config["skip_ops"],

@@ -167,6 +167,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     from ..config import check_precision_matches
     from ..fileio import json_bytes, read_json, write_bytes_if_changed, write_json
     from ..fullrun import (
+        PARTITIONS_MODE,
         RUN_RULES,
         assignment_bytes,
         check_selection,
@@ -209,7 +210,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
             raise ValueError(f"{', '.join(zero)} must be > 0")
     except ValueError as e:
         raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
-    mode = check_selection(selection, config["executors"])  # "torq": one whole-model torq-compile
+    mode = check_selection(selection, config["executors"])  # else PARTITIONS_MODE: a whole-model mode (torq)
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
     # the job's own verdict line uses the tolerance the report section is judged with
@@ -228,9 +229,10 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         write_json(report_path, report)
     if echo:
         print(render_full_model_text(section))
-        print(f"{'Plan:' if mode == 'torq' else 'Partitions:':<15}{out / full_dir / 'plan.json'}")
-        if mode == "torq" and (section.get("torq") or {}).get("executor_map"):
-            print(f"Executor map:  {out / section['torq']['executor_map']}")
+        whole = mode != PARTITIONS_MODE  # one whole-model compile by the backend that owns the mode
+        print(f"{'Plan:' if whole else 'Partitions:':<15}{out / full_dir / 'plan.json'}")
+        if whole and (section.get(mode) or {}).get("executor_map"):
+            print(f"Executor map:  {out / section[mode]['executor_map']}")
         print(f"Result:        {out / result_file}")
         if report is not None:
             print(f"Report:        {report_path} (full_model section)")
