@@ -75,9 +75,10 @@ def validate_config(config: dict) -> dict:
     import jsonschema
 
     config = copy.deepcopy(config)
-    _coerce_scalars(config, load_schema())
-    validator_cls = jsonschema.validators.validator_for(load_schema())
-    validator = _with_defaults(validator_cls)(load_schema())
+    schema = load_schema()  # read and parsed once per validation (was three times)
+    _coerce_scalars(config, schema)
+    validator_cls = jsonschema.validators.validator_for(schema)
+    validator = _with_defaults(validator_cls)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
