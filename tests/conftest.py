@@ -12,6 +12,13 @@ import pytest
 from onnx import TensorProto, helper
 
 REPO = Path(__file__).resolve().parents[1]
+
+# the TORQ tools' TEST FIXTURES (tests/fixtures/fake_torq) and the variables that choose them
+FAKE_DIR = REPO / "tests" / "fixtures" / "fake_torq"
+FAKE_COMPILE = str(FAKE_DIR / "torq-compile")
+FAKE_RUN = str(FAKE_DIR / "torq-run-module")
+VENV_BIN = os.path.dirname(sys.executable)
+TORQ_VARS = ("TORQ_COMPILE", "TORQ_RUN_MODULE", "TORQ_TOOL_PATH", "IREE_BUILD_DIR", "FAKE_TORQ_MODE", "FAKE_TORQ_LOG")
 ONNX_DIR = Path(onnx.__file__).parent
 LIGHT = ONNX_DIR / "backend" / "test" / "data" / "light"
 SQUEEZENET = LIGHT / "light_squeezenet.onnx"

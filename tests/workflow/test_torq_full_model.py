@@ -20,7 +20,8 @@ import numpy as np
 import onnx
 import pytest
 import yaml
-from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
+from conftest import (FAKE_COMPILE, FAKE_DIR, FAKE_RUN, REPO, TORQ_VARS, VENV_BIN, TensorProto,  # noqa: F401
+                      helper, make_model, run_cli, tvi, work)
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ConfigError
@@ -42,11 +43,6 @@ from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
 from torq_gen_config.reference import compute_reference
 
-FAKE_DIR = REPO / "tests" / "fixtures" / "fake_torq"
-FAKE_COMPILE = str(FAKE_DIR / "torq-compile")
-FAKE_RUN = str(FAKE_DIR / "torq-run-module")
-VENV_BIN = os.path.dirname(sys.executable)
-TORQ_VARS = ("TORQ_COMPILE", "TORQ_RUN_MODULE", "TORQ_TOOL_PATH", "IREE_BUILD_DIR", "FAKE_TORQ_MODE", "FAKE_TORQ_LOG")
 TOL = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
 TORQ = [{"name": n, "backend": "torq", "options": {"executor": n, "torq_hw": "default", "torq_hw_type": "sim"}}
         for n in ("nss", "css", "host")]

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
+from conftest import (FAKE_COMPILE, FAKE_DIR, FAKE_RUN, REPO, TORQ_VARS, VENV_BIN, TensorProto,  # noqa: F401
+                      helper, make_model, run_cli, tvi, work)
 from onnx import numpy_helper
 
 from torq_gen_config.backends import NEEDS_MLIR, StageError, backend_class, make_backend
@@ -38,11 +39,6 @@ from torq_gen_config.backends.torq import (
 from torq_gen_config.errors import ConfigError
 from torq_gen_config.tools import ToolNotFoundError, find_tool, run_tool
 
-FAKE_DIR = REPO / "tests" / "fixtures" / "fake_torq"
-FAKE_COMPILE = str(FAKE_DIR / "torq-compile")
-FAKE_RUN = str(FAKE_DIR / "torq-run-module")
-VENV_BIN = os.path.dirname(sys.executable)
-TORQ_VARS = ("TORQ_COMPILE", "TORQ_RUN_MODULE", "TORQ_TOOL_PATH", "IREE_BUILD_DIR", "FAKE_TORQ_MODE", "FAKE_TORQ_LOG")
 TIMEOUT_S = 300
 
 
