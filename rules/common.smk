@@ -231,7 +231,7 @@ def get_executor(wildcards):
     to one executor reruns only that executor's jobs. compiler_options/runtime_options
     are appended to the flags of compiler-based backends."""
     executor = backends.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
-                                               config["runtime_options"], config["torq_hw"], config["torq_hw_type"])
+                                                   config["runtime_options"], backends.run_wide_overrides(config))
     return canonical(executor)
 
 
@@ -282,8 +282,7 @@ def run_options():
         "reference": config["reference"],
         "skip_mode": config["skip_mode"],
         "compiler_options": config["compiler_options"],
-        "torq_hw": config["torq_hw"],
-        "torq_hw_type": config["torq_hw_type"],
+        **backends.run_wide_overrides(config),  # a backend's run-wide settings (torq_hw, torq_hw_type)
         "runtime_options": config["runtime_options"],
         "collect_timing": config["collect_timing"],
         "timing_runs": config["timing_runs"],

@@ -107,6 +107,7 @@ class IreeBackend(Backend):
 
     kind = "iree"
     needs_mlir = True
+    packages = ("iree-base-compiler", "iree-base-runtime")
     takes_tool_options = True
     run_only_options = ("run_flags",)
 

@@ -55,6 +55,7 @@ class OnnxRuntimeBackend(Backend):
 
     kind = "onnxruntime"
     needs_mlir = False
+    packages = ("onnxruntime",)
 
     def __init__(self, name: str, options: dict | None):
         """Validate the options (without importing onnxruntime).

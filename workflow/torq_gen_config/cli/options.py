@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..backends import run_wide_options
 from ..errors import ConfigError
 
 
@@ -119,10 +120,9 @@ def build_config(args: argparse.Namespace) -> dict:
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):
         config["skip_executors"] = _csv(args.skip_executors)
-    if getattr(args, "torq_hw", None):
-        config["torq_hw"] = args.torq_hw
-    if getattr(args, "torq_hw_type", None):
-        config["torq_hw_type"] = args.torq_hw_type
+    for option in run_wide_options():
+        if getattr(args, option.key, None):
+            config[option.key] = getattr(args, option.key)
     if getattr(args, "compiler_option", None):
         config["compiler_options"] = list(args.compiler_option)
     if getattr(args, "runtime_option", None):

@@ -146,8 +146,13 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
     versions = {"torq-gen-config": tool_version, "python": platform.python_version()}
     for mod in ("onnx", "onnxruntime", "numpy", "snakemake"):
         versions[mod] = _module_version(mod)
-    versions["iree-base-compiler"] = _dist_version("iree-base-compiler")
-    versions["iree-base-runtime"] = _dist_version("iree-base-runtime")
+    # the importer's and the configured backends' own packages (Backend.packages)
+    from ..backends import capabilities
+    from ..mlir.importer import IMPORTER_PACKAGE
+
+    packages = [IMPORTER_PACKAGE, *(p for e in executors for p in capabilities(e.get("backend")).packages)]
+    for dist in dict.fromkeys(packages):
+        versions.setdefault(dist, _dist_version(dist))
     ref_versions = sorted({(r.get("reference") or {}).get("ort_version") for per in results.values()
                            for r in per.values() if (r.get("reference") or {}).get("ort_version")})
     tools = {}
