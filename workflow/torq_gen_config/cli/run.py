@@ -165,7 +165,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     """
     from ..compare import normalize_tolerance
     from ..config import check_precision_matches
-    from ..fileio import json_bytes, read_json, write_bytes_if_changed, write_json
+    from ..fileio import read_json, write_bytes_if_changed
     from ..fullrun import (
         PARTITIONS_MODE,
         RUN_RULES,
@@ -177,7 +177,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         selection_from_compiler_json,
         selection_from_report,
     )
-    from ..report.build import build_compiler_json, render_report
+    from ..report.publish import publish_report
     from ..workflow_api import WorkflowFailed, run_workflow
     from .options import subgraph_flags
 
@@ -192,8 +192,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         report = read_json(report_path, "report JSON")
         check_precision_matches(report, config, report_name=report_path.name)
         selection = selection_from_report(report, source_file=report_path.name)
-        compiler = build_compiler_json(report)
-        write_bytes_if_changed(compiler_path, json_bytes(compiler))
+        # the compiler JSON of the report as it stands (unchanged bytes stay untouched)
+        publish_report(report_path, compiler_path, report, rederive=False)
         tolerance = report.get("default_tolerance") or config["tolerance"]
     elif compiler_path.is_file():
         selection = selection_from_compiler_json(read_json(compiler_path, "compiler JSON"),
@@ -225,8 +225,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     section = full_model_section(result, tolerance=tolerance, result_file=result_file)
     if report is not None:
         report = read_json(report_path, "report JSON")  # re-read: keep edits made meanwhile
-        render_report(report, full_model=section, rederive=False)
-        write_json(report_path, report)
+        publish_report(report_path, compiler_path, report, full_model=section, rederive=False)
     if echo:
         print(render_full_model_text(section))
         whole = mode != PARTITIONS_MODE  # one whole-model compile by the backend that owns the mode

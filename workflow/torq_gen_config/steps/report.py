@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from ..fileio import read_json, write_json
+from ..fileio import read_json
 from ..job_support import _log, records_failure
 from ..layout import clear_outdated
 from .tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
@@ -39,7 +39,8 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     """
     from .. import __version__
     from ..mlir.importer import layer_location
-    from ..report.build import build_compiler_json, build_report
+    from ..report.build import build_report
+    from ..report.publish import publish_report
 
     man = read_json(manifest, "layer manifest")
     info = read_json(prepare_info, "preparation info")
@@ -104,8 +105,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
         from ..report.text import render_final_report_text
 
         rep["final_report_text"] = render_final_report_text(rep)
-    write_json(report, rep)
-    write_json(compiler, build_compiler_json(rep))
+    publish_report(report, compiler, rep, rederive=False, force=True)
     _log(log, f"report written: {report}")
     return rep
 
