@@ -64,7 +64,18 @@ MODEL_NAME = model_name(MODEL_PATH) + NAME_SUFFIX
 WORK = os.path.normpath(os.path.join(OUT, layout.work_dir(MODEL_NAME)))
 LAYERS = os.path.join(WORK, "layers")
 LOGS = os.path.join(WORK, "logs")
-EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
+CONFIGURED_EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
+# executors whose device or execution provider this machine lacks (a GPU executor on a
+# CPU machine): name -> reason, asked once per parse; they get no layer jobs and the
+# report names them once (unavailable_executors), instead of one error per layer
+UNAVAILABLE = backends.unavailable_executors(
+    [backends.executor_with_tool_options(e, config["compiler_options"], config["runtime_options"],
+                                         backends.run_wide_overrides(config)) for e in CONFIGURED_EXECUTORS.values()],
+    timeout_s=config["timeout_s"])
+if len(UNAVAILABLE) == len(CONFIGURED_EXECUTORS):
+    raise WorkflowError("no configured executor can run on this machine: "
+                        + "; ".join(f"{n}: {r}" for n, r in UNAVAILABLE.items()))
+EXECUTORS = {n: e for n, e in CONFIGURED_EXECUTORS.items() if n not in UNAVAILABLE}
 # Precision modes (docs/precision.md). CONVERSION applies when preparing the model;
 # QUANTIZE adds rules/quantize.smk's jobs and tests each layer's quantized model.
 CONVERSION = {k: config[k] for k in ("auto_convert_bf16", "auto_convert_int32", "save_bf16_model")}

@@ -19,7 +19,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                   output_dir: str, skip_ops: list[str] = (), dedup_layers: bool = False,
                   user_choices: str | None = None, recommend_by_timing: bool = False,
                   quantized_manifest: str | None = None, quantize_info: str | None = None,
-                  log: str | None = None) -> dict:
+                  unavailable: list[dict] = (), log: str | None = None) -> dict:
     """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
 
     Statuses are re-derived from the stored metrics with the current ``tolerance``,
@@ -36,6 +36,10 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
     compiler JSON) and a note says why; ``quantize_info`` (the whole model's
     quantization) goes into the report's ``precision`` section with the flags and
     the bf16/int32 conversion reports of the preparation.
+
+    ``unavailable`` (``[{"name", "backend", "reason"}]``): the configured executors this
+    machine cannot run (no device or execution provider), which got no layer jobs; the
+    report names each once (``unavailable_executors`` and a line of the text).
     """
     from .. import __version__
     from ..mlir.importer import layer_location
@@ -101,7 +105,9 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
                            "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
     rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
         sum(1 for d, _ in plan.values() if d == TEST) if dedup_layers else sum(1 for per in results.values() if per))
-    if duplicate_of or rep["folded_nodes"]:  # the text shows copied verdicts and folded nodes
+    rep["unavailable_executors"] = [dict(u) for u in unavailable]
+    if duplicate_of or rep["folded_nodes"] or unavailable:  # the text shows copied verdicts, folded nodes
+        # and unavailable executors
         from ..report.text import render_final_report_text
 
         rep["final_report_text"] = render_final_report_text(rep)
@@ -211,7 +217,7 @@ def aggregate_report(input, output, params, log) -> dict:
     the mapped manifest and the quantization info), ``user_choices`` (the user's
     overrides from ``edit``, when there are some). The layers' results are beside the
     manifest, the report is in the output directory. Params: ``model_name``,
-    ``executors``, ``tolerance``, ``options``, ``skip_ops``, ``dedup_layers``,
+    ``executors``, ``unavailable``, ``tolerance``, ``options``, ``skip_ops``, ``dedup_layers``,
     ``recommend_by_timing``, ``outdated``. Returns the report (dict).
     """
     rep = aggregate_job(model_name=params.model_name, manifest=input.manifest, prepare_info=input.info,
@@ -223,7 +229,8 @@ def aggregate_report(input, output, params, log) -> dict:
                         user_choices=input.user_choices[0] if input.user_choices else None,
                         recommend_by_timing=params.recommend_by_timing,
                         quantized_manifest=input.quant[0] if input.quant else None,
-                        quantize_info=input.quant[1] if input.quant else None, log=log[0])
+                        quantize_info=input.quant[1] if input.quant else None,
+                        unavailable=params.unavailable, log=log[0])
     clear_outdated(params.outdated)
     summary = rep["discovery_report"]["summary"]
     print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "
