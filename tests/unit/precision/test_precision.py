@@ -416,7 +416,9 @@ def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypat
     def boom(*a, **k):
         raise quantization.QuantizationError("onnxruntime.quantization failed: test failure")
 
-    monkeypatch.setattr(quantization, "quantize_model", boom)
+    from torq_gen_config.precision import quantize as quantize_module
+
+    monkeypatch.setattr(quantize_module, "quantize_model", boom)  # where the quantize step takes it from
     monkeypatch.setenv("TORQ_GEN_CONFIG_INLINE", "1")  # the patched function runs in this process
     jobs.quantize_layer_job(layer_onnx=str(d / "model.onnx"), ranges=str(ranges), quantized=str(d / "quantized.onnx"),
                             info=str(d / "quantize.json"), settings={"quant_format": "hybrid", "per_channel": False,

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..limits import DEFAULT_TIMEOUT_S
+
 #: File next to a result.json that was written as "skipped" (skip mode).
 SKIPPED_MARKER = ".skipped"
 _RERUN_MARKER = ".rerun"
@@ -41,7 +43,6 @@ TIMED_OUT_SUFFIX = ".timed-out"
 def record_timeout(output: str, timed_out: bool, timeout_s: float | None) -> None:
     """Write (``timed_out``) or remove the timeout record of ``output`` (see
     :data:`TIMED_OUT_SUFFIX`); ``timeout_s`` in seconds (None: the default limit)."""
-    from ..reference import DEFAULT_TIMEOUT_S
 
     record = Path(output + TIMED_OUT_SUFFIX)
     if timed_out:
@@ -55,7 +56,6 @@ def rerun_after_timeout(output: str, timeout_s: float | None) -> str | None:
     timeout under a smaller limit than ``timeout_s`` (seconds) now; None otherwise.
     A stat per output when nothing timed out. Writes: the rules use
     :func:`timeout_rerun_marker` instead."""
-    from ..reference import DEFAULT_TIMEOUT_S
 
     record = output + TIMED_OUT_SUFFIX
     try:
@@ -109,7 +109,6 @@ def timeout_rerun_token(output: str, timeout_s: float | None) -> str | None:
     a new value (the record's mtime, ns, as text) that reruns the job; otherwise the
     value of the last record a rerun dealt with (:func:`consume_rerun_marker`), or None.
     A stat per output when nothing timed out."""
-    from ..reference import DEFAULT_TIMEOUT_S
 
     record = output + TIMED_OUT_SUFFIX
     try:
