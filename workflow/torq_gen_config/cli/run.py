@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError, ReportError
-from ..layout import compiler_file, report_file
+from ..layout import ASSIGNMENT_FILE, FULL_DIR, PLAN_FILE, RESULT_FILE, compiler_file, full_run_file, report_file
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -184,8 +184,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     name = layout["name"]
     report_path = out / report_file(name)
     compiler_path = out / compiler_file(name)
-    full_dir = f"{layout['work']}/full"
-    assignment_file, result_file = f"{full_dir}/assignment.json", f"{full_dir}/result.json"
+    full_dir = f"{layout['work']}/{FULL_DIR}"
+    assignment_file, result_file = full_run_file(name, ASSIGNMENT_FILE), full_run_file(name, RESULT_FILE)
 
     report = None
     if report_path.is_file():
@@ -229,7 +229,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     if echo:
         print(render_full_model_text(section))
         whole = mode != PARTITIONS_MODE  # one whole-model compile by the backend that owns the mode
-        print(f"{'Plan:' if whole else 'Partitions:':<15}{out / full_dir / 'plan.json'}")
+        print(f"{'Plan:' if whole else 'Partitions:':<15}{out / full_dir / PLAN_FILE}")
         if whole and (section.get(mode) or {}).get("executor_map"):
             print(f"Executor map:  {out / section[mode]['executor_map']}")
         print(f"Result:        {out / result_file}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..fileio import read_json
 from ..job_support import _log, records_failure
-from ..layout import clear_outdated
+from ..layout import clear_outdated, layer_result_file
 from .tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
 
 @records_failure
@@ -76,7 +76,7 @@ def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, location
             continue
         per = {}
         for name in names:
-            p = Path(results_root) / layer["slug"] / name / "result.json"
+            p = Path(layer_result_file(results_root, layer["slug"], name))
             if p.exists():
                 per[name] = json.loads(p.read_text())
         results[layer["layer_id"]] = per
