@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import SQUEEZENET, TensorProto, helper, make_model, run_cli, tvi
+from conftest import SQUEEZENET, TensorProto, helper, make_model, one_line_error, run_cli, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.config import (DEFAULT_CONFIG_PATH, PRECISION_KEYS, check_precision_matches, load_config_file,
@@ -475,10 +475,10 @@ def test_save_bf16_model_must_not_be_the_input(tmp_path):
     check_save_bf16_path(model, None)
     r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--auto-convert-bf16",
                 "--save-bf16-model", str(model))
-    assert r.returncode == 2 and "input model itself" in r.stderr
+    assert r.returncode == 2 and "input model itself" in one_line_error(r)
     assert model.read_bytes() == SQUEEZENET.read_bytes()
     r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--calibration-samples", "3")
-    assert r.returncode == 2 and "--calibration-samples needs --quantize" in r.stderr
+    assert r.returncode == 2 and "--calibration-samples needs --quantize" in one_line_error(r)
 
 
 # ------------------------------------------- layer map by names (node order not preserved)

@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..backends import capabilities
 from ..errors import ConfigError, ReportError
 from ..layout import ASSIGNMENT_FILE, FULL_DIR, PLAN_FILE, RESULT_FILE, compiler_file, full_run_file, report_file
 
@@ -230,8 +231,9 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         print(render_full_model_text(section))
         whole = mode != PARTITIONS_MODE  # one whole-model compile by the backend that owns the mode
         print(f"{'Plan:' if whole else 'Partitions:':<15}{out / full_dir / PLAN_FILE}")
-        if whole and (section.get(mode) or {}).get("executor_map"):
-            print(f"Executor map:  {out / section[mode]['executor_map']}")
+        hooks = capabilities(mode).whole_model() if whole else None
+        for label, rel in (hooks.side_files(section) if hooks is not None else []):
+            print(f"{label + ':':<15}{out / rel}")
         print(f"Result:        {out / result_file}")
         if report is not None:
             print(f"Report:        {report_path} (full_model section)")
