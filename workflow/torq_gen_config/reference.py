@@ -26,6 +26,7 @@ from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-export
 from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
 from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS  # noqa: F401 (DEFAULT_TIMEOUT_S: its old home)
+from .limits import call_limit
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
@@ -72,7 +73,6 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 
     from .compare import compare_on_model
     from .isolation import WorkerCrash, WorkerTimeout, run_isolated_each
-    from .limits import call_limit
     from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
 
     if engine not in ENGINES:

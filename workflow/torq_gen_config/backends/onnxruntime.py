@@ -44,6 +44,7 @@ from .ort_session import (  # noqa: F401 (re-exported: the old home of these nam
     parse_ort_options,
     time_session_runs,
 )
+from ..limits import call_limit
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -382,7 +383,6 @@ class OnnxRuntimeBackend(Backend):
         stopped or died is ``"timeout"``/``"crash"`` with ``during`` the step it was in.
         """
         from ..isolation import run_isolated_each
-        from ..limits import call_limit
 
         limit = call_limit(timeout_s)
         compiled, ran = run_isolated_each(
@@ -413,7 +413,6 @@ class OnnxRuntimeBackend(Backend):
 
     def _in_worker(self, method: str, during: str, call_timeout_s: float, *args, **kwargs):
         from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-        from ..limits import call_limit
 
         limit = call_limit(call_timeout_s)
         try:

@@ -30,6 +30,7 @@ from pathlib import Path
 from ..backends import capabilities
 from ..errors import ConfigError, ReportError
 from ..layout import ASSIGNMENT_FILE, FULL_DIR, PLAN_FILE, RESULT_FILE, compiler_file, full_run_file, report_file
+from ..fileio import read_json, write_bytes_if_changed
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -74,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir).expanduser().resolve()
     report_path = out / report_file(layout["name"])
     if report_path.is_file():
-        from ..fileio import read_json
         from ..report.build import check_report
         from ..report.staleness import staleness
 
@@ -166,7 +166,6 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     """
     from ..compare import normalize_tolerance
     from ..config import check_precision_matches
-    from ..fileio import read_json, write_bytes_if_changed
     from ..fullrun import (
         PARTITIONS_MODE,
         RUN_RULES,

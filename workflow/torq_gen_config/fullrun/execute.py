@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
-from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT
+from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..tools import bounded_message, first_error_line
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 
@@ -293,7 +293,6 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
 
         from ..compare import FULL_MODEL_MIN_COSINE, judge
         from ..isolation import run_isolated
-        from ..limits import call_limit
         from ..reference_run import run_reference_file
 
         part_model = onnx.load(model_path, load_external_data=False)

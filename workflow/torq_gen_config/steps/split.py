@@ -7,18 +7,17 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import read_json, write_json
+from ..fileio import atomic_write_text, read_json, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from .markers import TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
 from .quantize import quantized_input_ranges
-from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS
+from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
     """Checkpoint ``split_layers``: :func:`_split_layers_job` in a supervised worker
     (:func:`in_worker`)."""
-    from ..limits import model_job_limit
 
     in_worker(_split_layers_job, "the layer split and its whole-model run",
               model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), without_run="model_run_failed",
@@ -117,9 +116,7 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     """Rule ``import_layer``: the layer's MLIR, imported in a supervised worker. An
     importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
     timeout or crash), not raised: the layer's tests report it and the others go on."""
-    from ..fileio import atomic_write_text
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ..limits import call_limit
     from ..mlir.importer import import_layer
 
     try:
