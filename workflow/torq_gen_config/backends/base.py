@@ -144,6 +144,9 @@ class Backend(ABC):
             (config ``torq_hw``, ``torq_hw_type``) overrides when not empty.
         run_only_options: option keys that only matter at run time (a change
             recompiles nothing in the full-model run).
+        batch_compile: :meth:`compile` also compiles a module holding several layers,
+            each its own exported function (``torq_gen_config.batch_compile``), and
+            :meth:`run` runs the function named by ``artifact.info["function"]``.
         name: the executor's name from the configuration.
         options: the executor's options as given (a shallow copy).
     """
@@ -154,6 +157,7 @@ class Backend(ABC):
     takes_tool_options: ClassVar[bool] = False
     override_options: ClassVar[tuple[str, ...]] = ()
     run_only_options: ClassVar[tuple[str, ...]] = ()
+    batch_compile: ClassVar[bool] = False
 
     @classmethod
     def with_tool_options(cls, options: Mapping[str, Any] | None, compiler_options: Sequence[str],

@@ -31,6 +31,7 @@ class TorqBackend(Backend):
                          "when every assigned executor is a torq one)")
     takes_tool_options = True
     override_options = ("torq_hw", "torq_hw_type")
+    batch_compile = True
 
     @classmethod
     def whole_model(cls) -> "WholeModel":
