@@ -48,5 +48,6 @@ rule compile_batch:
     log:
         os.path.join(LOGS, "compile_batch", "{executor}.{batch}.log"),
     threads: 1
+    priority: 20  # the longest jobs, each waited for by its members' tests
     run:
         steps.layer_tests.compile_batch(input, output, params, log)
