@@ -306,6 +306,12 @@ def get_batch_inputs(wildcards):
             "import_status": [os.path.join(LAYERS, s, "import.json") for s in slugs]}
 
 
+def get_batch_rerun(wildcards):
+    """The batch job's rerun param: new when it timed out under a smaller --timeout (read-only)."""
+    return timeout_rerun_token(os.path.join(BATCHES, wildcards.executor, wildcards.batch, "batch.json"),
+                               config["timeout_s"])
+
+
 def get_batch_members(wildcards):
     """The members (slug, layer ID) in batch order: a param of the batch job."""
     layers = manifest_layers()

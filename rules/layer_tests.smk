@@ -43,6 +43,7 @@ rule compile_batch:
     params:
         executor=get_executor,
         members=get_batch_members,
+        rerun=get_batch_rerun,
         timeout_s=TIMEOUT,
         outdated=REPORT_OUTDATED,
     log:

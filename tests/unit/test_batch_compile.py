@@ -141,6 +141,14 @@ def test_timeout_leaves_every_layer_to_compile_alone(members, tmp_path, monkeypa
     assert {m["status"] for m in rec["members"]} == {ALONE} and rec["compiled"] == 0
     assert "timed out" in rec["members"][0]["reason"] and len(rec["compiles"]) == 1
     assert (tmp_path / "module.vmfb").read_bytes() == b""
+    # the job records the timeout: a rerun with a larger --timeout compiles the batch again
+    from torq_gen_config.steps.markers import TIMED_OUT_SUFFIX, timeout_rerun_token
+
+    job_dir = tmp_path / "job"
+    compile_batch_job(executor={"name": "f", "backend": "fake"}, members=_fake_members(tmp_path, 99, members),
+                      out_dir=str(job_dir), timeout_s=1)
+    assert (job_dir / ("batch.json" + TIMED_OUT_SUFFIX)).read_text().strip() == "1"
+    assert timeout_rerun_token(str(job_dir / "batch.json"), 2) is not None
 
 
 def test_job_writes_its_files_when_the_backend_is_unavailable(members, tmp_path, capsys):

@@ -132,6 +132,9 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
                             "reason": reason[:500]} for m in members],
                "compiled": 0, "batch_ms": 0.0, "compiles": [], "module_bytes": 0, "artifact_info": {}}
         write_json(os.path.join(out_dir, BATCH_FILE), rec)
+    # a larger --timeout compiles a batch that timed out again (rule param rerun)
+    record_timeout(os.path.join(out_dir, BATCH_FILE), any(c["status"] == "timeout" for c in rec["compiles"]),
+                   timeout_s)
     alone = sum(m["status"] == ALONE for m in rec["members"])
     sys.stdout.write(f"[{executor['name']}] batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} layers "
                      f"compiled together ({rec['batch_ms'] / 1000:.1f} s, {len(rec['compiles'])} compiler run(s))"
@@ -141,9 +144,11 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
 def compile_batch(input, output, params, log) -> None:
     """Rule ``compile_batch``: ``module.vmfb`` and ``batch.json`` of one (batch,
     executor) (:func:`compile_batch_job`). Params: ``executor`` (effective),
-    ``members`` (``[{"slug", "layer_id"}]`` in batch order), ``outdated``; untracked
-    ``timeout_s``. Inputs ``mlir`` and ``import_status``: the members' files, in order."""
+    ``members`` (``[{"slug", "layer_id"}]`` in batch order), ``outdated``, ``rerun``
+    (:func:`~torq_gen_config.steps.markers.timeout_rerun_token` of ``batch.json``);
+    untracked ``timeout_s``. Inputs ``mlir`` and ``import_status``: the members' files, in order."""
     mark_outdated(params.outdated)
+    consume_rerun_marker(output.info + TIMED_OUT_SUFFIX, params.rerun)
     members = [{**m, "mlir": mlir, "import_status": status}
                for m, mlir, status in zip(params.members, input.mlir, input.import_status)]
     compile_batch_job(executor=params.executor, members=members, out_dir=os.path.dirname(output.module),
