@@ -97,7 +97,7 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
         if isinstance(a, list) or not et:
             out[vi.name] = a
         elif et == TensorProto.BFLOAT16:
-            from .precision.dtype_conversion import round_to_bf16
+            from .precision.bf16_rounding import round_to_bf16
 
             out[vi.name] = a if getattr(a.dtype, "name", "") == "bfloat16" else round_to_bf16(np.asarray(a, np.float32))
         else:
@@ -196,7 +196,7 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
 
     A bfloat16 model input (``--auto-convert-bf16``) accepts float arrays (float16,
     float32, float64, or ml_dtypes.bfloat16), rounded to bfloat16 through float32
-    (round to nearest even, as :func:`~torq_gen_config.precision.dtype_conversion.round_to_bf16`),
+    (round to nearest even, as :func:`~torq_gen_config.precision.bf16_rounding.round_to_bf16`),
     and ``|V2`` arrays (what ``numpy.savez`` makes of an ml_dtypes.bfloat16 array),
     read as bfloat16 bit patterns.
 
@@ -324,7 +324,7 @@ def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # no
     import numpy as np
 
     from .errors import ModelError
-    from .precision.dtype_conversion import round_to_bf16
+    from .precision.bf16_rounding import round_to_bf16
 
     if a.dtype.name == "bfloat16":
         return a

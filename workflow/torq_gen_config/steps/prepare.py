@@ -11,13 +11,13 @@ from pathlib import Path
 from ..fileio import write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
+from ..limits import DEFAULT_TIMEOUT_S
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
     """Rule ``prepare_model``: :func:`_prepare_model_job` in a supervised worker
     (its whole-model reference run can hang or crash; :func:`in_worker`)."""
     from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     in_worker(_prepare_model_job, "the model preparation", model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S),
               without_run="model_run_failed", **kwargs)
@@ -87,12 +87,12 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
                                          "unknown_to_static_inference": unknown[:200]}}
 
-    from ..precision.dtype_conversion import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
+    from ..precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 
     conversions = [(key, fn) for key, fn, on in (("bf16", convert_to_bf16, precision.get("auto_convert_bf16")),
                                                   ("int32", convert_int64_to_int32, precision.get("auto_convert_int32")))
                    if on]
-    if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.dtype_conversion)
+    if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.narrowing)
         target_opset = max(target_opset, BF16_OPSET)
     m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph, conversions=conversions,
                             input_shapes=shapes, shape_sources=sources, observe=observe)
@@ -213,7 +213,6 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, timeout_s
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
     from ..limits import model_job_limit
     from ..mlir.importer import import_full_model
-    from ..reference import DEFAULT_TIMEOUT_S
 
     limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
     try:

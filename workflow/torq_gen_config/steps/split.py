@@ -12,13 +12,13 @@ from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from .markers import TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
 from .quantize import quantized_input_ranges
+from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
     """Checkpoint ``split_layers``: :func:`_split_layers_job` in a supervised worker
     (:func:`in_worker`)."""
     from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     in_worker(_split_layers_job, "the layer split and its whole-model run",
               model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), without_run="model_run_failed",
@@ -74,7 +74,7 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
                   file=sys.stderr)
         for f in run["fallback_nodes"]:
             print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
-                  f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",
+                  f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:NOTE_CHARS]})",
                   file=sys.stderr)
     write_json(manifest, man)
 
@@ -121,7 +121,6 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
     from ..limits import call_limit
     from ..mlir.importer import import_layer
-    from ..reference import DEFAULT_TIMEOUT_S
 
     try:
         res = run_isolated(import_layer, (layer_onnx, mlir), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
