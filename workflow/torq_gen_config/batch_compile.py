@@ -158,7 +158,7 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
             if e.stage == "timeout":
                 _leave(by_fn, good, f"the batch compile timed out after {timeout_s:g} s")
                 return None
-            bad = _located(e, out / MERGED_FILE, good, parsed) or _bisect(
+            bad = _located(e, out / MERGED_FILE, good) or _bisect(
                 backend, good, parsed, out, compiles, timeout_s, log_path)
             if not bad:  # fails as a whole, but no part of it does alone
                 _leave(by_fn, good, f"the batch failed ({e.stage}: {e.summary}) and no layer could be singled out")
@@ -173,14 +173,15 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
 
 
 def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles: list[dict], timeout_s: float,
-         log_path: str | None, *, merged_name: str = MERGED_FILE):
-    """One compiler run of ``functions`` merged into ``directory/merged_name``;
-    records it in ``compiles``. Returns the artifact; raises StageError."""
+         log_path: str | None):
+    """One compiler run of ``functions`` merged into ``directory/batch.mlir``; records
+    it in ``compiles``. Returns the artifact; raises StageError (with ``spans``, the
+    functions' line ranges)."""
     from .backends.base import StageError
     from .mlir.merge import merge_modules
 
     text, spans = merge_modules([(f, parsed[f]) for f in functions])
-    mlir = directory / merged_name
+    mlir = directory / MERGED_FILE
     atomic_write_text(mlir, text)
     t0 = time.perf_counter()
     try:
@@ -195,7 +196,7 @@ def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles:
     return artifact
 
 
-def _located(e, mlir: Path, functions: list[str], parsed: dict) -> list[str]:
+def _located(e, mlir: Path, functions: list[str]) -> list[str]:
     """The functions of ``functions`` the error's locations point at."""
     from .mlir.merge import functions_at
 
@@ -221,7 +222,7 @@ def _bisect(backend, functions: list[str], parsed: dict, out: Path, compiles: li
             except StageError as e:
                 if e.stage == "timeout":
                     return []
-                located = _located(e, probe / MERGED_FILE, half, parsed)
+                located = _located(e, probe / MERGED_FILE, half)
                 if located:
                     return located
                 group = half
