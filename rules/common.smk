@@ -6,7 +6,7 @@ import re
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import backends, isolation, layout, run_lock, steps
+from torq_gen_config import backends, batch_compile, isolation, layout, run_lock, steps
 import torq_gen_config.steps.full_model
 import torq_gen_config.steps.layer_tests
 import torq_gen_config.steps.prepare
@@ -110,6 +110,7 @@ COMPILER_JSON = os.path.normpath(os.path.join(OUT, layout.compiler_file(MODEL_NA
 
 wildcard_constraints:
     layer=r"[A-Za-z0-9._-]+",
+    batch=r"[0-9]{4}-[0-9a-f]{10}",
     executor="|".join(re.escape(n) for n in EXECUTORS),
 
 
@@ -220,6 +221,10 @@ def get_test_inputs(wildcards):
     if NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]]:
         inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
         inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
+    batch = layer_batch(wildcards.layer, wildcards.executor)
+    if batch:
+        inputs["batch_module"] = os.path.join(BATCHES, wildcards.executor, batch, "module.vmfb")
+        inputs["batch_info"] = os.path.join(BATCHES, wildcards.executor, batch, "batch.json")
     if config["skip_mode"]:
         # skip mode: the executors of a layer are tested in priority order
         names = list(EXECUTORS)
@@ -260,6 +265,68 @@ def tested_layers():
     layers = manifest_layers()
     plan = steps.tested_layers.plan_layer_tests(layers.values(), config["skip_ops"], config["dedup_layers"])
     return [slug for slug, layer in layers.items() if plan[layer["layer_id"]][0] == steps.tested_layers.TEST]
+
+
+# Compile batches (rules/layer_tests.smk, rule compile_batch; docs/compile_batches.md)
+BATCHES = os.path.join(WORK, batch_compile.BATCHES_DIR)
+COMPILE_BATCH = config["compile_batch"]
+_BATCH_CACHE = {}
+
+
+def batched(executor):
+    """Whether the executor's layers are compiled in batches (compile_batch > 1 and
+    its backend has batch_compile)."""
+    return COMPILE_BATCH > 1 and backends.capabilities(EXECUTORS[executor]["backend"]).batch_compile
+
+
+def layer_batches():
+    """The compile batches of the tested layers (the same for every batched executor):
+    ``({batch id: [slug, ...]}, {slug: batch id})``, cached per manifest."""
+    layers = manifest_layers()
+    key = (id(layers), COMPILE_BATCH)
+    if key not in _BATCH_CACHE:
+        plan = batch_compile.plan_batches(tested_layers(), COMPILE_BATCH)
+        _BATCH_CACHE.clear()
+        _BATCH_CACHE[key] = ({b["id"]: b["members"] for b in plan},
+                             {slug: b["id"] for b in plan for slug in b["members"]})
+    return _BATCH_CACHE[key]
+
+
+def layer_batch(layer, executor):
+    """The id of the batch that compiles ``layer`` for ``executor``, or None (compiled
+    by its own test job)."""
+    return layer_batches()[1].get(layer) if batched(executor) else None
+
+
+def get_test_batch(wildcards):
+    """The test job's batch id (a param: switching compile_batch reruns the tests), or None."""
+    return layer_batch(wildcards.layer, wildcards.executor)
+
+
+def _batch_slugs(wildcards):
+    members = layer_batches()[0].get(wildcards.batch) if batched(wildcards.executor) else None
+    if members is None:
+        raise WorkflowError(f"unknown compile batch {wildcards.batch!r} of executor {wildcards.executor!r}")
+    return members
+
+
+def get_batch_inputs(wildcards):
+    """The members' MLIRs and import statuses, in batch order."""
+    slugs = _batch_slugs(wildcards)
+    return {"mlir": [os.path.join(LAYERS, s, "model.mlir") for s in slugs],
+            "import_status": [os.path.join(LAYERS, s, "import.json") for s in slugs]}
+
+
+def get_batch_rerun(wildcards):
+    """The batch job's rerun param: new when it timed out under a smaller --timeout (read-only)."""
+    return timeout_rerun_token(os.path.join(BATCHES, wildcards.executor, wildcards.batch, "batch.json"),
+                               config["timeout_s"])
+
+
+def get_batch_members(wildcards):
+    """The members (slug, layer ID) in batch order: a param of the batch job."""
+    layers = manifest_layers()
+    return [{"slug": s, "layer_id": layers[s]["layer_id"]} for s in _batch_slugs(wildcards)]
 
 
 def all_layer_results(wildcards):

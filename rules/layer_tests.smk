@@ -17,6 +17,7 @@ rule test_layer:
         timing=get_timing,
         precision=LAYER_PRECISION,
         rerun=get_test_rerun,
+        batch=get_test_batch,
         tolerance=untracked(config["tolerance"]),
         timeout_s=TIMEOUT,
         log_file=untracked(config["log_file"] or None),
@@ -27,3 +28,27 @@ rule test_layer:
     threads: 1
     run:
         steps.layer_tests.test_layer(input, output, params, log)
+
+
+# One compiler process per (batch of layers, executor) for backends that compile
+# batches (compile_batch > 1; docs/compile_batches.md): one module, one function per
+# layer; the test jobs above run their function from it. Layers the batch cannot
+# compile are left to their own test job, which compiles them alone.
+rule compile_batch:
+    input:
+        unpack(get_batch_inputs),
+    output:
+        module=os.path.join(BATCHES, "{executor}", "{batch}", "module.vmfb"),
+        info=os.path.join(BATCHES, "{executor}", "{batch}", "batch.json"),
+    params:
+        executor=get_executor,
+        members=get_batch_members,
+        rerun=get_batch_rerun,
+        timeout_s=TIMEOUT,
+        outdated=REPORT_OUTDATED,
+    log:
+        os.path.join(LOGS, "compile_batch", "{executor}.{batch}.log"),
+    threads: 1
+    priority: 20  # the longest jobs, each waited for by its members' tests
+    run:
+        steps.layer_tests.compile_batch(input, output, params, log)

@@ -58,5 +58,8 @@ rule import_layer:
     log:
         os.path.join(LOGS, "import_layer", "{layer}.log"),
     threads: 1
+    # before the references and tests that are ready too: the compile batches wait for
+    # all their members' imports, and they are the longest jobs
+    priority: 10
     run:
         steps.split.import_layer(input, output, params, log)

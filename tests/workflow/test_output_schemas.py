@@ -90,6 +90,7 @@ def test_every_schema_is_valid_draft_2020_12():
     ("torq_gen_config_m_subgraph_a_b_compiler.json", "compiler.schema.yaml"),
     ("work/m/layers/Conv_r0/llvm-cpu/result.json", "layer_result.schema.yaml"),
     ("work/m/layers/Conv_r0/import.json", "import.schema.yaml"),
+    ("work/m/batches/llvm-cpu/0000-0123456789/batch.json", "compile_batch.schema.yaml"),
     ("work/m/layers/Conv_r0/quantize.json", "layer_quantize.schema.yaml"),
     ("work/m/full/partitions/p0-abc/compiled.json", "full_compiled.schema.yaml"),
     ("runs/fwd_3ef066e5e79f/result.json", "ck_run_result.schema.yaml"),
@@ -139,8 +140,9 @@ def test_squeezenet_discover_run_edit_outputs_validate(tmp_path, squeezenet_path
     assert {"report_output.schema.yaml", "compiler.schema.yaml", "prepare.schema.yaml", "locations.schema.yaml",
             "manifest.schema.yaml", "import.schema.yaml", "layer_result.schema.yaml", "user_choices.schema.yaml",
             "full_assignment.schema.yaml", "full_plan.schema.yaml", "full_compiled.schema.yaml",
-            "full_result.schema.yaml"} <= set(seen), sorted(seen)
+            "full_result.schema.yaml", "compile_batch.schema.yaml"} <= set(seen), sorted(seen)
     assert len(seen["layer_result.schema.yaml"]) == 66 * 3
+    assert len(seen["compile_batch.schema.yaml"]) == 3 * 2  # 66 layers in batches of 32, two iree executors
     # a verdict with a bogus status, a report with a renamed field: the schemas reject them
     res = json.loads((work(out) / "layers" / "Conv_r0" / "llvm-cpu" / "result.json").read_text())
     assert not validator("layer_result.schema.yaml").is_valid({**res, "status": "passed"})

@@ -29,7 +29,8 @@ _BENCHMARK_LOCK = threading.Lock()
 
 def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_npz: str, layer_mlir: str | None,
                    import_status: str | None, work_dir: str, result_path: str, log_path: str | None,
-                   tolerance: dict, timeout_s: float, timing: dict | None = None) -> dict:
+                   tolerance: dict, timeout_s: float, timing: dict | None = None,
+                   batch: dict | None = None) -> dict:
     """Test one layer on one executor and write the result file atomically.
 
     Args:
@@ -51,6 +52,12 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             runs W untimed and N timed runs; its dict is stored as
             ``result["timing"]["runtime"]``. A failing measurement never changes
             the verdict: its message goes to ``result["timing"]["runtime_error"]``.
+        batch: ``{"module", "info"}``: the paths of the compile batch holding this
+            layer (``compile_batch`` > 1, :mod:`torq_gen_config.batch_compile`), or
+            None. A member compiled in the batch runs its own function from the
+            batch's module, and ``compile_ms`` is its share of the batch's compile
+            time (``timing.compile_batch`` says so); a member the batch left out is
+            compiled alone, as without a batch.
 
     The verdict is computed against the primary reference of ``reference_npz``
     (config ``reference``). When that reference failed on the layer's inputs, an
@@ -134,10 +141,33 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         if st.get("status") != "ok":
             stage = st.get("stage") or "import"
             return fail(stage, st.get("message") or "MLIR import failed", "import" if stage != "import" else None)
+    artifact = None
+    if batch:
+        from .batch_compile import member_artifact
+
+        artifact, result["timing"]["compile_batch"] = member_artifact(batch["info"], batch["module"], layer["slug"],
+                                                                      layer_mlir)
     try:
-        artifact, outputs, run_ms = backend.compile_and_run(
-            onnx_path=layer_onnx, mlir_path=layer_mlir, inputs=inputs, input_names=meta["input_names"],
-            output_names=meta["output_names"], work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+        if artifact is not None:  # compiled in its batch: run its function
+            try:
+                outputs, run_ms = backend.run(artifact, inputs=inputs, input_names=meta["input_names"],
+                                              output_names=meta["output_names"], work_dir=work_dir,
+                                              timeout_s=timeout_s, log_path=log_path)
+            except StageError as e:
+                if e.stage not in ("run", "crash"):  # a timeout is not waited for twice
+                    e.compile_ms = artifact.compile_ms
+                    raise
+                # the runtime's message names the batch's function and module layout: a
+                # one-layer compile gives the verdict and message that compile_batch 1 gives
+                result["timing"]["compile_batch"] = {
+                    "id": result["timing"]["compile_batch"]["id"],
+                    "compiled_alone": f"its run from the batch's module failed ({e.stage}); compiled alone for the "
+                                      "one-layer verdict"}
+                artifact = None
+        if artifact is None:
+            artifact, outputs, run_ms = backend.compile_and_run(
+                onnx_path=layer_onnx, mlir_path=layer_mlir, inputs=inputs, input_names=meta["input_names"],
+                output_names=meta["output_names"], work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
         result["timing"]["compile_ms"] = _round(artifact.compile_ms)
         result["timing"]["run_ms"] = _round(run_ms)
     except StageError as e:
@@ -280,7 +310,9 @@ def one_line_summary(result: dict) -> str:
     elif t.get("compile_ms") is not None:
         rt = t.get("runtime") or {}
         bench = f", {rt['median_ms']:.3f} ms median of {rt['runs']}" if rt.get("median_ms") is not None else ""
-        extra = f" ({t['compile_ms']:.0f} ms compile, {t.get('run_ms') or 0:.1f} ms run{bench})"
+        members = (t.get("compile_batch") or {}).get("members")
+        share = f" (share of a batch of {members})" if members else ""
+        extra = f" ({t['compile_ms']:.0f} ms compile{share}, {t.get('run_ms') or 0:.1f} ms run{bench})"
     return f"[{result['executor']}] {result['layer_id']}: {result['status']}{extra}"
 
 

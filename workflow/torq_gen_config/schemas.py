@@ -28,6 +28,7 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     ("work/*/layers/*/import.json", "import.schema.yaml"),
     ("work/*/layers/*/quantize.json", "layer_quantize.schema.yaml"),
     ("work/*/layers/*/*/result.json", "layer_result.schema.yaml"),
+    ("work/*/batches/*/*/batch.json", "compile_batch.schema.yaml"),
     ("work/*/quant/calibration.json", "calibration.schema.yaml"),
     ("work/*/quant/quantize.json", "quantize.schema.yaml"),
     ("work/*/quant/manifest.json", "quantized_manifest.schema.yaml"),

@@ -537,6 +537,31 @@ def test_discover_with_fake_tools(fake_torq, tmp_path):
                                f"--input=1x{3 if cwd.parent.name.startswith('Conv') else 4}x8x8xf32=@{cwd}/inputs/input_0.bin"]
 
 
+
+@pytest.mark.slow
+def test_discover_with_fake_tools_in_compile_batches(fake_torq, tmp_path):
+    """--compile-batch 3: one torq-compile per executor for the three layers (a module
+    with three functions), each layer run by its function; the verdicts of one-layer compiles."""
+    model = three_layer_model(tmp_path / "m3.onnx")
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "--config-file", _torq_config_copy(tmp_path),
+                "-j", "2", "-q", "--compile-batch", "3")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    report = json.loads((out / "torq_gen_config_m3.json").read_text())
+    for lid, op in report["ops"].items():
+        assert {n: e["status"] for n, e in op["executors"].items()} == dict.fromkeys(("nss", "css", "host"),
+                                                                                      "success"), lid
+        assert op["executors"]["nss"]["timing"]["compile_batch"]["members"] == 3
+    log = read_log(fake_torq)
+    compiles = [r for r in log if r["tool"] == "torq-compile" and r["argv"][1:] != ["--version"]]
+    runs = [r for r in log if r["tool"] == "torq-run-module"]
+    assert sorted(r["forced_executor"] for r in compiles) == ["css", "host", "nss"] and len(runs) == 9
+    for rec in compiles:
+        batch = Path(rec["cwd"])
+        assert batch.parent.name == rec["forced_executor"] and rec["argv"][1] == str(batch / "batch.mlir")
+    functions = sorted(a for r in runs for a in r["argv"] if a.startswith("--function="))
+    assert functions == sorted(["--function=l_Add_y", "--function=l_Conv_conv_out", "--function=l_Relu_relu_out"] * 3)
+
 def _no_torq_tools(monkeypatch, tmp_path):
     if importlib.util.find_spec("torq") is not None:
         pytest.skip("a torq package is installed: its tools would be found")

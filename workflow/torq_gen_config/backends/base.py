@@ -170,6 +170,9 @@ class Backend(ABC):
             report's provenance records (``iree-base-compiler``, ...).
         run_only_options: option keys that only matter at run time (a change
             recompiles nothing in the full-model run).
+        batch_compile: :meth:`compile` also compiles a module holding several layers,
+            each its own exported function (``torq_gen_config.batch_compile``), and
+            :meth:`run` runs the function named by ``artifact.info["function"]``.
         name: the executor's name from the configuration.
         options: the executor's options as given (a shallow copy).
     """
@@ -181,6 +184,7 @@ class Backend(ABC):
     run_wide_options: ClassVar[tuple[RunWideOption, ...]] = ()
     packages: ClassVar[tuple[str, ...]] = ()
     run_only_options: ClassVar[tuple[str, ...]] = ()
+    batch_compile: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

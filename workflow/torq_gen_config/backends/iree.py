@@ -113,6 +113,7 @@ class IreeBackend(Backend):
     packages = ("iree-base-compiler", "iree-base-runtime")
     takes_tool_options = True
     run_only_options = ("run_flags",)
+    batch_compile = True
 
     @classmethod
     def with_debug_ir(cls, options: dict, directory: str) -> dict:
@@ -247,7 +248,7 @@ class IreeBackend(Backend):
 
         The inputs are written as ``<work_dir>/in_<i>.npy`` in ``input_names`` order;
         the command is ``iree-run-module --module=<vmfb> --device=<device>
-        --function=main --input=@in_0.npy ... --output=@out_0.npy ... <run_flags>``
+        --function=<info["function"], default main> --input=@in_0.npy ... --output=@out_0.npy ... <run_flags>``
         (run inside ``work_dir``); outputs are read back and named after
         ``output_names`` in order (see the module doc for dtype handling).
 
@@ -290,7 +291,8 @@ class IreeBackend(Backend):
         if len(out_sig) != len(output_names):
             out_sig = [None] * len(output_names)
 
-        argv = [self._tool("iree-run-module"), f"--module={module}", f"--device={self.device}", f"--function={FUNCTION}"]
+        function = (artifact.info or {}).get("function") or FUNCTION
+        argv = [self._tool("iree-run-module"), f"--module={module}", f"--device={self.device}", f"--function={function}"]
         argv += self._write_inputs(work, inputs, input_names, "in")
         out_files: list[tuple[str, dict | None, bool]] = []
         for i, (name, sig) in enumerate(zip(output_names, out_sig)):
@@ -360,7 +362,7 @@ class IreeBackend(Backend):
         """Runtime of the compiled module, measured by ``iree-benchmark-module``.
 
         Command (run inside ``work_dir``): ``iree-benchmark-module --module=<vmfb>
-        --device=<device> --function=main --input=@bench_in_0.npy ...
+        --device=<device> --function=<info["function"], default main> --input=@bench_in_0.npy ...
         --benchmark_repetitions=<warmup + runs> --benchmark_min_time=1x
         --benchmark_format=json <run_flags>``.
 
@@ -407,20 +409,21 @@ class IreeBackend(Backend):
             raise FileNotFoundError(f"IREE module not found: {module}")
         work = Path(work_dir)
         work.mkdir(parents=True, exist_ok=True)
+        function = (artifact.info or {}).get("function") or FUNCTION
         argv = [self._tool("iree-benchmark-module"), f"--module={module}", f"--device={self.device}",
-                f"--function={FUNCTION}", *self._write_inputs(work, inputs, input_names, prefix="bench_in"),
+                f"--function={function}", *self._write_inputs(work, inputs, input_names, prefix="bench_in"),
                 f"--benchmark_repetitions={warmup + runs}", "--benchmark_min_time=1x",
                 "--benchmark_format=json", *self.run_flags]
         res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
         raise_for_tool_failure(res, tool="iree-benchmark-module", during="run", timeout_s=timeout_s)
-        samples = parse_benchmark_json(res.stdout, FUNCTION)
+        samples = parse_benchmark_json(res.stdout, function)
         if len(samples) != warmup + runs:
             raise StageError(
                 "run",
-                f"iree-benchmark-module reported {len(samples)} repetition(s) of {FUNCTION}, expected "
+                f"iree-benchmark-module reported {len(samples)} repetition(s) of {function}, expected "
                 f"{warmup + runs}:\n{bounded_message(res.stdout + res.stderr, 2000)}",
             )
-        method = (f"iree-benchmark-module --device={self.device}: wall time of one call of {FUNCTION} per "
+        method = (f"iree-benchmark-module --device={self.device}: wall time of one call of {function} per "
                   f"repetition (--benchmark_min_time=1x), inside the benchmark process; first {warmup} "
                   "repetition(s) dropped as warm-up; excludes process start-up and module loading")
         return runtime_stats(samples[warmup:], warmup=warmup, method=method)

@@ -53,6 +53,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--dedup-layers", action="store_true",
                    help="test one layer per signature (op type, attributes, shapes, dtypes); the others copy its "
                         "verdicts and are marked duplicate_of")
+    p.add_argument("--compile-batch", type=int, metavar="N",
+                   help="layers compiled by one compiler process per iree/torq executor (default 32; 1 = one "
+                        "compile per layer); verdicts are the same (docs/compile_batches.md)")
     p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
     p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
                                                       "e.g. MaxPool,Add; those layers get no recommendation")

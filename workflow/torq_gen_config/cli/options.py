@@ -116,6 +116,8 @@ def build_config(args: argparse.Namespace) -> dict:
         config["target_opset"] = args.target_opset
     if getattr(args, "dedup_layers", False):
         config["dedup_layers"] = True
+    if getattr(args, "compile_batch", None) is not None:
+        config["compile_batch"] = args.compile_batch
     if getattr(args, "skip_mode", False):
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):

@@ -113,7 +113,8 @@ def _timing_entry(timing: Mapping) -> dict:
     """Report ``timing`` of one (layer, executor) from the result's ``timing``.
 
     Always ``compile_ms`` and ``run_ms`` (the single verification run, for IREE
-    a whole ``iree-run-module`` process). When the runtime was measured
+    a whole ``iree-run-module`` process). With compile batches, ``compile_batch``
+    as in the result (``compile_ms`` is then the layer's share of its batch). When the runtime was measured
     (``collect_timing``): ``runtime_ms`` (the median, 3 decimals, the seed's
     field), ``runs``, ``warmup``, ``median_ms``, ``min_ms``, ``mean_ms``,
     ``max_ms``, ``samples_ms`` and ``method``. When the measurement failed:
@@ -134,6 +135,8 @@ def _timing_entry(timing: Mapping) -> dict:
     err = timing.get("runtime_error")
     if err:
         out["runtime_error"] = err.get("summary") if isinstance(err, Mapping) else str(err)
+    if isinstance(timing.get("compile_batch"), Mapping):  # compile_ms is then a share of a batch's time
+        out["compile_batch"] = dict(timing["compile_batch"])
     return out
 
 

@@ -177,6 +177,12 @@ def render_summary(report: Mapping, console: Console) -> None:
                           Text(_fmt_ms(s.get("max_ms"))), Text(str(s.get("samples", "-")))]
             table.add_row(*cells)
         _print_table(console, table)
+        batched = sorted({name for op in (report.get("ops") or {}).values()
+                          for name, e in (op.get("executors") or {}).items()
+                          if ((e or {}).get("timing") or {}).get("compile_batch", {}).get("members")})
+        if batched:  # say what those compile times are: an even split, not a measurement
+            _line(console, f"  compile times of {', '.join(batched)}: each layer's share of its batch's compile "
+                           "(batch ms / layers compiled together), not measured per layer")
         _line(console)
 
     for ln in trust_lines(report):

@@ -120,7 +120,11 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         head.append_text(_status_text(entry.get("status")))
         timing = entry.get("timing") or {}
         if timing.get("compile_ms") is not None or timing.get("run_ms") is not None:
-            head.append(f"   compile {_fmt_ms(timing.get('compile_ms'))} ms, run {_fmt_ms(timing.get('run_ms'))} ms")
+            batch = timing.get("compile_batch") or {}
+            share = (f" (1/{batch['members']} of a batch compiled in {_fmt_ms(batch.get('batch_ms'))} ms, "
+                     "not measured per layer)" if batch.get("members") else "")
+            head.append(f"   compile {_fmt_ms(timing.get('compile_ms'))} ms{share}, "
+                        f"run {_fmt_ms(timing.get('run_ms'))} ms")
         console.print(head)
         metrics = entry.get("metrics")
         if metrics:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from ..fileio import read_json
@@ -16,7 +17,7 @@ from .quantize import quantize_failure
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                    import_status: str | None, result: str, tolerance: dict, timeout_s: float,
                    log: str | None = None, log_file: str | None = None, verbose: bool = False,
-                   earlier_results: list[str] = (), timing: dict | None = None) -> None:
+                   earlier_results: list[str] = (), timing: dict | None = None, batch: dict | None = None) -> None:
     """Rule ``test_layer``: compile, run and compare one layer on one executor.
 
     The console gets one line per job; ``log_file`` (optional) receives the job's
@@ -26,7 +27,8 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     if one of them is a success, this executor is recorded as ``skipped`` without
     compiling anything. ``timing`` (``{"runs", "warmup"}`` or None; the workflow's
     ``collect_timing``) also measures the runtime after a run that produced outputs
-    (see :func:`~torq_gen_config.layer_test.run_layer_test`).
+    (see :func:`~torq_gen_config.layer_test.run_layer_test`). ``batch``
+    (``{"module", "info"}`` or None): the layer's compile batch (``compile_batch``).
     """
     import traceback
 
@@ -35,7 +37,8 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     try:
         _test_layer_job(layer=layer, executor=executor, layer_onnx=layer_onnx, reference=reference, mlir=mlir,
                         import_status=import_status, result=result, tolerance=tolerance, timeout_s=timeout_s,
-                        log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing)
+                        log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing,
+                        batch=batch)
     except Exception as e:  # a bug on one layer must not stop the others (nor the report)
         message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
         res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
@@ -46,7 +49,8 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
 
 def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                     import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
-                    log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None) -> None:
+                    log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None,
+                    batch: dict | None = None) -> None:
     from ..layer_test import one_line_summary, run_layer_test, skipped_result
 
     if log:
@@ -72,7 +76,7 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
-                         timing=timing)
+                         timing=timing, batch=batch)
     record_timeout(result, (res.get("failure_report") or {}).get("stage") == "timeout", timeout_s)
     # one write per line: jobs are threads, and print() writes text and newline separately
     text = one_line_summary(res) + "\n"
@@ -82,7 +86,6 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
     sys.stdout.flush()
     if log_file and log:
         append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
-
 
 
 def test_layer(input, output, params, log) -> None:
@@ -97,4 +100,56 @@ def test_layer(input, output, params, log) -> None:
                    mlir=input.get("mlir"), import_status=input.get("import_status"), result=output.result,
                    tolerance=params.tolerance.value, timeout_s=params.timeout_s.value, log=log[0],
                    log_file=params.log_file.value, verbose=params.verbose.value,
-                   earlier_results=input.get("earlier") or [], timing=params.timing)
+                   earlier_results=input.get("earlier") or [], timing=params.timing,
+                   batch={"module": input.batch_module, "info": input.batch_info} if params.batch else None)
+
+
+@records_failure
+def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, timeout_s: float,
+                      log: str | None = None) -> None:
+    """Rule ``compile_batch``: one module for a batch of layers on one executor
+    (:func:`torq_gen_config.batch_compile.compile_batch`). A batch that cannot be
+    compiled at all (the backend is unavailable, a bug) still writes its files with
+    every layer marked to compile alone, so each layer's own test reports it."""
+    import traceback
+
+    from ..batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
+    from ..fileio import atomic_write_text, write_json
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    t0 = time.perf_counter()
+    try:
+        rec = compile_batch(executor=executor, members=members, out_dir=out_dir, timeout_s=timeout_s, log_path=log)
+    except Exception as e:  # the layers' own compiles report what is wrong, one verdict each
+        reason = f"the batch was not compiled: {type(e).__name__}: {e}"
+        _log(log, reason + "\n" + traceback.format_exc())
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        atomic_write_text(os.path.join(out_dir, MODULE_FILE), "")
+        rec = {"schema": BATCH_SCHEMA, "executor": executor["name"], "backend": executor["backend"],
+               "members": [{"slug": m["slug"], "layer_id": m["layer_id"], "function": None, "status": ALONE,
+                            "reason": reason[:500]} for m in members],
+               "compiled": 0, "batch_ms": 0.0, "compiles": [], "module_bytes": 0, "artifact_info": {}}
+        write_json(os.path.join(out_dir, BATCH_FILE), rec)
+    # a larger --timeout compiles a batch that timed out again (rule param rerun)
+    record_timeout(os.path.join(out_dir, BATCH_FILE), any(c["status"] == "timeout" for c in rec["compiles"]),
+                   timeout_s)
+    alone = sum(m["status"] == ALONE for m in rec["members"])
+    sys.stdout.write(f"[{executor['name']}] batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} layers "
+                     f"compiled together ({rec['batch_ms'] / 1000:.1f} s, {len(rec['compiles'])} compiler run(s))"
+                     + (f", {alone} to compile alone" if alone else "") + f" in {time.perf_counter() - t0:.1f} s\n")
+
+
+def compile_batch(input, output, params, log) -> None:
+    """Rule ``compile_batch``: ``module.vmfb`` and ``batch.json`` of one (batch,
+    executor) (:func:`compile_batch_job`). Params: ``executor`` (effective),
+    ``members`` (``[{"slug", "layer_id"}]`` in batch order), ``outdated``, ``rerun``
+    (:func:`~torq_gen_config.steps.markers.timeout_rerun_token` of ``batch.json``);
+    untracked ``timeout_s``. Inputs ``mlir`` and ``import_status``: the members' files, in order."""
+    mark_outdated(params.outdated)
+    consume_rerun_marker(output.info + TIMED_OUT_SUFFIX, params.rerun)
+    members = [{**m, "mlir": mlir, "import_status": status}
+               for m, mlir, status in zip(params.members, input.mlir, input.import_status)]
+    compile_batch_job(executor=params.executor, members=members, out_dir=os.path.dirname(output.module),
+                      timeout_s=params.timeout_s.value, log=log[0])

@@ -36,6 +36,7 @@ class TorqBackend(Backend):
         RunWideOption("torq_hw_type", "--torq-hw-type", "TYPE", "runtime hardware type for torq executors "
                       "(torq-run-module --torq_hw_type, e.g. sim); empty keeps each executor's option"),
     )
+    batch_compile = True
 
     @classmethod
     def whole_model(cls) -> "WholeModel":
