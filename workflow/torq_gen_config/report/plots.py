@@ -17,6 +17,8 @@ from .recommend import duration_ms, runtime_median_ms
 
 #: Height of one layer row of the status matrix (px), and the page's font.
 ROW_PX = 16
+#: Smallest height of the status matrix (px): room for its colour bar's seven labels.
+MATRIX_MIN_PX = 320
 FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
 
 
@@ -60,7 +62,7 @@ def status_matrix(report: Mapping):
         z=z, x=names, y=layers, text=text, customdata=custom, hovertemplate="%{text}<extra></extra>",
         zmin=-0.5, zmax=n - 0.5, colorscale=scale, xgap=2, ygap=1,
         colorbar=dict(title="status", tickvals=list(range(n)), ticktext=list(CELL_STATUSES), lenmode="pixels",
-                      len=min(300, 60 + ROW_PX * len(layers)), y=1, yanchor="top"),
+                      len=MATRIX_MIN_PX - 100, y=1, yanchor="top"),
         name="verdicts",
     )
     rec_x = [ops[lid].get("recommended_executor") for lid in layers]
@@ -71,7 +73,7 @@ def status_matrix(report: Mapping):
     )
     fig = go.Figure([heat, star])
     _layout(fig, title=f"Verdicts: {len(layers)} layers x {len(names)} executors (star: recommended; \u26a0: "
-                       "reference dispute; hover or click a cell)", height=140 + ROW_PX * len(layers),
+                       "reference dispute; hover or click a cell)", height=max(MATRIX_MIN_PX, 140 + ROW_PX * len(layers)),
             legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
     # fixed ranges: the star markers would otherwise pad the axes beyond the cells
     fig.update_yaxes(range=[len(layers) - 0.5, -0.5], type="category", automargin=True, tickfont=dict(size=10),
@@ -268,6 +270,6 @@ def error_stage_plot(report: Mapping):
     fig = go.Figure([go.Bar(x=names, y=[counts[n].get(s, 0) for n in names], name=s,
                             marker_color=colors.get(s, "#78909c"),
                             hovertemplate="%{x}: %{y} error(s) at stage " + s + "<extra></extra>") for s in stages])
-    _layout(fig, title="Error verdicts per executor, by failure stage", height=360, barmode="stack")
+    _layout(fig, title="Error verdicts per executor, by failure stage", height=360, barmode="stack", showlegend=True)
     fig.update_yaxes(title="layers")
     return fig
