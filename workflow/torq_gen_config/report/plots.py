@@ -83,8 +83,11 @@ def status_matrix(report: Mapping):
 
 
 def _row_label(layer_id: str, op: Mapping) -> str:
-    """A matrix row label: the layer ID, marked when its references disagree."""
-    return f"{layer_id} \u26a0 dispute" if (op.get("reference") or {}).get("dispute") else layer_id
+    """A matrix row label: the layer ID (escaped: plotly reads tick text as HTML), marked
+    when its references disagree."""
+    from html import escape
+
+    return f"{escape(layer_id)} \u26a0 dispute" if (op.get("reference") or {}).get("dispute") else escape(layer_id)
 
 
 def matrix_details(report: Mapping) -> dict:
