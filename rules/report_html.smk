@@ -1,7 +1,7 @@
 # The HTML report: one self-contained page (plotly.js inlined, works offline) of the
 # report JSON, next to it (torq_gen_config_<model>.html). Not part of `rule all`:
 # ask for it with `snakemake --cores 1 report_html`, or `torq-gen-config report`.
-# Flagged for `snakemake --report` (caption: workflow/report/html_report.rst).
+# Flagged for `snakemake --report` (caption: rules/captions/html_report.rst).
 
 
 HTML_REPORT = os.path.normpath(os.path.join(OUT, layout.html_report_file(MODEL_NAME)))
@@ -12,7 +12,7 @@ rule report_html:
         report=REPORT,
         compiler=COMPILER_JSON,
     output:
-        html=report(HTML_REPORT, caption="../workflow/report/html_report.rst", category="Discovery"),
+        html=report(HTML_REPORT, caption="captions/html_report.rst", category="Discovery"),
     log:
         os.path.join(LOGS, "report_html.log"),
     run:
