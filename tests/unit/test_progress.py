@@ -153,3 +153,22 @@ def test_installed_in_place_of_snakemakes_console_handler(streams):
         assert console in logger.handlers and d not in logger.handlers
     finally:
         logger.removeHandler(console)
+
+
+def test_live_mode_catches_what_other_processes_write(capfd, tmp_path):
+    """On a terminal, what worker processes and native code write to fd 1/2 comes above the
+    display, not through it; ONNX Runtime's own log lines go only to the log file."""
+    import os
+    import subprocess
+
+    log = tmp_path / "diag.log"
+    with ProgressDisplay("live", what="discovery of m", log_file=str(log)):
+        os.write(1, b"split: 3 layers (from a worker)\n")
+        os.write(2, b"\x1b[0;93m2026-12-01 10:00:00.1 [W:onnxruntime:, graph.cc:4 F] Removing initializer w\x1b[m\n")
+        subprocess.run(["sh", "-c", "echo child line"], check=True)
+    out, err = capfd.readouterr()
+    assert "split: 3 layers (from a worker)" in err and "child line" in err
+    assert "onnxruntime" not in out + err
+    assert "Removing initializer w" in log.read_text()
+    os.write(1, b"after\n")  # the descriptors are back
+    assert capfd.readouterr().out == "after\n"

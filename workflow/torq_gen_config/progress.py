@@ -10,7 +10,9 @@ and shows:
 
 - on a terminal (``live``): a live display on stderr (bar, done / total jobs, verdicts so far
   per status, elapsed and remaining time, the jobs running now); verdicts other than
-  ``success``/``skipped`` and any other line the jobs print appear above it;
+  ``success``/``skipped`` and any other line the jobs print appear above it, also what worker
+  processes write to the descriptors (:class:`_FdCapture`), except ONNX Runtime's own log
+  lines, which go only to ``log_file``;
 - elsewhere (``lines``): the jobs' lines as they are, plus a progress line on stderr at each
   tenth of the jobs (and at most every :data:`LINE_EVERY_S` seconds otherwise);
 
@@ -22,6 +24,7 @@ formatted as Snakemake formats them; its per-job blocks only go to ``log_file`` 
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 import threading
@@ -40,6 +43,105 @@ LINE_EVERY_S = 30.0
 LINE_MIN_S = 5.0
 #: Snakemake's info messages that are passed on (the rest is progress bookkeeping).
 _PASS_INFO = ("Nothing to be done",)
+#: ONNX Runtime's own log line (``2026-... [W:onnxruntime:, graph.cc:..] ...``, coloured on a terminal).
+ORT_LOG_RE = re.compile(r"\[[VIWEF]:onnxruntime:")
+_DRAIN = b"\x00torq-gen-config-drain\x00\n"
+
+
+class _FdCapture:
+    """File descriptors 1 and 2 of this process through pipes, for the live display: what
+    the worker processes (forked from a forkserver that inherits these descriptors) and
+    native libraries write would otherwise land in the middle of the display. One per
+    process (:func:`fd_capture`); the pipes stay open for its lifetime (a worker forked
+    while the display ran keeps them), and while no display is active, what arrives goes
+    on to the original descriptors."""
+
+    def __init__(self):
+        self.files: dict = {}  # fd -> a file on what the descriptor was before start()
+        self.sink = None  # callable(fd, line) while a display is active
+        self._before: dict = {}
+        self._pipes, self._drained = {}, {}
+        for fd in (1, 2):
+            r, w = os.pipe()
+            self._pipes[fd] = w
+            threading.Thread(target=self._read, args=(fd, r), daemon=True, name=f"torq-gen-config-fd{fd}").start()
+
+    def start(self, sink) -> None:
+        """Send fd 1 and 2 to the pipes; lines go to ``sink(fd, line)``."""
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except Exception:  # a closed or odd stream: nothing to flush
+                pass
+        self._before = {fd: os.dup(fd) for fd in (1, 2)}
+        self.files = {fd: open(os.dup(self._before[fd]), "w", buffering=1, encoding="utf-8", errors="replace",
+                               closefd=True) for fd in (1, 2)}
+        self.sink = sink
+        for fd, w in self._pipes.items():
+            os.dup2(w, fd)
+
+    def stop(self) -> None:
+        """Back to the original descriptors, after every line written so far reached the sink."""
+        for stream in (sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        for fd in (1, 2):
+            before = self._before.pop(fd)
+            os.dup2(before, fd)
+            os.close(before)
+        for fd, w in self._pipes.items():  # a marker through each pipe: all before it was read
+            done = self._drained[fd] = threading.Event()
+            os.write(w, _DRAIN)
+            done.wait(5.0)
+        self.sink = None
+
+    def release(self) -> None:
+        """Close the files on the original descriptors (after :meth:`stop`)."""
+        for fd in list(self.files):
+            self.files.pop(fd).close()
+
+    def _read(self, fd: int, r: int) -> None:
+        buf = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                return
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                marker = _DRAIN.rstrip(b"\n")
+                if line.endswith(marker):
+                    line = line[: -len(marker)]
+                    if line:
+                        self._emit(fd, line)
+                    event = self._drained.pop(fd, None)
+                    if event is not None:
+                        event.set()
+                    continue
+                self._emit(fd, line)
+
+    def _emit(self, fd: int, line: bytes) -> None:
+        text = line.decode("utf-8", errors="replace")
+        sink = self.sink
+        try:
+            if sink is not None:
+                sink(fd, text)
+            else:  # no display: the descriptor is back to what it was, write there
+                os.write(fd, (text + "\n").encode("utf-8", errors="replace"))
+        except Exception:  # the reader must not die: later lines still need a way out
+            pass
+
+
+_FD_CAPTURE: list = []
+
+
+def fd_capture() -> _FdCapture:
+    """The process's :class:`_FdCapture` (made at first use)."""
+    if not _FD_CAPTURE:
+        _FD_CAPTURE.append(_FdCapture())
+    return _FD_CAPTURE[0]
 
 
 def _hms(seconds: float) -> str:
@@ -132,26 +234,64 @@ class ProgressDisplay(logging.Handler):
         from rich.console import Console
 
         self._saved = (sys.stdout, sys.stderr)
-        self._console = Console(file=sys.stderr, highlight=False, soft_wrap=True)
+        self._capture = None
+        err = sys.stderr
+        if self.mode == "live":
+            try:
+                self._capture = fd_capture()
+                self._capture.start(self._fd_line)
+                # the display writes to the original terminal, never into its own pipe
+                out, err = (self._unpiped(s, fd) for s, fd in ((sys.stdout, 1), (sys.stderr, 2)))
+                self._saved = (out, err)
+            except OSError:  # no descriptors to redirect (an embedded interpreter): lines may cut in
+                self._capture = None
+        self._console = Console(file=err, highlight=False, soft_wrap=True)
         if self.mode == "live":
             from rich.live import Live
 
             self._live = Live(get_renderable=self._render, console=self._console, refresh_per_second=4,
                               transient=True, redirect_stdout=False, redirect_stderr=False)
             self._live.start()
+        self._saved_streams = (sys.stdout, sys.stderr)
         sys.stdout = _LineStream(self, self._saved[0])
         sys.stderr = _LineStream(self, self._saved[1])
         return self
+
+    def _unpiped(self, stream, fd: int):
+        """``stream``, or the capture's file on the original descriptor when ``stream``
+        writes to ``fd`` (which is about to become a pipe)."""
+        try:
+            if stream.fileno() == fd:
+                return self._capture.files[fd]
+        except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO): keep it
+            pass
+        return stream
+
+    def _fd_line(self, fd: int, line: str) -> None:
+        """A line written to fd 1 or 2 by a worker process or native code: ONNX Runtime's
+        own log lines go only to the log file; the rest like a job's line."""
+        if ORT_LOG_RE.search(line):
+            if self.log_file:
+                self._append_log(line)
+            return
+        if self._live is None:  # not started yet: straight to the terminal (never back into the pipe)
+            self._capture.files[fd].write(line + "\n")
+            return
+        self.job_line(line, self._saved[0] if fd == 1 else self._saved[1])
 
     def __exit__(self, *exc) -> None:
         for stream in (sys.stdout, sys.stderr):
             if isinstance(stream, _LineStream):
                 stream.flush()
-        sys.stdout, sys.stderr = self._saved
         if self._live is not None:
             self._live.stop()
+        if self._capture is not None:
+            self._capture.stop()  # what is still in the pipes is printed now
+        sys.stdout, sys.stderr = self._saved_streams
         if self._jobs_started:
             self._console.print(self.summary_line(final=True), highlight=False)
+        if self._capture is not None:
+            self._capture.release()
 
     # ------------------------------------------------------------------ what is shown
 
@@ -271,11 +411,13 @@ class ProgressDisplay(logging.Handler):
             self._print(self.summary_line())
 
     def _to_log_file(self, record: logging.LogRecord) -> None:
+        text = self._formatter.format(record)
+        if text and text.strip():
+            self._append_log(text)
+
+    def _append_log(self, text: str) -> None:
         from filelock import FileLock
 
-        text = self._formatter.format(record)
-        if not text or not text.strip():
-            return
         Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.log_file) + ".lock"):
             with open(self.log_file, "a", encoding="utf-8") as f:
