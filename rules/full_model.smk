@@ -42,9 +42,9 @@ checkpoint plan_full_model:
     output:
         plan=FULL_PLAN,
     params:
-        # torq_hw/torq_hw_type applied as in discovery (compiler/runtime options are
-        # applied by the plan itself)
-        executors=[backends.executor_with_tool_options(e, [], [], config["torq_hw"], config["torq_hw_type"])
+        # run-wide backend settings (torq_hw, ...) applied as in discovery (compiler/runtime
+        # options are applied by the plan itself)
+        executors=[backends.executor_with_tool_options(e, [], [], backends.run_wide_overrides(config))
                    for e in EXECUTORS.values()],
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],

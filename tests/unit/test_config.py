@@ -65,9 +65,9 @@ def test_tool_options_reach_compiler_backends_only():
     iree = {"name": "a", "backend": "iree", "options": {"compile_flags": ["--x"]}}
     torq = {"name": "nss", "backend": "torq", "options": {"torq_hw": "default"}}
     ort = {"name": "o", "backend": "onnxruntime", "options": {}}
-    got = executor_with_tool_options(iree, ["--y"], ["--r"], "SL2610", "hw")
+    got = executor_with_tool_options(iree, ["--y"], ["--r"], {"torq_hw": "SL2610", "torq_hw_type": "hw"})
     assert got["options"] == {"compile_flags": ["--x", "--y"], "run_flags": ["--r"]}
-    got = executor_with_tool_options(torq, [], [], "SL2610", "hw")
+    got = executor_with_tool_options(torq, [], [], {"torq_hw": "SL2610", "torq_hw_type": "hw"})
     assert got["options"] == {"torq_hw": "SL2610", "torq_hw_type": "hw"}
-    assert executor_with_tool_options(ort, ["--y"], ["--r"], "SL2610", "hw") is ort
+    assert executor_with_tool_options(ort, ["--y"], ["--r"], {"torq_hw": "SL2610", "torq_hw_type": "hw"}) is ort
     assert iree["options"] == {"compile_flags": ["--x"]}  # the config is not changed in place

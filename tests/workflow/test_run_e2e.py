@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import TensorProto, helper, make_model, run_cli, run_snakemake, tvi, work
+from conftest import TensorProto, helper, make_model, one_line_error, run_cli, run_snakemake, tvi, work
 from onnx import numpy_helper
 
 pytestmark = pytest.mark.slow
@@ -163,6 +163,26 @@ def test_one_layer_change_recompiles_only_the_partitions_it_touches(mixed_copy, 
     assert sorted(d.name for d in parts_dir.iterdir()) == sorted(p["pid"] for p in after["partitions"])
 
 
+def test_an_edit_after_the_run_marks_the_full_model_result_out_of_date(mixed_copy, squeezenet_path):
+    """The full-model section belongs to the assignment it ran: an edit that moves a layer
+    it placed marks it out of date (JSON and text), an edit back clears the mark."""
+    out, _ = mixed_copy
+    common = ["--model", squeezenet_path, "--output-dir", out]
+    report, _ = load(out)
+    assert "stale" not in report["full_model"]
+    assert report["full_model"]["assignment"]["layer_executors"]["Relu_r4"] == "llvm-cpu"
+    r = run_cli("edit", *common, "--layer", "Relu_r4", "--executor", "vmvx")
+    assert r.returncode == 0, r.stderr
+    report, _ = load(out)
+    stale = report["full_model"]["stale"]
+    assert "Relu_r4 (llvm-cpu -> vmvx)" in stale and "torq-gen-config run" in stale
+    assert f"OUT OF DATE: {stale}" in report["final_report_text"]
+    r = run_cli("edit", *common, "--layer", "Relu_r4", "--executor", "llvm-cpu")
+    assert r.returncode == 0, r.stderr
+    report, _ = load(out)
+    assert "stale" not in report["full_model"] and "OUT OF DATE" not in report["final_report_text"]
+
+
 def test_run_with_only_the_compiler_json(mixed_copy, squeezenet_path, tmp_path):
     out, _ = mixed_copy
     report_path = out / f"torq_gen_config_{NAME}.json"
@@ -195,7 +215,7 @@ def test_unknown_executor_is_bad_input(mixed_copy, squeezenet_path):
     try:
         set_assignment(out, lambda lid, op: "gpu" if lid == "Conv_r0" else mixed(lid, op))
         r = run_cmd("--model", squeezenet_path, "--output-dir", out)
-        assert r.returncode == 2 and "'gpu'" in r.stderr and "not configured" in r.stderr
+        assert r.returncode == 2 and "'gpu'" in one_line_error(r) and "not configured" in one_line_error(r)
     finally:
         p.write_text(saved)
 

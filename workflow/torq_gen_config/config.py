@@ -22,17 +22,21 @@ ONNX_PACKAGE_PREFIX = "onnx:"
 
 def load_schema() -> dict:
     """Return the config JSON schema (draft 2020-12) as a dict, with the ``enum`` of an
-    executor's ``backend`` filled in from the backend registry (``sorted(BACKEND_KINDS)``),
-    so that registering a backend is the one line it takes to allow it in the config."""
+    executor's ``backend`` filled in from the backend registry (``sorted(BACKEND_KINDS)``)
+    and one string key (default ``""``) per run-wide option a backend offers
+    (:func:`~torq_gen_config.backends.run_wide_options`, e.g. torq's ``torq_hw``), so
+    that registering a backend is the one line it takes to allow it in the config."""
     import yaml
 
-    # function-level: the registry sits above config in the layers, and importing it
-    # imports no backend module
-    from .backends import BACKEND_KINDS
+    # function-level: importing the registry imports no backend module until asked
+    from .backends import BACKEND_KINDS, run_wide_options
 
     with open(SCHEMA_PATH, encoding="utf-8") as f:
         schema = yaml.safe_load(f)
     schema["properties"]["executors"]["items"]["properties"]["backend"]["enum"] = sorted(BACKEND_KINDS)
+    for option in run_wide_options():
+        schema["properties"].setdefault(option.key, {"type": "string", "default": "",
+                                                     "description": f"{option.help} ({option.flag})"})
     return schema
 
 

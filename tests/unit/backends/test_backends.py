@@ -433,10 +433,14 @@ def test_iree_cuda_target(models, mlirs, tmp_path):
     art = _compile(backend, models, mlirs, "conv", tmp_path)
     assert os.path.getsize(art.path) > 0
     assert art.info["argv"][-3:-2] == ["--iree-cuda-target=sm_80"]
+    assert _iree("llvm-cpu").unavailable_reason() is None  # local devices are not probed
     if ctypes.util.find_library("cuda") is None:
         with pytest.raises(StageError) as ei:
             _run(backend, art, INPUTS["conv"], ["y"], tmp_path)
         assert ei.value.stage == "run" and "cuda" in ei.value.message.lower()
+        # asked once per run before any job: the executor is then reported once, not per layer
+        reason = backend.unavailable_reason(timeout_s=30)
+        assert reason.startswith("no cuda device: UNAVAILABLE; CUDA driver library 'libcuda.so'"), reason
     else:  # pragma: no cover - only on a machine with an NVIDIA driver
         out, _ = _run(backend, art, INPUTS["conv"], ["y"], tmp_path)
         ref = _reference(models["conv"], INPUTS["conv"])["y"]
@@ -534,6 +538,8 @@ def test_ort_missing_provider_is_a_compile_error(models, tmp_path):
     assert ei.value.stage == "compile"
     assert "no execution provider CUDAExecutionProvider" in ei.value.message
     assert "CPUExecutionProvider" in ei.value.message
+    assert backend.unavailable_reason() == ei.value.message  # the same line, once per run
+    assert OnnxRuntimeBackend("ort", {}).unavailable_reason() is None
 
 
 def test_ort_run_timeout(models, tmp_path):
@@ -783,3 +789,40 @@ def test_ort_backend_bf16_conv_is_not_implemented(tmp_path):
     with pytest.raises(StageError) as ei:
         backend.compile(onnx_path=path, mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=None)
     assert ei.value.stage == "compile" and "NOT_IMPLEMENTED" in ei.value.message
+
+
+def test_a_backends_run_wide_option_becomes_a_config_key_and_a_flag(monkeypatch, tmp_path):
+    """Run-wide settings are a backend capability: registering a backend that offers
+    one adds the config key (default "", overriding the executor option) and the
+    discover/run flag, with no change to the generic CLI, schema or rules."""
+    import sys
+    import types
+
+    from torq_gen_config.backends import BACKEND_KINDS, executor_with_tool_options, run_wide_options, run_wide_overrides
+    from torq_gen_config.backends.base import RunWideOption
+    from torq_gen_config.backends.onnxruntime import OnnxRuntimeBackend
+    from torq_gen_config.cli.main import build_parser
+    from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, load_schema, validate_config
+
+    class BoardBackend(OnnxRuntimeBackend):
+        kind = "board"
+        takes_tool_options = True
+        run_wide_options = (RunWideOption("board_rev", "--board-rev", "REV", "board revision of board executors"),)
+
+    module = types.ModuleType("fixture_board_backend")
+    module.BoardBackend = BoardBackend
+    monkeypatch.setitem(sys.modules, "fixture_board_backend", module)
+    assert "board_rev" not in load_schema()["properties"]
+    monkeypatch.setitem(BACKEND_KINDS, "board", "fixture_board_backend:BoardBackend")
+
+    assert BoardBackend.override_options == ("board_rev",)
+    assert [o.key for o in run_wide_options()] == ["torq_hw", "torq_hw_type", "board_rev"]
+    assert load_schema()["properties"]["board_rev"] == {
+        "type": "string", "default": "", "description": "board revision of board executors (--board-rev)"}
+    config = validate_config({**load_config_file(DEFAULT_CONFIG_PATH)})
+    assert config["board_rev"] == "" and run_wide_overrides(config)["board_rev"] == ""
+    args = build_parser().parse_args(["discover", "--model", "m.onnx", "--board-rev", "B2"])
+    assert args.board_rev == "B2"
+    board = {"name": "b", "backend": "board", "options": {"board_rev": "B1"}}
+    assert executor_with_tool_options(board, [], [], {"board_rev": "B2"})["options"]["board_rev"] == "B2"
+    assert executor_with_tool_options(board, [], [], {"board_rev": ""})["options"]["board_rev"] == "B1"

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from .base import Backend, CompiledArtifact, StageError
+from .base import Backend, CompiledArtifact, RunWideOption, StageError
 
 __all__ = [
     "BACKEND_KINDS",
@@ -36,6 +36,9 @@ __all__ = [
     "capabilities",
     "effective_executor",
     "executor_with_tool_options",
+    "run_wide_options",
+    "run_wide_overrides",
+    "unavailable_executors",
 ]
 
 #: backend kind -> "module:Class": the one line a new backend adds (docs/backends.md)
@@ -164,19 +167,62 @@ def effective_executor(executor: Mapping, compiler_options: Iterable[str] = (),
     return copy.deepcopy(executor_with_tool_options(ex, list(compiler_options), list(runtime_options)))
 
 
+def run_wide_options() -> list[RunWideOption]:
+    """Every registered backend's run-wide settings (:class:`~.base.RunWideOption`),
+    in registry order, each key once: the CLI adds a flag, the config schema a key,
+    for each. A backend whose module fails to import offers none."""
+    seen: dict[str, RunWideOption] = {}
+    for kind in BACKEND_KINDS:
+        for option in capabilities(kind).run_wide_options:
+            seen.setdefault(option.key, option)
+    return list(seen.values())
+
+
+def run_wide_overrides(config: Mapping[str, Any]) -> dict[str, str]:
+    """The run-wide settings of ``config`` (validated config dict): key -> value
+    (str, ``""`` = keep each executor's option), for :func:`executor_with_tool_options`."""
+    return {o.key: config.get(o.key) or "" for o in run_wide_options()}
+
+
 def executor_with_tool_options(executor: dict, compiler_options: list[str], runtime_options: list[str],
-                               torq_hw: str = "", torq_hw_type: str = "") -> dict:
+                               overrides: Mapping[str, str] | None = None) -> dict:
     """The executor definition with the user's tool options applied (a new dict).
 
     ``compiler_options``/``runtime_options`` are appended to ``compile_flags`` /
     ``run_flags`` of backends that take them (``takes_tool_options``: iree, torq);
-    ``torq_hw`` / ``torq_hw_type`` (when not empty) override the options of that name
-    of backends that list them in ``override_options`` (torq). Executors of other
+    each not-empty value of ``overrides`` (:func:`run_wide_overrides`: config key ->
+    value) replaces the option of that name of backends that offer it as a
+    run-wide option (torq: ``torq_hw``, ``torq_hw_type``). Executors of other
     backends (or of unknown ones) are returned unchanged (the same object).
     """
     opts = capabilities(executor["backend"]).with_tool_options(
-        executor.get("options"), compiler_options, runtime_options,
-        {"torq_hw": torq_hw, "torq_hw_type": torq_hw_type})
+        executor.get("options"), compiler_options, runtime_options, overrides)
     if opts is None:
         return executor
     return {**executor, "options": opts}
+
+
+_UNAVAILABLE_CACHE: dict[str, str | None] = {}
+
+
+def unavailable_executors(executors: Iterable[Mapping], *, timeout_s: float = 60.0) -> dict[str, str]:
+    """The executors (definitions with the tool options applied) that cannot run on
+    this machine: name -> reason (:meth:`Backend.unavailable_reason`: a GPU executor's
+    device or execution provider is missing). Each definition is probed once per
+    process (the Snakefile asks at every parse). An executor whose definition is
+    invalid or whose backend fails to import is not reported here: its jobs say why.
+    """
+    import json
+
+    found = {}
+    for executor in executors:
+        key = json.dumps(executor, sort_keys=True, default=str)
+        if key not in _UNAVAILABLE_CACHE:
+            try:
+                reason = make_backend(executor).unavailable_reason(timeout_s=timeout_s)
+            except Exception:  # a bad definition or a broken probe: the executor's own jobs say why
+                reason = None
+            _UNAVAILABLE_CACHE[key] = reason
+        if _UNAVAILABLE_CACHE[key]:
+            found[executor["name"]] = _UNAVAILABLE_CACHE[key]
+    return found

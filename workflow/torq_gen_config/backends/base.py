@@ -23,20 +23,42 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ..errors import ConfigError
+from .timing import check_timing_args, runtime_stats  # noqa: F401 (re-exported: their old home)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
     from .whole_model import WholeModel
 
-__all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "check_options", "check_inputs",
-           "check_timing_args", "runtime_stats"]
+__all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "RunWideOption", "check_options",
+           "check_inputs", "check_timing_args", "runtime_stats"]
 
 #: Stages a layer can fail at, in pipeline order. "timeout" and "crash" say how a
 #: compile or run ended; ``StageError.during`` then says which of the two it was.
 STAGES = ("import", "compile", "run", "timeout", "crash")
 #: Values of ``StageError.during``.
 DURING = ("import", "compile", "run")
+
+
+@dataclass(frozen=True)
+class RunWideOption:
+    """A run-wide setting a backend offers: one config key and one command-line flag
+    that override the executor option of the same name for every executor of that
+    backend (e.g. torq's ``torq_hw`` / ``--torq-hw``). The CLI, the config schema and
+    the rules get these from the registry, so the generic code names no backend.
+
+    Attributes:
+        key: the config key and the executor option it overrides (str; an empty
+            value keeps each executor's own option).
+        flag: the ``discover``/``run`` command-line flag, e.g. ``"--torq-hw"``.
+        metavar: the flag's value name in ``--help``.
+        help: one line for ``--help`` and the config schema's description.
+    """
+
+    key: str
+    flag: str
+    metavar: str
+    help: str
 
 
 class StageError(Exception):
@@ -140,8 +162,12 @@ class Backend(ABC):
             of a whole-model chain (``torq-gen-config run``); None when it can.
         takes_tool_options: the config's ``compiler_options`` / ``runtime_options``
             are appended to the options ``compile_flags`` / ``run_flags``.
-        override_options: option keys that a run-wide setting of the same name
-            (config ``torq_hw``, ``torq_hw_type``) overrides when not empty.
+        run_wide_options: the run-wide settings (:class:`RunWideOption`: a config key and a
+            CLI flag each) that override the executor option of the same name when not
+            empty (torq: ``torq_hw``, ``torq_hw_type``).
+        override_options: the keys of :attr:`run_wide_options` (derived).
+        packages: the Python distributions the backend runs on, whose versions the
+            report's provenance records (``iree-base-compiler``, ...).
         run_only_options: option keys that only matter at run time (a change
             recompiles nothing in the full-model run).
         name: the executor's name from the configuration.
@@ -152,8 +178,15 @@ class Backend(ABC):
     needs_mlir: bool = False
     chain_unavailable: ClassVar[str | None] = None
     takes_tool_options: ClassVar[bool] = False
-    override_options: ClassVar[tuple[str, ...]] = ()
+    run_wide_options: ClassVar[tuple[RunWideOption, ...]] = ()
+    packages: ClassVar[tuple[str, ...]] = ()
     run_only_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.override_options = tuple(o.key for o in cls.run_wide_options)
+
+    override_options: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def with_tool_options(cls, options: Mapping[str, Any] | None, compiler_options: Sequence[str],
@@ -356,6 +389,18 @@ class Backend(ABC):
         """
         raise NotImplementedError(f"backend {self.kind or type(self).__name__!r} does not implement benchmark()")
 
+    def unavailable_reason(self, *, timeout_s: float = 60.0) -> str | None:
+        """Why this executor cannot run on this machine at all (its device or execution
+        provider is missing: a GPU executor on a CPU machine), or None when it can.
+
+        Asked once per run for each executor, before any layer job
+        (:func:`~torq_gen_config.backends.unavailable_executors`): an unavailable
+        executor gets no layer jobs and is reported once, with this reason, instead of
+        one error per layer. The default (no device to miss) is None. Probes are
+        bounded by ``timeout_s`` seconds.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, options={self.options!r})"
 
@@ -408,49 +453,6 @@ def check_inputs(inputs: Mapping[str, Any], input_names: list[str]) -> None:
         raise ValueError(
             f"missing input array(s) {missing} (given: {sorted(inputs)})"
         )
-
-
-def check_timing_args(runs: Any, warmup: Any) -> tuple[int, int]:
-    """Validate the ``runs``/``warmup`` of :meth:`Backend.benchmark`.
-
-    Raises:
-        ValueError: ``runs`` is not an int >= 1 or ``warmup`` not an int >= 0.
-    """
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise ValueError(f"benchmark: runs must be an integer >= 1, got {runs!r}")
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise ValueError(f"benchmark: warmup must be an integer >= 0, got {warmup!r}")
-    return runs, warmup
-
-
-def runtime_stats(samples_ms: list[float], *, warmup: int, method: str) -> dict:
-    """The result dict of :meth:`Backend.benchmark` for the timed samples (ms).
-
-    Returns:
-        ``{"runs", "warmup", "median_ms", "min_ms", "mean_ms", "max_ms",
-        "samples_ms", "method"}``; every float rounded to 4 decimals. The median
-        of an even count is the mean of the two middle samples.
-
-    Raises:
-        ValueError: no samples.
-    """
-    if not samples_ms:
-        raise ValueError("runtime_stats: no samples")
-    values = [float(x) for x in samples_ms]
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
-    return {
-        "runs": n,
-        "warmup": int(warmup),
-        "median_ms": round(median, 4),
-        "min_ms": round(ordered[0], 4),
-        "mean_ms": round(sum(values) / n, 4),
-        "max_ms": round(ordered[-1], 4),
-        "samples_ms": [round(x, 4) for x in values],
-        "method": method,
-    }
 
 
 #: Text that LLVM/MLIR-based tools print when they die of an internal crash but still

@@ -16,6 +16,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..backends import run_wide_options
 from ..errors import ConfigError
 from .options import (  # noqa: F401 (re-exported: the names' old home)
     add_model_options,
@@ -71,9 +72,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "without timing data fall back to priority order, and the report says so")
     p.add_argument("--log-file", metavar="PATH", help="append every job's full diagnostics (command lines, compiler "
                                                       "stderr) to this file; the console keeps one line per job")
-    p.add_argument("--torq-hw", metavar="TARGET", help="target hardware for torq executors (torq-compile --torq-hw)")
-    p.add_argument("--torq-hw-type", metavar="TYPE", help="runtime hardware type for torq executors "
-                                                         "(torq-run-module --torq_hw_type, e.g. sim)")
+    for option in run_wide_options():  # a backend's run-wide settings (torq: --torq-hw, --torq-hw-type)
+        p.add_argument(option.flag, dest=option.key, metavar=option.metavar, help=option.help)
     p.add_argument("snakemake_args", nargs=argparse.REMAINDER, metavar="-- SNAKEMAKE_ARGS",
                    help="extra Snakemake arguments after --, passed through (e.g. -- --printshellcmds)")
     p.add_argument("-n", "--dry-run", action="store_true", help="only show which jobs would run")

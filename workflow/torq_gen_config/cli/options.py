@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..backends import run_wide_options
 from ..errors import ConfigError
 
 
@@ -119,10 +120,9 @@ def build_config(args: argparse.Namespace) -> dict:
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):
         config["skip_executors"] = _csv(args.skip_executors)
-    if getattr(args, "torq_hw", None):
-        config["torq_hw"] = args.torq_hw
-    if getattr(args, "torq_hw_type", None):
-        config["torq_hw_type"] = args.torq_hw_type
+    for option in run_wide_options():
+        if getattr(args, option.key, None):
+            config[option.key] = getattr(args, option.key)
     if getattr(args, "compiler_option", None):
         config["compiler_options"] = list(args.compiler_option)
     if getattr(args, "runtime_option", None):
@@ -171,7 +171,7 @@ def build_config(args: argparse.Namespace) -> dict:
     check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
     if config["quantize"] and config["calibration_data"]:
         # bad calibration data is a one-line error now, not a failed job later
-        from ..precision.quantization import calibration_samples
+        from ..precision.calibration import calibration_samples
 
         calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
     return config

@@ -6,6 +6,7 @@ from typing import Mapping
 
 from ..backends import capabilities
 from .common import PARTITIONS_MODE, _layer_span
+from .selection import _executor_name
 
 #: Marker of the full-model part of ``final_report_text``.
 TEXT_MARKER = "--- Full Model Comparison ---"
@@ -39,7 +40,7 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         "share_over_tolerance": share,
         "failure": result.get("failure"),
         "assignment": {"source": result.get("source"), "source_file": result.get("source_file"),
-                       "layer_counts": execs,
+                       "layer_counts": execs, "layer_executors": dict(result.get("layer_executors") or {}),
                        "layers_without_recommendation": list(result.get("fallbacks") or [])},
         "num_partitions": result.get("num_partitions"),
         "partition_counts": parts,
@@ -54,12 +55,38 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
     }
 
 
+def stale_reason(section: Mapping, ops: Mapping) -> str | None:
+    """Why a report's ``full_model`` section no longer describes the report's own
+    assignment, or None when it still does (or cannot be told: a section without
+    ``assignment.layer_executors``, written before they were recorded).
+
+    The section is out of date when a layer the run placed on one executor is now
+    recommended on another (``edit`` changed it, or a later discovery did): the
+    comparison then belongs to an assignment that the compiler JSON no longer holds.
+    """
+    placed = (section.get("assignment") or {}).get("layer_executors")
+    if not placed:
+        return None
+    changed = []
+    for layer_id, executor in placed.items():
+        name = _executor_name((ops.get(layer_id) or {}).get("recommended_executor"))
+        if name is not None and name != executor:
+            changed.append(f"{layer_id} ({executor} -> {name})")
+    if not changed:
+        return None
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    return (f"the assignment changed since this run: {', '.join(changed[:3])}{more}; "
+            f"run `torq-gen-config run` again to check the current one")
+
+
 def render_full_model_text(section: Mapping) -> str:
     """The ``--- Full Model Comparison ---`` part of ``final_report_text``."""
     m = section.get("metrics") or {}
     t = section.get("timing") or {}
     a = section.get("assignment") or {}
     lines = [TEXT_MARKER, f"Status: {section.get('status')}"]
+    if section.get("stale"):
+        lines.append(f"  OUT OF DATE: {section['stale']}")
     if section.get("summary"):
         lines.append(f"  {section['summary']}")
     lines.append(f"Assignment: {a.get('source_file') or a.get('source')} "

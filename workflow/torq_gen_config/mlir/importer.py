@@ -18,6 +18,9 @@ from typing import Any
 
 from ..fileio import atomic_write_text
 
+#: the Python distribution of the ONNX -> MLIR importer (its version goes to the report)
+IMPORTER_PACKAGE = "iree-base-compiler"
+
 _LOC = re.compile(r'loc\("(?P<file>.*)":(?P<line>\d+):(?P<col>\d+)\)')
 
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
 from ..errors import ReportError
-from ..limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+from ..limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .recommend import (
     REASON_NOT_TESTABLE,
     REASON_NOT_TESTED,
@@ -303,7 +303,7 @@ def check_report(report: Any, source: str = "the report JSON") -> None:
     if errors:
         e = errors[0]
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ReportError(f"{source} is not a valid torq-gen-config report: at {where}: {e.message[:200]}")
+        raise ReportError(f"{source} is not a valid torq-gen-config report: at {where}: {e.message[:NOTE_CHARS]}")
 
 
 def build_compiler_json(report: Mapping) -> dict:
@@ -359,7 +359,9 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     ``has_critical_failures`` and ``final_report_text`` are computed again from ``ops``.
     ``full_model`` (``run``: the section of a whole-model run) replaces the report's.
     A report with a full-model result keeps its comparison at the end of
-    ``final_report_text`` ("--- Full Model Comparison ---").
+    ``final_report_text`` ("--- Full Model Comparison ---"); when a layer the run
+    placed is now recommended on another executor, the section gets ``stale`` (the
+    reason, :func:`~torq_gen_config.fullrun.stale_reason`) and the text says OUT OF DATE.
     """
     if rederive:
         before = (report.get("discovery_report") or {}).get("summary") or {}
@@ -374,8 +376,13 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     if report.get("full_model"):
         # imported only here: editing a report without a full-model result imports no
         # backend (tests/unit/report/test_edit.py)
-        from ..fullrun import with_full_model_text
+        from ..fullrun import stale_reason, with_full_model_text
 
-        report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", report["full_model"])
+        section = report["full_model"]
+        section.pop("stale", None)
+        reason = stale_reason(section, report.get("ops") or {})
+        if reason:  # an edit moved a layer the run placed: the comparison is not of this assignment
+            section["stale"] = reason
+        report["final_report_text"] = with_full_model_text(report.get("final_report_text") or "", section)
     return build_compiler_json(report)
 

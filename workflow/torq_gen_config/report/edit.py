@@ -41,8 +41,9 @@ from typing import Any, Mapping
 
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
-from ..fileio import atomic_write_files, json_bytes, read_json
+from ..fileio import json_bytes, read_json
 from .build import build_compiler_json, check_report, executor_names, render_report, summarize, trust_lists  # noqa: F401
+from .publish import publish_report
 from .files import (  # noqa: F401 (their old import path here)
     _report_name_for_compiler,
     compiler_path_for_model,
@@ -384,14 +385,13 @@ def edit_report_file(
     layer_ids = match_layers(list(report["ops"]), layer_pattern)
     changes = apply_edit(report, layer_ids, executor=executor, tolerance_avg=tolerance_avg,
                          tolerance_max=tolerance_max, reset=reset)
-    compiler = refresh_report(report)
     choices = merge_user_choices(existing, report, layer_ids)
     compiler_path = compiler_path_for_report(path)
-    files = {path: json_bytes(report), compiler_path: json_bytes(compiler)}
-    if existing is not None or choices["ops"]:
-        files[sidecar] = json_bytes(choices)
-    atomic_write_files(files)  # all three or none (a full disk, a read-only directory)
-    if sidecar in files:
+    extra = {sidecar: json_bytes(choices)} if existing is not None or choices["ops"] else {}
+    # re-rendered and written by the one report writer, with the sidecar: all three or
+    # none (a full disk, a read-only directory)
+    publish_report(path, compiler_path, report, rederive=True, extra_files=extra, force=True)
+    if extra:
         # the sidecar is an input of the report (rule aggregate_report), which this
         # edit has re-rendered: not newer than it, or the next discovery redoes it
         st = os.stat(path)

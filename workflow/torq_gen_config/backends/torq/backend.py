@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ...tools import ToolNotFoundError, run_tool, tool_version
-from ..base import Backend, CompiledArtifact, StageError, check_inputs, raise_for_tool_failure
+from ..base import Backend, CompiledArtifact, RunWideOption, StageError, check_inputs, raise_for_tool_failure
 from .tensors import read_output_bin, write_input_bin
 from .toolchain import FORCING_FLAGS, FUNCTION, MODULE_FILE, _hw_flags, _log_line, _parse_options, find_torq_tool
 
@@ -30,7 +30,12 @@ class TorqBackend(Backend):
                          "a torq assignment is compiled as one whole model (torq-gen-config run does that "
                          "when every assigned executor is a torq one)")
     takes_tool_options = True
-    override_options = ("torq_hw", "torq_hw_type")
+    run_wide_options = (
+        RunWideOption("torq_hw", "--torq-hw", "TARGET", "target hardware for torq executors (torq-compile --torq-hw); "
+                      "empty keeps each executor's option"),
+        RunWideOption("torq_hw_type", "--torq-hw-type", "TYPE", "runtime hardware type for torq executors "
+                      "(torq-run-module --torq_hw_type, e.g. sim); empty keeps each executor's option"),
+    )
 
     @classmethod
     def whole_model(cls) -> "WholeModel":

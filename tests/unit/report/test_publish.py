@@ -1,0 +1,71 @@
+"""report.publish: the one writer of a report and its compiler JSON (discovery, edit and
+run all finish there) and the out-of-date mark of a full-model section."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from sample_report import make_report
+
+from torq_gen_config.fileio import json_bytes
+from torq_gen_config.fullrun import stale_reason
+from torq_gen_config.report.build import build_compiler_json
+from torq_gen_config.report.publish import publish_report
+
+
+def test_writes_the_report_and_its_compiler_json_together(tmp_path):
+    report, compiler = tmp_path / "r.json", tmp_path / "r_compiler.json"
+    rep = make_report()
+    got = publish_report(report, compiler, rep, rederive=False)
+    assert json.loads(report.read_text()) == rep
+    assert json.loads(compiler.read_text()) == got == build_compiler_json(rep)
+
+
+def test_unchanged_files_keep_their_mtime_unless_forced(tmp_path):
+    report, compiler = tmp_path / "r.json", tmp_path / "r_compiler.json"
+    rep = make_report()
+    publish_report(report, compiler, rep, rederive=False)
+    old = 1_000_000_000_000_000_000
+    for p in (report, compiler):
+        os.utime(p, ns=(old, old))
+    publish_report(report, compiler, json.loads(report.read_text()), rederive=False)
+    assert report.stat().st_mtime_ns == compiler.stat().st_mtime_ns == old
+    publish_report(report, compiler, json.loads(report.read_text()), rederive=False, force=True)
+    assert report.stat().st_mtime_ns > old and compiler.stat().st_mtime_ns > old
+
+
+def test_a_failing_write_replaces_no_file(tmp_path):
+    report, compiler = tmp_path / "r.json", tmp_path / "r_compiler.json"
+    rep = make_report()
+    publish_report(report, compiler, rep, rederive=False)
+    before = report.read_bytes(), compiler.read_bytes()
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a directory must be")
+    rep["ops"][next(iter(rep["ops"]))]["recommended_executor"] = "ort"
+    with pytest.raises(OSError):
+        publish_report(report, compiler, rep, extra_files={blocked / "user_choices.json": b"{}"})
+    assert (report.read_bytes(), compiler.read_bytes()) == before
+
+
+def test_stale_reason_names_the_moved_layers():
+    rep = make_report()
+    placed = {lid: (op["recommended_executor"] or "llvm-cpu") for lid, op in rep["ops"].items()}
+    section = {"status": "success", "assignment": {"layer_executors": placed}}
+    assert stale_reason(section, rep["ops"]) is None
+    assert stale_reason({"assignment": {}}, rep["ops"]) is None  # not recorded: cannot be told
+    lid = next(lid for lid, op in rep["ops"].items() if op["recommended_executor"] not in (None, "ort"))
+    rep["ops"][lid]["recommended_executor"] = "ort"
+    reason = stale_reason(section, rep["ops"])
+    assert f"{lid} ({placed[lid]} -> ort)" in reason and "torq-gen-config run" in reason
+    # the render step puts it in the section and the text, and takes it out again
+    rep["full_model"] = section
+    publish_copy = json.loads(json_bytes(rep))
+    from torq_gen_config.report.build import render_report
+
+    render_report(publish_copy)
+    assert publish_copy["full_model"]["stale"] == reason and f"OUT OF DATE: {reason}" in publish_copy["final_report_text"]
+    publish_copy["ops"][lid]["recommended_executor"] = placed[lid]
+    render_report(publish_copy)
+    assert "stale" not in publish_copy["full_model"] and "OUT OF DATE" not in publish_copy["final_report_text"]
