@@ -117,6 +117,13 @@ def test_page_shows_full_model_and_compiler_mismatch(report):
     assert "not run:" not in page
 
 
+def test_page_names_unavailable_executors_once(report):
+    rep = copy.deepcopy(report)
+    rep["unavailable_executors"] = [{"name": "cuda", "backend": "iree", "reason": "no CUDA device"}]
+    page = render_html(rep)
+    assert page.count("Executor cuda (iree): unavailable on this machine, not tested: no CUDA device") == 1
+
+
 def test_report_command_writes_page(tmp_path, report, capsys):
     path = tmp_path / "torq_gen_config_tiny.json"
     path.write_text(json.dumps(report))

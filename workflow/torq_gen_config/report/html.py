@@ -114,6 +114,9 @@ def _summary(report: Mapping, warnings: list[str]) -> str:
              f"{s.get('total_layers', len(report.get('ops') or {}))} layers; executors in priority order: "
              f"{escape(', '.join(names))}; recommendation rule: {escape(str(s.get('recommendation_rule')))}</p>"]
     parts += [f'<div class="warn">{escape(w)}</div>' for w in warnings]
+    for u in report.get("unavailable_executors") or []:  # once per executor, not once per layer
+        parts.append(f'<div class="warn">Executor {escape(str(u.get("name")))} ({escape(str(u.get("backend")))}): '
+                     f'unavailable on this machine, not tested: {escape(str(u.get("reason")))}</div>')
     counts = s.get("status_counts") or {}
     parts.append("<h2>Summary</h2>")
     rows = [[_pill(k), v] for k, v in counts.items()]
