@@ -29,6 +29,7 @@ else:
     include: "rules/layer_tests.smk"
     include: "rules/report.smk"
     include: "rules/full_model.smk"
+    include: "rules/report_html.smk"
 
 
     # One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),

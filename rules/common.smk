@@ -12,6 +12,7 @@ import torq_gen_config.steps.layer_tests
 import torq_gen_config.steps.prepare
 import torq_gen_config.steps.quantize
 import torq_gen_config.steps.report
+import torq_gen_config.steps.report_html
 import torq_gen_config.steps.split
 import torq_gen_config.steps.tested_layers
 from torq_gen_config.steps import untracked

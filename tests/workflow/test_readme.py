@@ -68,6 +68,12 @@ def promised_files(cmd: str) -> list[str]:
     opts = dict(zip(argv, argv[1:]))
     if argv[0] == "torq-gen-config" and argv[1] in ("discover", "run"):
         return report_files(opts["--output-dir"], opts["--model"])
+    if argv[0] == "torq-gen-config" and argv[1] == "report":
+        return [f"{opts['--output-dir']}/torq_gen_config_{Path(opts['--model']).stem}.html"]
+    if argv[0] == "snakemake" and "--report" in argv:
+        return [opts["--report"]]
+    if argv[0] == "snakemake" and "report_html" in argv and "--config" not in argv:
+        return [f"results/{SQUEEZENET.stem}/torq_gen_config_{SQUEEZENET.stem}.html"]
     if argv[0] == "snakemake":
         targets = [a for a in argv[1:] if a.endswith(".json") and "=" not in a]
         if targets:
@@ -122,6 +128,8 @@ def test_example_selection_and_promises():
     assert example_blocks(text) == [["torq-gen-config discover --model a/b.onnx --output-dir o"]]
     assert promised_files("snakemake --cores 2") == report_files("results/light_squeezenet", "light_squeezenet.onnx")
     assert promised_files("snakemake --cores 2 --config model=m.onnx output_dir=out/m") == report_files("out/m", "m")
+    assert promised_files("torq-gen-config report --model a/m.onnx --output-dir o") == ["o/torq_gen_config_m.html"]
+    assert promised_files("snakemake --report r/s.html report_html") == ["r/s.html"]
 
 
 @pytest.mark.slow

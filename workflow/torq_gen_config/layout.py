@@ -6,6 +6,7 @@ one model, can share an output directory without touching each other's files::
 
     <output dir>/torq_gen_config_<name>.json            report JSON
     <output dir>/torq_gen_config_<name>_compiler.json   compiler JSON
+    <output dir>/torq_gen_config_<name>.html            HTML report (`torq-gen-config report`, rule report_html)
     <output dir>/work/<name>/                           everything else (layers, logs, full, ...)
     <output dir>/.torq-gen-config-<name>.lock           held while a run of <name> runs
 """
@@ -42,6 +43,11 @@ def report_file(name: str) -> str:
 def compiler_file(name: str) -> str:
     """File name of the compiler JSON of ``name``."""
     return f"{REPORT_PREFIX}{name}_compiler.json"
+
+
+def html_report_file(name: str) -> str:
+    """File name of the HTML report of ``name`` (next to its report JSON)."""
+    return f"{REPORT_PREFIX}{name}.html"
 
 
 def lock_file(name: str) -> str:

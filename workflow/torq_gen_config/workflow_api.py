@@ -42,7 +42,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
                  forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False,
                  quiet: bool = False, verbose: bool = False, allowed_rules: list[str] | None = None,
                  lock: tuple[str, str, str] | None = None, resources: dict | None = None,
-                 quiet_progress: bool = False) -> None:
+                 quiet_progress: bool = False, display: str | None = "auto") -> None:
     """Execute the workflow with ``config`` overriding ``config/config.yaml``.
 
     Args:
@@ -63,6 +63,11 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
             CK workflow (default: the discovery lock of the config's model).
         resources: global resources, as ``--resources`` (the CK workflow's ``ck_device``).
         quiet_progress: also hide Snakemake's progress lines (with ``quiet``).
+        display: the progress display of a discovery or full-model run
+            (:mod:`torq_gen_config.progress`): ``"auto"`` (default: live on a terminal,
+            lines elsewhere, Snakemake's own output with ``verbose`` or ``dryrun``;
+            :func:`progress.display_mode`), ``"live"``, ``"lines"``, or None
+            (Snakemake's own output). The CK workflow (``lock`` given) keeps Snakemake's.
 
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built; the message
@@ -106,8 +111,14 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
                     dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, resources=resources,
                     quiet_progress=quiet_progress)
         else:
+            if display == "auto":
+                from .progress import display_mode
+
+                display = display_mode(quiet=quiet, verbose=verbose, dryrun=dryrun)
+            what = f"{'full-model run' if allowed_rules else 'discovery'} of {_report_name(config)}"
             _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
-                        forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules)
+                        forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules,
+                        display=display, display_what=what, log_file=config.get("log_file") or None)
     except WorkflowFailed:
         from . import isolation
 
@@ -121,20 +132,22 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
 
 
 def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dryrun, quiet, verbose,
-                allowed_rules=None) -> None:
+                allowed_rules=None, display=None, display_what="workflow", log_file=None) -> None:
     # a Snakemake lock left by a killed run is removed when the workflow is parsed
     # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
     from .job_support import JOB_FAILURES
 
     JOB_FAILURES.clear()
     execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
-            dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, failures=JOB_FAILURES)
+            dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, failures=JOB_FAILURES,
+            display=display, display_what=display_what, log_file=log_file)
 
 
 def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | None = None,
             forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False, quiet: bool = False,
             verbose: bool = False, allowed_rules: list[str] | None = None, resources: dict | None = None,
-            failures: list[str] | None = None, quiet_progress: bool = False) -> None:
+            failures: list[str] | None = None, quiet_progress: bool = False, display: str | None = None,
+            display_what: str = "workflow", log_file: str | None = None) -> None:
     """One Snakemake run of the repository's Snakefile through its API, with the settings of
     ``profiles/default`` (:func:`profile_settings`; the profile's ``quiet`` choices only
     with ``quiet``). Used by both workflows (discovery and CK profiling).
@@ -143,6 +156,9 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
         resources: global resources (``{"ck_device": 1}``), as ``--resources``; over the profile's.
         failures: bad-input messages jobs recorded; the first leads the error message.
         quiet_progress: also hide the progress lines (with ``quiet``).
+        display: ``"live"`` or ``"lines"``: a :class:`progress.ProgressDisplay` (titled
+            ``display_what``) replaces Snakemake's console handler, and Snakemake's own
+            messages go to ``log_file`` (when given) instead; None: Snakemake's output.
 
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built (one line).
@@ -169,7 +185,8 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
     try:
         with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
                                          printshellcmds=bool(profile.get("printshellcmds")),
-                                         show_failed_logs=True)) as api:
+                                         show_failed_logs=True)) as api, \
+                _progress_display(display, display_what, log_file):
             wf = api.workflow(
                 snakefile=SNAKEFILE,
                 workdir=workdir,
@@ -198,6 +215,37 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
                                 "LockException", "ChildIOException"):
             raise WorkflowFailed(_with_job_failures(_one_line(e), failures)) from None
         raise
+
+
+def _progress_display(mode: str | None, what: str, log_file: str | None):
+    """A context that puts a :class:`progress.ProgressDisplay` in place of Snakemake's
+    console handler (Snakemake's log handler hook: handlers on its logger, set up by
+    ``SnakemakeApi``), or does nothing for ``mode`` None."""
+    import contextlib
+
+    if mode is None:
+        return contextlib.nullcontext()
+    from snakemake.logging import logger
+
+    from .progress import ProgressDisplay
+
+    display = ProgressDisplay(mode, what=what, log_file=log_file)
+
+    @contextlib.contextmanager
+    def installed():
+        removed = [h for h in logger.handlers if h.name == "DefaultStreamHandler"]
+        for h in removed:
+            logger.removeHandler(h)
+        logger.addHandler(display)
+        try:
+            with display:
+                yield display
+        finally:
+            logger.removeHandler(display)
+            for h in removed:
+                logger.addHandler(h)
+
+    return installed()
 
 
 def profile_settings(path: str | os.PathLike = PROFILE) -> dict:

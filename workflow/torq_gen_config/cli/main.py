@@ -17,7 +17,7 @@ from ..errors import TorqGenConfigError
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with all subcommands registered."""
-    from . import discover, edit, run, view
+    from . import discover, edit, report, run, view
 
     parser = argparse.ArgumentParser(
         prog="torq-gen-config",
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_parser(sub)
     edit.add_parser(sub)
     run.add_parser(sub)
+    report.add_parser(sub)
     return parser
 
 

@@ -133,8 +133,10 @@ def render_summary(report: Mapping, console: Console) -> None:
         _line(console, f"Unavailable here, not tested: {u.get('name')} ({u.get('backend')}): {u.get('reason')}",
               style="yellow")
     precision = precision_text(report)
-    if precision:
-        _line(console, f"Precision: {precision}")
+    if precision or report.get("precision"):  # reports written before precision modes say nothing
+        _line(console, f"Precision: {precision or 'fp32 as given (no bf16/int32 conversion, no quantization)'}")
+    for ln in tool_lines(report):
+        _line(console, ln)
     if summary.get("skipped_layers"):
         _line(console, f"Layers skipped (not tested): {summary['skipped_layers']}")
     _line(console)
@@ -225,6 +227,35 @@ def render_summary(report: Mapping, console: Console) -> None:
         _line(console)
         for ln in render_full_model_text(report["full_model"]).rstrip("\n").splitlines():
             _line(console, ln)
+
+
+def tool_lines(report: Mapping) -> list[str]:
+    """``Tools:`` lines of a report's provenance: the model's opset (given -> prepared), the
+    symbolic dims given values (or none), and per executor the compiler and runtime
+    versions recorded (``provenance.executor_tools``). Empty without provenance."""
+    prov = report.get("provenance") or {}
+    if not prov:
+        return []
+    model = prov.get("model") or {}
+    lines = []
+    opset = model.get("opset") or {}
+    if opset:
+        lines.append(f"Opset: {opset.get('original')} -> {opset.get('prepared')}")
+    if "fixed_dims" in model:
+        fixed = model.get("fixed_dims") or []
+        lines.append("Fixed dims: " + (", ".join(f"{d.get('input')} dim {d.get('axis')} ({d.get('was')}) -> "
+                                                 f"{d.get('to', 1)}" for d in fixed[:10])
+                                       + (f", ... {len(fixed) - 10} more" if len(fixed) > 10 else "")
+                                       if fixed else "none (no symbolic input dims)"))
+    tools = prov.get("executor_tools") or {}
+    for name, t in tools.items():
+        if not isinstance(t, Mapping):
+            continue
+        keys = [k for k in t if k.endswith("_version") and t.get(k)]
+        if keys:
+            lines.append(f"Tools of {name}: " + "; ".join(f"{k.removesuffix('_version').replace('_', '-')} "
+                                                         f"{_cut(str(t[k]), 90)}" for k in keys))
+    return lines
 
 
 # --------------------------------------------------------------------------- dispatch

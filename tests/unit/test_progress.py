@@ -1,0 +1,174 @@
+"""Tests of the progress display (torq_gen_config/progress.py) fed with the log records
+Snakemake emits (same event names and fields as snakemake's scheduler and jobs), and of its
+installation in place of Snakemake's console handler (workflow_api)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+
+import pytest
+from snakemake_interface_logger_plugins.common import LogEvent
+
+from torq_gen_config import progress
+from torq_gen_config.progress import ProgressDisplay, display_mode
+
+
+def rec(msg=None, level=logging.INFO, **extra):
+    r = logging.LogRecord("snakemake", level, __file__, 1, msg, None, None)
+    for k, v in extra.items():
+        setattr(r, k, v)
+    return r
+
+
+def job_info(jobid, rule="test_layer", **wildcards):
+    return rec(f" Rule: {rule}, Jobid: {jobid}", event=LogEvent.JOB_INFO, jobid=jobid, rule_name=rule,
+               wildcards=wildcards, input=["in"], output=["out"], log=[], rule_msg=None, local=True, benchmark=None,
+               reason="Missing output files", resources={}, priority=0, threads=1, indent=False,
+               is_checkpoint=False, printshellcmd=False, is_handover=False, shellcmd=None)
+
+
+class _Captured:
+    """capsys's text so far, as ``getvalue()`` of the two streams."""
+
+    def __init__(self, capsys):
+        self.capsys, self.out, self.err = capsys, "", ""
+
+    def read(self):
+        o, e = self.capsys.readouterr()
+        self.out += o
+        self.err += e
+        return self
+
+
+@pytest.fixture()
+def streams(capsys):
+    return _Captured(capsys)
+
+
+def test_lines_mode_counts_verdicts_and_hides_job_blocks(streams, monkeypatch):
+    monkeypatch.setattr(progress, "LINE_MIN_S", 0.0)
+    before = (sys.stdout, sys.stderr)
+    with ProgressDisplay("lines", what="discovery of m") as d:
+        d.emit(rec("Building DAG of jobs..."))
+        d.emit(job_info(7, layer="Conv_r0", executor="llvm-cpu"))
+        assert d.running == {7: "Conv_r0 on llvm-cpu"}
+        print("[llvm-cpu] Conv_r0: success (400 ms compile, 2.0 ms run)")
+        sys.stdout.write("[vmvx] Conv_r0: error - compile failed: x\n")
+        print("split: 3 layers", file=sys.stderr)
+        d.emit(rec(None, event=LogEvent.JOB_FINISHED, job_id=7))
+        d.emit(rec(None, event=LogEvent.PROGRESS, done=5, total=10))
+        assert d.running == {} and d.counts == {"success": 1, "error": 1}
+    out, err = streams.read().out, streams.err
+    # the jobs' lines where they were written; Snakemake's bookkeeping nowhere
+    assert out == ("[llvm-cpu] Conv_r0: success (400 ms compile, 2.0 ms run)\n"
+                              "[vmvx] Conv_r0: error - compile failed: x\n")
+    lines = err.splitlines()
+    assert lines[0] == "split: 3 layers"
+    assert lines[1].startswith("progress: 5 of 10 steps (50%); verdicts: success 1, error 1; ") and "left" in lines[1]
+    assert lines[2].startswith("discovery of m: 5 of 10 steps done in ")
+    assert "Building DAG" not in err and "Rule: test_layer" not in err
+    assert (sys.stdout, sys.stderr) == before  # restored
+
+
+def test_lines_mode_is_short(streams, monkeypatch):
+    """At most one line per tenth of the jobs (and none closer than LINE_MIN_S)."""
+    monkeypatch.setattr(progress, "LINE_MIN_S", 0.0)
+    with ProgressDisplay("lines") as d:
+        for done in range(1, 201):
+            d.emit(rec(None, event=LogEvent.PROGRESS, done=done, total=200))
+    lines = streams.read().err.splitlines()
+    assert len(lines) == 10 and lines[-1].startswith("workflow: 200 of 200 steps done")
+    monkeypatch.setattr(progress, "LINE_MIN_S", 3600.0)
+    with ProgressDisplay("lines") as d:
+        for done in range(1, 201):
+            d.emit(rec(None, event=LogEvent.PROGRESS, done=done, total=200))
+    assert len(streams.capsys.readouterr().err.splitlines()) == 1  # a short run: the summary only
+
+
+def test_errors_and_nothing_to_be_done_get_through(streams):
+    with ProgressDisplay("lines") as d:
+        d.emit(rec("Nothing to be done (all requested files are present and up to date)."))
+        d.emit(rec("Error in rule prepare_model, jobid: 3", level=logging.ERROR, event=LogEvent.JOB_ERROR,
+                   rule_name="prepare_model", rule_msg=None, jobid=3, input=["m.onnx"], output=["p.onnx"], log=[],
+                   conda_env=None, container_img=None, aux={}, indent=False, shellcmd=None))
+        d.emit(rec("some warning", level=logging.WARNING))
+    text = streams.read().err
+    assert text.startswith("Nothing to be done") and "Error in rule prepare_model:" in text and "some warning" in text
+    assert "steps done" not in text  # no job ran: no summary line
+
+
+def test_live_mode_shows_failures_only(streams):
+    with ProgressDisplay("live", what="discovery of m") as d:
+        d.emit(job_info(1, rule="split_layers"))
+        assert d.running == {1: "split_layers"}
+        print("[ort] Relu_a: success (1 ms compile, 0.3 ms run)")
+        print("[vmvx] LpPool_p: error - compile failed")
+        d.emit(rec(None, event=LogEvent.PROGRESS, done=2, total=4))
+        rendered = d._render()  # the live display renders without error
+        assert rendered is not None
+    text = streams.read().err
+    assert "[vmvx] LpPool_p: error" in text and "Relu_a: success" not in text  # counted, not printed
+    assert "discovery of m: 2 of 4 steps done" in text and "verdicts: success 1, error 1" in text
+    assert streams.out == ""
+
+
+def test_log_file_gets_snakemake_blocks(streams, tmp_path):
+    log = tmp_path / "diag.log"
+    with ProgressDisplay("lines", log_file=str(log)) as d:
+        d.emit(job_info(4, layer="Relu_a", executor="ort"))
+        d.emit(rec(None, event=LogEvent.PROGRESS, done=1, total=2))
+    text = log.read_text()
+    assert "rule test_layer:" in text and "jobid: 4" in text and "1 of 2 steps (50%) done" in text
+    assert "rule test_layer" not in streams.read().err
+
+
+def test_display_mode():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert display_mode(quiet=False, verbose=False, dryrun=False, stream=Tty()) == "live"
+    assert display_mode(quiet=True, verbose=False, dryrun=False, stream=Tty()) == "lines"
+    assert display_mode(quiet=False, verbose=False, dryrun=False, stream=io.StringIO()) == "lines"
+    assert display_mode(quiet=False, verbose=True, dryrun=False, stream=Tty()) is None
+    assert display_mode(quiet=False, verbose=False, dryrun=True, stream=Tty()) is None
+    with pytest.raises(ValueError):
+        ProgressDisplay("fancy")
+
+
+def test_installed_in_place_of_snakemakes_console_handler(streams):
+    """workflow_api._progress_display swaps Snakemake's console handler for the display and back."""
+    from snakemake.logging import logger
+
+    from torq_gen_config.workflow_api import _progress_display
+
+    console = logging.StreamHandler(io.StringIO())
+    console.name = "DefaultStreamHandler"
+    logger.addHandler(console)
+    try:
+        with _progress_display("lines", "discovery of m", None) as d:
+            assert console not in logger.handlers and d in logger.handlers
+        assert console in logger.handlers and d not in logger.handlers
+    finally:
+        logger.removeHandler(console)
+
+
+def test_live_mode_catches_what_other_processes_write(capfd, tmp_path):
+    """On a terminal, what worker processes and native code write to fd 1/2 comes above the
+    display, not through it; ONNX Runtime's own log lines go only to the log file."""
+    import os
+    import subprocess
+
+    log = tmp_path / "diag.log"
+    with ProgressDisplay("live", what="discovery of m", log_file=str(log)):
+        os.write(1, b"split: 3 layers (from a worker)\n")
+        os.write(2, b"\x1b[0;93m2026-12-01 10:00:00.1 [W:onnxruntime:, graph.cc:4 F] Removing initializer w\x1b[m\n")
+        subprocess.run(["sh", "-c", "echo child line"], check=True)
+    out, err = capfd.readouterr()
+    assert "split: 3 layers (from a worker)" in err and "child line" in err
+    assert "onnxruntime" not in out + err
+    assert "Removing initializer w" in log.read_text()
+    os.write(1, b"after\n")  # the descriptors are back
+    assert capfd.readouterr().out == "after\n"
