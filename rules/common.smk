@@ -63,14 +63,25 @@ NAME_SUFFIX = SUBGRAPH["suffix"] if SUBGRAPH else ""
 # file stem (plus NAME_SUFFIX in subgraph mode).
 MODEL_NAME = model_name(MODEL_PATH) + NAME_SUFFIX
 WORK = os.path.normpath(os.path.join(OUT, layout.work_dir(MODEL_NAME)))
-LAYERS = os.path.join(WORK, "layers")
-LOGS = os.path.join(WORK, "logs")
-EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
+LAYERS = os.path.join(WORK, layout.LAYERS_DIR)
+LOGS = os.path.join(WORK, layout.LOGS_DIR)
+CONFIGURED_EXECUTORS = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
+# executors whose device or execution provider this machine lacks (a GPU executor on a
+# CPU machine): name -> reason, asked once per parse; they get no layer jobs and the
+# report names them once (unavailable_executors), instead of one error per layer
+UNAVAILABLE = backends.unavailable_executors(
+    [backends.executor_with_tool_options(e, config["compiler_options"], config["runtime_options"],
+                                         backends.run_wide_overrides(config)) for e in CONFIGURED_EXECUTORS.values()],
+    timeout_s=config["timeout_s"])
+if len(UNAVAILABLE) == len(CONFIGURED_EXECUTORS):
+    raise WorkflowError("no configured executor can run on this machine: "
+                        + "; ".join(f"{n}: {r}" for n, r in UNAVAILABLE.items()))
+EXECUTORS = {n: e for n, e in CONFIGURED_EXECUTORS.items() if n not in UNAVAILABLE}
 # Precision modes (docs/precision.md). CONVERSION applies when preparing the model;
 # QUANTIZE adds rules/quantize.smk's jobs and tests each layer's quantized model.
 CONVERSION = {k: config[k] for k in ("auto_convert_bf16", "auto_convert_int32", "save_bf16_model")}
 QUANTIZE = bool(config["quantize"])
-QUANT = os.path.join(WORK, "quant")
+QUANT = os.path.join(WORK, layout.QUANT_DIR)
 QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_integer")} if QUANTIZE else None
 # what a layer's tests depend on besides its files: a param of the reference, import
 # and test jobs, so switching quantize (another model file, maybe older) reruns them
@@ -92,7 +103,7 @@ REPORT_OUTDATED = os.path.join(WORK, layout.OUTDATED_MARKER)
 # the job's time limit (s): a param that reruns nothing when changed (a larger limit
 # reruns what timed out: get_timeout_rerun, get_test_rerun)
 TIMEOUT = untracked(config["timeout_s"])
-USER_CHOICES = os.path.join(WORK, "user_choices.json")
+USER_CHOICES = os.path.normpath(os.path.join(OUT, layout.user_choices_file(MODEL_NAME)))
 
 
 REPORT = os.path.normpath(os.path.join(OUT, layout.report_file(MODEL_NAME)))
@@ -255,7 +266,7 @@ def tested_layers():
 
 def all_layer_results(wildcards):
     """Every (layer, executor) result file to produce; known once the split ran."""
-    return [os.path.join(LAYERS, slug, name, "result.json") for slug in tested_layers() for name in EXECUTORS]
+    return [layout.layer_result_file(LAYERS, slug, name) for slug in tested_layers() for name in EXECUTORS]
 
 
 def get_timing(wildcards):
@@ -333,12 +344,12 @@ def user_choices_input(wildcards):
 
 
 # Full-model run (rules/full_model.smk)
-FULL = os.path.join(WORK, "full")
-PARTS = os.path.join(FULL, "partitions")
-FULL_ASSIGNMENT = os.path.join(FULL, "assignment.json")
-FULL_PLAN = os.path.join(FULL, "plan.json")
-FULL_REFERENCE = os.path.join(FULL, "reference.npz")
-FULL_RESULT = os.path.join(FULL, "result.json")
+FULL = os.path.join(WORK, layout.FULL_DIR)
+PARTS = os.path.join(FULL, layout.PARTITIONS_DIR)
+FULL_ASSIGNMENT = os.path.join(FULL, layout.ASSIGNMENT_FILE)
+FULL_PLAN = os.path.join(FULL, layout.PLAN_FILE)
+FULL_REFERENCE = os.path.join(FULL, layout.REFERENCE_FILE)
+FULL_RESULT = os.path.join(FULL, layout.RESULT_FILE)
 
 
 wildcard_constraints:

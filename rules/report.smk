@@ -17,6 +17,8 @@ rule aggregate_report:
     params:
         model_name=MODEL_NAME,
         executors=[canonical(e) for e in EXECUTORS.values()],
+        unavailable=[{"name": n, "backend": CONFIGURED_EXECUTORS[n]["backend"], "reason": r}
+                     for n, r in UNAVAILABLE.items()],
         tolerance=config["tolerance"],
         options=run_options(),
         skip_ops=config["skip_ops"],

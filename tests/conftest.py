@@ -63,6 +63,14 @@ def run_cli(*args, cwd=None, timeout=900):
     return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+def one_line_error(r) -> str:
+    """The one ``torq-gen-config: error: ...`` line of a refused command (CompletedProcess),
+    asserting that there is exactly one and no traceback; returns it."""
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("torq-gen-config: error: ")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    return errors[0]
+
+
 def run_snakemake(*args, cwd=REPO, timeout=900):
     """Run snakemake from the repository root (picks up profiles/default)."""
     exe = str(Path(sys.executable).parent / "snakemake")

@@ -226,21 +226,6 @@ def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):
     run_lock.release(lock)
 
 
-def test_timeout_record_reruns_only_under_a_larger_limit(tmp_path):
-    out = tmp_path / "result.json"
-    out.write_text("{}")
-    jobs.record_timeout(str(out), True, 5)
-    assert (tmp_path / "result.json.timed-out").read_text().strip() == "5"
-    assert jobs.rerun_after_timeout(str(out), 5) is None  # same limit: the verdict stands
-    assert jobs.rerun_after_timeout(str(out), 3) is None
-    marker = jobs.rerun_after_timeout(str(out), 60)
-    assert marker and os.stat(marker).st_mtime_ns > os.stat(out).st_mtime_ns
-    assert jobs.rerun_after_timeout(str(out), 60) == marker  # stable while the job has not rerun
-    jobs.record_timeout(str(out), False, 60)  # the rerun finished in time
-    assert jobs.rerun_after_timeout(str(out), 600) is None
-    assert jobs.rerun_after_timeout(str(tmp_path / "other.json"), 600) is None
-
-
 def test_staleness_outdated_marker_and_changed_model(tmp_path):
     from torq_gen_config.layout import OUTDATED_MARKER, clear_outdated, mark_outdated, report_file, work_dir
     from torq_gen_config.report.staleness import model_digest, staleness

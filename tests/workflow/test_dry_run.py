@@ -38,3 +38,28 @@ def test_dry_run_writes_nothing(tmp_path):
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "test_layer" in r.stdout, r.stdout[-3000:]  # the reruns are planned...
     assert snapshot(out) == before  # ...without touching a file
+
+
+def test_discover_dry_run_lists_the_jobs_and_writes_nothing(tmp_path):
+    """`torq-gen-config discover -n` on a finished output directory whose report a
+    larger --timeout would not change: it names the jobs a real run would do (here
+    the timed-out layer test) and changes no file."""
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = work(out) / "layers" / "Relu_relu" / "llvm-cpu" / "result.json"
+    Path(str(result) + ".timed-out").write_text("1\n")
+    # Snakemake's own state folder (.snakemake: its dry-run I/O cache) is not a result
+    def results():
+        return {k: v for k, v in snapshot(out).items() if not k.startswith(".snakemake")}
+
+    before = results()
+    r = run_cli("discover", "--model", model, "--output-dir", out, "--timeout", "60", "-n")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    text = r.stdout + r.stderr
+    assert "test_layer" in text and "aggregate_report" in text, text[-3000:]
+    assert results() == before
+    r = run_cli("discover", "--model", model, "--output-dir", out, "--timeout", "1", "-n")  # same limit: nothing
+    assert r.returncode == 0 and "test_layer" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert results() == before

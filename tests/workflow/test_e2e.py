@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, TensorProto, helper, make_model, run_cli, run_snakemake, tvi, work
+from conftest import REPO, TensorProto, helper, make_model, one_line_error, run_cli, run_snakemake, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.mlir.importer import operator_at
@@ -68,7 +68,8 @@ def test_snakemake_form_squeezenet(tmp_path, squeezenet_path):
     assert len(report["ops"]) == 66
     for lid, op in report["ops"].items():
         assert set(op["executors"]) == set(EXECUTORS), lid
-        assert all(e["status"] in ("success", "difference", "error") for e in op["executors"].values())
+        # light_squeezenet is 198/198 success on the three default executors
+        assert [e["status"] for e in op["executors"].values()] == ["success"] * 3, lid
         assert op["recommended_executor"] in EXECUTORS, lid
     assert len(compiler["op_assignments"]) == 66
     check_compiler_keys(out, report, compiler)
@@ -277,7 +278,7 @@ def test_skip_executors_and_ops(tmp_path):
     assert all(set(op["executors"]) == {"llvm-cpu", "ort"} for lid, op in report["ops"].items() if lid != "MaxPool_pool")
     assert report["provenance"]["options"]["skip_ops"] == ["maxpool"]
     r = run_cli("discover", "--model", model, "--output-dir", out, "--skip-executors", "nope")
-    assert r.returncode == 2 and "unknown executor(s) nope" in r.stderr
+    assert r.returncode == 2 and "unknown executor(s) nope" in one_line_error(r)
 
 
 def test_log_file_and_compiler_options(tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import TensorProto, helper, run_cli, tvi, work
+from conftest import TensorProto, helper, one_line_error, run_cli, tvi, work
 from onnx import numpy_helper
 
 from torq_gen_config.mlir.importer import operator_at
@@ -132,10 +132,10 @@ def test_quantize_qdq_run(qdq, squeezenet_path):
     # without the discovery's flags: refused with both sets
     r = run_model(squeezenet_path, out)
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "[--quantize --quant-format=qdq]" in r.stderr and "[no precision flags]" in r.stderr, r.stderr
+    assert "[--quantize --quant-format=qdq]" in one_line_error(r) and "[no precision flags]" in one_line_error(r)
     assert "full_model" not in load(out)[0]
     r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qoperator")
-    assert r.returncode == 2 and "--quant-format=qoperator" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--quant-format=qoperator" in one_line_error(r)
     # with them: the quantized model runs and is compared
     r = run_model(squeezenet_path, out, "--quantize")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -221,7 +221,7 @@ def test_quantize_qoperator_full_integer_run(qop, squeezenet_path):
     out, r = qop
     assert r.returncode == 0, r.stderr[-3000:]
     r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qoperator")  # --full-integer missing
-    assert r.returncode == 2 and "--full-integer" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--full-integer" in one_line_error(r)
     r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qoperator", "--full-integer")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report, _ = load(out)

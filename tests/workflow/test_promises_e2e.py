@@ -139,3 +139,30 @@ def test_retarget_one_deleted_result_after_double_dash(tmp_path):
     assert retested(r.stdout) == ["vmvx"], r.stdout
     assert json.loads(target.read_text())["status"] == "success"
     assert all(p.stat().st_mtime_ns == m for p, m in before.items())
+
+
+def test_edit_choices_survive_a_real_discover_and_reset_drops_them(tmp_path):
+    """README (Review and edit): a person's choice is kept by the next `discover`, which
+    rebuilds the report from the layer results and user_choices.json; `edit --reset`
+    drops it and the next `discover` gives discovery's recommendation again."""
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    ok(run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q"))
+    report_path = out / "torq_gen_config_cnn.json"
+    before = json.loads(report_path.read_text())["ops"]
+    layer = next(iter(before))
+    assert before[layer]["recommended_executor"] == "llvm-cpu"
+    ok(run_cli("edit", "--model", model, "--output-dir", out, "--layer", layer, "--executor", "ort"))
+    # a later discovery with another tolerance rebuilds the report: the choice stays
+    ok(run_cli("discover", "--model", model, "--output-dir", out, "-q", "--tolerance-avg", "0.02"))
+    after = json.loads(report_path.read_text())
+    assert after["default_tolerance"]["fp_avg_tol"] == 0.02
+    assert after["ops"][layer]["recommended_executor"] == "ort"
+    assert after["ops"][layer]["recommendation_source"] == "user"
+    compiler = json.loads((out / "torq_gen_config_cnn_compiler.json").read_text())
+    assert compiler["op_assignments"][after["ops"][layer]["mlir_location"]]["executor"] == "ort"
+    # --reset, then discovery again: discovery's recommendation is back
+    ok(run_cli("edit", "--model", model, "--output-dir", out, "--layer", layer, "--reset"))
+    ok(run_cli("discover", "--model", model, "--output-dir", out, "-q"))
+    final = json.loads(report_path.read_text())["ops"][layer]
+    assert final["recommended_executor"] == "llvm-cpu" and final.get("recommendation_source") != "user"

@@ -34,7 +34,7 @@ from test_output_schemas import small_cnn
 
 README = REPO / "README.md"
 EXAMPLE_WORDS = ("torq-gen-config", "snakemake", "ck-profile", "rm")
-WORKFLOW_FILES = ("Snakefile", "rules", "config", "profiles", "scripts", "envs")
+WORKFLOW_FILES = ("Snakefile", "rules", "config", "profiles", "scripts")
 # a command that mentions one of these cannot run here: the reason
 NEEDS = {
     "--profiler-path": "needs AMD's ckProfiler (ROCm), not installed here",

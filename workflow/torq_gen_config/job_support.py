@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 from .logs import append_record, append_to_shared_log  # noqa: F401 (append_to_shared_log: its old home)
+from .errors import ModelError, TorqGenConfigError
 
 #: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
 #: this process (jobs are threads of the Snakemake process); workflow_api puts the
@@ -26,7 +27,6 @@ def records_failure(fn):
     :data:`JOB_FAILURES` and raised again (the job fails as before)."""
     import functools
 
-    from .errors import TorqGenConfigError
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -53,7 +53,6 @@ def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, 
             done again without the whole-model run.
         Exception: whatever the job body raised.
     """
-    from .errors import ModelError
     from .isolation import WorkerCrash, WorkerTimeout, run_isolated
 
     try:

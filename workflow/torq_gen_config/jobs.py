@@ -16,11 +16,7 @@ from .steps.layer_tests import (  # noqa: F401
 from .steps.markers import (  # noqa: F401
     SKIPPED_MARKER,
     TIMED_OUT_SUFFIX,
-    _RERUN_MARKER,
-    _newer_marker,
-    mark_for_rerun,
     record_timeout,
-    rerun_after_timeout,
     was_skipped,
 )
 from .steps.prepare import (  # noqa: F401

@@ -21,6 +21,12 @@ WORK_ROOT = "work"
 #: (a job that feeds the report ran after it was written; removed when it is written).
 OUTDATED_MARKER = ".report-outdated"
 REPORT_PREFIX = "torq_gen_config_"
+#: Folders of a work directory: the layers (one folder per layer slug, then one per
+#: executor), the job logs, the quantized model, the full-model run.
+LAYERS_DIR, LOGS_DIR, QUANT_DIR, FULL_DIR = "layers", "logs", "quant", "full"
+#: Files of a (layer, executor) verdict and of the full-model run (in FULL_DIR).
+RESULT_FILE = "result.json"
+ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", "plan.json", "reference.npz", "partitions"
 
 
 def work_dir(name: str) -> str:
@@ -43,17 +49,20 @@ def lock_file(name: str) -> str:
     return f".torq-gen-config-{name}.lock"
 
 
+def full_run_file(name: str, file: str) -> str:
+    """A file of the full-model run of ``name`` (``ASSIGNMENT_FILE``, ``RESULT_FILE``, ...),
+    relative to the output directory: ``work/<name>/full/<file>``."""
+    return f"{work_dir(name)}/{FULL_DIR}/{file}"
+
+
+def layer_result_file(layers_dir: str | os.PathLike, slug: str, executor: str) -> str:
+    """The verdict file of one (layer, executor) test under a layers directory."""
+    return os.path.join(layers_dir, slug, executor, RESULT_FILE)
+
+
 def user_choices_file(name: str) -> str:
     """The person-made choices of ``edit`` for ``name``, relative to the output directory."""
     return f"{work_dir(name)}/user_choices.json"
-
-
-def output_paths(output_dir: str | os.PathLike, name: str) -> dict[str, Path]:
-    """Absolute paths of one discovery's files: ``report``, ``compiler``, ``work``, ``lock``,
-    ``user_choices``."""
-    out = Path(output_dir)
-    return {"report": out / report_file(name), "compiler": out / compiler_file(name), "work": out / work_dir(name),
-            "lock": out / lock_file(name), "user_choices": out / user_choices_file(name)}
 
 
 def mark_outdated(marker: str | os.PathLike) -> None:

@@ -9,6 +9,9 @@ limit is the backstop that also stops what cannot be interrupted).
 
 from __future__ import annotations
 
+#: Time limit of a job's tool or engine call when the caller gives none (the config's
+#: default ``timeout_s``), seconds.
+DEFAULT_TIMEOUT_S = 300.0
 #: Most seconds a worker gets beyond its call's own deadline (start-up, loading, writing).
 GRACE_S = 30.0
 #: Seconds a whole-model job gets beyond its bounded calls (loading, inference, folding, writing).
@@ -19,6 +22,12 @@ PROBE_S = 60.0
 SUMMARY_CHARS = 512
 #: Characters of a verdict's full ``message`` (a tool's output, cut around its first error).
 MESSAGE_CHARS = 4000
+#: Characters of an engine's or library's error kept inside a message (a reference engine
+#: failing on a layer, onnxruntime.quantization, an ONNX graph check).
+DETAIL_CHARS = 2000
+#: Characters of a cause quoted inside a one-line message or warning (a model that cannot
+#: be read, a node that cannot be folded, a schema violation).
+NOTE_CHARS = 300
 
 
 def call_limit(timeout_s: float) -> float:

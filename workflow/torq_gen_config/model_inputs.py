@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from .errors import ModelError
+from .fileio import load_npz, save_npz
 
 #: File name of the model's input values in the work directory.
 MODEL_INPUTS_FILE = "model_inputs.npz"
@@ -31,7 +33,6 @@ def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict
     """
     import numpy as np
 
-    from .errors import ModelError
 
     data = open_input_data(path)
     shapes = {}
@@ -97,7 +98,7 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
         if isinstance(a, list) or not et:
             out[vi.name] = a
         elif et == TensorProto.BFLOAT16:
-            from .precision.dtype_conversion import round_to_bf16
+            from .precision.bf16_rounding import round_to_bf16
 
             out[vi.name] = a if getattr(a.dtype, "name", "") == "bfloat16" else round_to_bf16(np.asarray(a, np.float32))
         else:
@@ -111,7 +112,6 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
 def save_model_inputs(path: str | os.PathLike, feeds: dict, meta: dict) -> None:
     """Write the model input values (atomically, and only when they changed, so an
     unchanged file keeps its mtime; see :func:`torq_gen_config.fileio.save_npz`)."""
-    from .fileio import save_npz
 
     save_npz(path, dict(feeds), {"kind": "model_inputs", **meta}, only_if_changed=True)
 
@@ -126,9 +126,7 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
     """
     import numpy as np
 
-    from .errors import ModelError
     from .ort_io import numpy_dtype
-    from .fileio import load_npz
 
     arrays, meta = load_npz(Path(path))
     if model is None:
@@ -172,7 +170,6 @@ def open_input_data(path: str | os.PathLike):
 
     import numpy as np
 
-    from .errors import ModelError
 
     try:
         is_zip = zipfile.is_zipfile(path)
@@ -196,7 +193,7 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
 
     A bfloat16 model input (``--auto-convert-bf16``) accepts float arrays (float16,
     float32, float64, or ml_dtypes.bfloat16), rounded to bfloat16 through float32
-    (round to nearest even, as :func:`~torq_gen_config.precision.dtype_conversion.round_to_bf16`),
+    (round to nearest even, as :func:`~torq_gen_config.precision.bf16_rounding.round_to_bf16`),
     and ``|V2`` arrays (what ``numpy.savez`` makes of an ml_dtypes.bfloat16 array),
     read as bfloat16 bit patterns.
 
@@ -214,7 +211,6 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
     import numpy as np
     from onnx import TensorProto, helper
 
-    from .errors import ModelError
 
     data = open_input_data(path)
     feeds = {}
@@ -323,8 +319,7 @@ def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # no
     import ml_dtypes
     import numpy as np
 
-    from .errors import ModelError
-    from .precision.dtype_conversion import round_to_bf16
+    from .precision.bf16_rounding import round_to_bf16
 
     if a.dtype.name == "bfloat16":
         return a

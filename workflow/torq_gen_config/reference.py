@@ -25,9 +25,8 @@ from .fileio import load_npz, save_npz  # noqa: F401 (re-exported: their old hom
 from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
 from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
-
-#: Time limit of an engine when the caller gives none (the config's default ``timeout_s``), seconds.
-DEFAULT_TIMEOUT_S = 300.0
+from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS  # noqa: F401 (DEFAULT_TIMEOUT_S: its old home)
+from .limits import call_limit
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
@@ -74,7 +73,6 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 
     from .compare import compare_on_model
     from .isolation import WorkerCrash, WorkerTimeout, run_isolated_each
-    from .limits import call_limit
     from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
 
     if engine not in ENGINES:
@@ -90,7 +88,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         try:
             inputs = make_inputs(layer, settings, input_ranges)
         except Exception as e:  # e.g. an input without a static shape: no values, no reference
-            message = f"cannot make the layer's inputs: {type(e).__name__}: {str(e)[:1000]}"
+            message = f"cannot make the layer's inputs: {type(e).__name__}: {str(e)[:DETAIL_CHARS]}"
             meta = {"status": "error", "message": message, "engine": engine, "engine_version": None,
                     "ort_version": engine_version("onnxruntime"), "input_names": [], "output_names": output_names,
                     "settings": {**DEFAULT_INPUT_SETTINGS, **(settings or {})}, "run_ms": None,
@@ -124,7 +122,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
             info["status"] = "crash"
         else:  # each engine raises its own exception types
             info["status"] = "error"
-        info["message"] = f"{engine_label(eng)} failed on the layer: {str(outcome).strip()[:2000]}"
+        info["message"] = f"{engine_label(eng)} failed on the layer: {str(outcome).strip()[:DETAIL_CHARS]}"
         return info, []
 
     primary, outputs = engine_result(engine, outcomes[0])
@@ -149,7 +147,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
             meta["engines_agreement"] = compare_on_model(layer, dict(zip(output_names, ort_outs)),
                                                          dict(zip(output_names, spec_outs)), output_names)
         except Exception as e:  # a non-numeric output: no agreement check
-            meta["engines_agreement_error"] = f"{type(e).__name__}: {e}"[:500]
+            meta["engines_agreement_error"] = f"{type(e).__name__}: {e}"[:NOTE_CHARS]
     arrays = {f"input_{i}": a for i, a in enumerate(inputs.values())}
     arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
     arrays.update({f"second_output_{i}": np.asarray(a) for i, a in enumerate(second_outputs)})
@@ -167,7 +165,7 @@ def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str
     try:
         arrays, meta = load_layer_inputs(path, layer)
     except Exception as e:  # unreadable file: generate, and say so
-        return None, f"generated (the whole-model run's inputs.npz could not be read: {str(e)[:200]})"
+        return None, f"generated (the whole-model run's inputs.npz could not be read: {str(e)[:NOTE_CHARS]})"
     if meta.get("fallback"):
         return None, f"generated ({meta['fallback']})"
     for vi in layer.graph.input:

@@ -79,7 +79,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
     bf16 = has_bfloat16(model)
     if bf16:
-        from .precision.dtype_conversion import widen_bf16_to_fp32
+        from .precision.widening import widen_bf16_to_fp32
 
         types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
                  + list(model.graph.input)}
@@ -94,7 +94,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
         outs = call_with_deadline(lambda: _run_onnx_reference(model, feeds, output_names), timeout_s,
                                   what=f"the ONNX reference implementation")
     if bf16:
-        from .precision.dtype_conversion import round_to_bf16
+        from .precision.bf16_rounding import round_to_bf16
 
         outs = [round_to_bf16(o) if types.get(n) == onnx.TensorProto.BFLOAT16 else o for o, n in zip(outs, output_names)]
     return outs

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 
 from .errors import TorqGenConfigError
+from .fileio import atomic_write_text
+from .layout import lock_file
 
 _held: dict[str, list] = {}  # resolved lock path -> [FileLock, count]
 _guard = threading.Lock()
@@ -67,7 +69,6 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory", too
             raise RunLocked(_refusal(what, path, tool)) from None
         _held[key] = [lock, 1]
     try:
-        from .fileio import atomic_write_text
 
         atomic_write_text(_holder_file(path), json.dumps({
             "pid": os.getpid(), "command": " ".join(sys.argv), "started": time.strftime("%Y-%m-%d %H:%M:%S")}))
@@ -130,7 +131,6 @@ def others_active(directory: str | os.PathLike, mine: str | os.PathLike | None =
     """The holders of the other run locks in ``directory`` (runs of other models): their
     Snakemake state shares the directory's ``.snakemake``, so a stale Snakemake lock is
     only removed when this list is empty."""
-    from .layout import lock_file
 
     mine_key = str(Path(mine).resolve()) if mine else None
     return [holder(p) for p in sorted(Path(directory).glob(lock_file("*")))

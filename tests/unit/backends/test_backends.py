@@ -433,10 +433,14 @@ def test_iree_cuda_target(models, mlirs, tmp_path):
     art = _compile(backend, models, mlirs, "conv", tmp_path)
     assert os.path.getsize(art.path) > 0
     assert art.info["argv"][-3:-2] == ["--iree-cuda-target=sm_80"]
+    assert _iree("llvm-cpu").unavailable_reason() is None  # local devices are not probed
     if ctypes.util.find_library("cuda") is None:
         with pytest.raises(StageError) as ei:
             _run(backend, art, INPUTS["conv"], ["y"], tmp_path)
         assert ei.value.stage == "run" and "cuda" in ei.value.message.lower()
+        # asked once per run before any job: the executor is then reported once, not per layer
+        reason = backend.unavailable_reason(timeout_s=30)
+        assert reason.startswith("no cuda device: UNAVAILABLE; CUDA driver library 'libcuda.so'"), reason
     else:  # pragma: no cover - only on a machine with an NVIDIA driver
         out, _ = _run(backend, art, INPUTS["conv"], ["y"], tmp_path)
         ref = _reference(models["conv"], INPUTS["conv"])["y"]
@@ -534,6 +538,8 @@ def test_ort_missing_provider_is_a_compile_error(models, tmp_path):
     assert ei.value.stage == "compile"
     assert "no execution provider CUDAExecutionProvider" in ei.value.message
     assert "CPUExecutionProvider" in ei.value.message
+    assert backend.unavailable_reason() == ei.value.message  # the same line, once per run
+    assert OnnxRuntimeBackend("ort", {}).unavailable_reason() is None
 
 
 def test_ort_run_timeout(models, tmp_path):

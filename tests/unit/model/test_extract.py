@@ -249,7 +249,7 @@ def _old_build_layer_model(model, members: list[int], values: dict, types: dict,
     inputs, inits = [], []
     seen = set()
     for n in nodes:
-        for t in list(n.input) + split._outer_scope_inputs(n):
+        for t in list(n.input) + _outer_scope_inputs(n):
             if not t or t in produced_set or t in seen:
                 continue
             seen.add(t)
@@ -381,3 +381,28 @@ def _old_extract_subgraph(model, origin: list[int], first: int, last: int) -> tu
     outside = sorted({origin[j] for j in order if j not in range_set})
     info = {"inputs": inputs, "outputs": outputs, "outside_constant_nodes": outside, "num_nodes": len(order)}
     return sub, sub_origin, info
+
+
+# frozen copy of the old model.split helper the frozen builders above used
+def _outer_scope_inputs(node) -> list[str]:
+    """Tensors that the subgraphs of ``node`` read from the enclosing graph."""
+    names: list[str] = []
+
+    def visit(graph, defined: set[str]) -> None:
+        defined = set(defined) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        for n in graph.node:
+            for t in n.input:
+                if t and t not in defined and t not in names:
+                    names.append(t)
+            for a in n.attribute:
+                for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
+                    visit(g, defined)
+            defined.update(t for t in n.output if t)
+
+    for a in node.attribute:
+        if a.type == 5:
+            visit(a.g, set())
+        elif a.type == 10:
+            for g in a.graphs:
+                visit(g, set())
+    return names

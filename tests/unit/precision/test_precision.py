@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import SQUEEZENET, TensorProto, helper, make_model, run_cli, tvi
+from conftest import SQUEEZENET, TensorProto, helper, make_model, one_line_error, run_cli, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.config import (DEFAULT_CONFIG_PATH, PRECISION_KEYS, check_precision_matches, load_config_file,
@@ -416,7 +416,9 @@ def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypat
     def boom(*a, **k):
         raise quantization.QuantizationError("onnxruntime.quantization failed: test failure")
 
-    monkeypatch.setattr(quantization, "quantize_model", boom)
+    from torq_gen_config.precision import quantize as quantize_module
+
+    monkeypatch.setattr(quantize_module, "quantize_model", boom)  # where the quantize step takes it from
     monkeypatch.setenv("TORQ_GEN_CONFIG_INLINE", "1")  # the patched function runs in this process
     jobs.quantize_layer_job(layer_onnx=str(d / "model.onnx"), ranges=str(ranges), quantized=str(d / "quantized.onnx"),
                             info=str(d / "quantize.json"), settings={"quant_format": "hybrid", "per_channel": False,
@@ -473,10 +475,10 @@ def test_save_bf16_model_must_not_be_the_input(tmp_path):
     check_save_bf16_path(model, None)
     r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--auto-convert-bf16",
                 "--save-bf16-model", str(model))
-    assert r.returncode == 2 and "input model itself" in r.stderr
+    assert r.returncode == 2 and "input model itself" in one_line_error(r)
     assert model.read_bytes() == SQUEEZENET.read_bytes()
     r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--calibration-samples", "3")
-    assert r.returncode == 2 and "--calibration-samples needs --quantize" in r.stderr
+    assert r.returncode == 2 and "--calibration-samples needs --quantize" in one_line_error(r)
 
 
 # ------------------------------------------- layer map by names (node order not preserved)

@@ -38,6 +38,7 @@ __all__ = [
     "executor_with_tool_options",
     "run_wide_options",
     "run_wide_overrides",
+    "unavailable_executors",
 ]
 
 #: backend kind -> "module:Class": the one line a new backend adds (docs/backends.md)
@@ -199,3 +200,29 @@ def executor_with_tool_options(executor: dict, compiler_options: list[str], runt
     if opts is None:
         return executor
     return {**executor, "options": opts}
+
+
+_UNAVAILABLE_CACHE: dict[str, str | None] = {}
+
+
+def unavailable_executors(executors: Iterable[Mapping], *, timeout_s: float = 60.0) -> dict[str, str]:
+    """The executors (definitions with the tool options applied) that cannot run on
+    this machine: name -> reason (:meth:`Backend.unavailable_reason`: a GPU executor's
+    device or execution provider is missing). Each definition is probed once per
+    process (the Snakefile asks at every parse). An executor whose definition is
+    invalid or whose backend fails to import is not reported here: its jobs say why.
+    """
+    import json
+
+    found = {}
+    for executor in executors:
+        key = json.dumps(executor, sort_keys=True, default=str)
+        if key not in _UNAVAILABLE_CACHE:
+            try:
+                reason = make_backend(executor).unavailable_reason(timeout_s=timeout_s)
+            except Exception:  # a bad definition or a broken probe: the executor's own jobs say why
+                reason = None
+            _UNAVAILABLE_CACHE[key] = reason
+        if _UNAVAILABLE_CACHE[key]:
+            found[executor["name"]] = _UNAVAILABLE_CACHE[key]
+    return found

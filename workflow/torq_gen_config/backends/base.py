@@ -389,6 +389,18 @@ class Backend(ABC):
         """
         raise NotImplementedError(f"backend {self.kind or type(self).__name__!r} does not implement benchmark()")
 
+    def unavailable_reason(self, *, timeout_s: float = 60.0) -> str | None:
+        """Why this executor cannot run on this machine at all (its device or execution
+        provider is missing: a GPU executor on a CPU machine), or None when it can.
+
+        Asked once per run for each executor, before any layer job
+        (:func:`~torq_gen_config.backends.unavailable_executors`): an unavailable
+        executor gets no layer jobs and is reported once, with this reason, instead of
+        one error per layer. The default (no device to miss) is None. Probes are
+        bounded by ``timeout_s`` seconds.
+        """
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, options={self.options!r})"
 

@@ -67,6 +67,8 @@ from .iree_tools import (  # noqa: F401 (re-exported: the old home of these name
     _VTENSOR,
     FUNCTION,
     MODULE_FILE,
+    _fix_dtype,
+    _has_f64,
     _iree_version_line,
     _package_dir,
     _parse_types,
@@ -74,6 +76,7 @@ from .iree_tools import (  # noqa: F401 (re-exported: the old home of these name
     iree_tool_path,
     parse_benchmark_json,
     parse_mlir_signature,
+    unavailable_device_reason,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -442,6 +445,16 @@ class IreeBackend(Backend):
             flags.append(f"--input=@{fname}")
         return flags
 
+    def unavailable_reason(self, *, timeout_s: float = 60.0) -> str | None:
+        """Why this executor's runtime device is missing here (a ``cuda``/``hip``/``vulkan``
+        driver without its library or without a device), or None; local devices are always
+        there (:func:`~torq_gen_config.backends.iree_tools.unavailable_device_reason`)."""
+        try:
+            tool = self._tool("iree-run-module")
+        except ToolNotFoundError:
+            return None  # each job says where it looked, as for a local device
+        return unavailable_device_reason(tool, self.device, timeout_s=timeout_s)
+
     # ------------------------------------------------------------- describe
     def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
         """Provenance of this executor (the compiler's ``--version`` is probed once per
@@ -478,17 +491,3 @@ class IreeBackend(Backend):
         except metadata.PackageNotFoundError:
             d["iree_runtime_version"] = None
         return d
-
-def _has_f64(signature: dict) -> bool:
-    return any(t.get("dtype") == "float64" for k in ("inputs", "outputs") for t in (signature or {}).get(k) or [])
-
-
-def _fix_dtype(arr: "np.ndarray", expected: str) -> "np.ndarray":
-    """Reinterpret IREE's signless integer output as the signature's unsigned dtype."""
-    import numpy as np
-
-    if expected.startswith("uint") and arr.dtype.kind == "i":
-        target = np.dtype(expected)
-        if target.itemsize == arr.dtype.itemsize:
-            return arr.view(target)
-    return arr

@@ -218,3 +218,51 @@ def parse_benchmark_json(text: str, function: str = FUNCTION) -> list[float]:
         rows.append((int(b.get("repetition_index") or 0), float(b["real_time"]) * scale / iterations))
     rows.sort(key=lambda r: r[0])
     return [ms for _, ms in rows]
+
+
+#: runtime drivers that need no device library: always available
+LOCAL_DRIVERS = ("local-sync", "local-task")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def unavailable_device_reason(run_module: str, device: str, *, timeout_s: float = 60.0) -> str | None:
+    """Why the IREE runtime device ``device`` (``iree-run-module --device`` value, e.g.
+    ``"cuda"`` or ``"cuda://0"``) cannot be used on this machine, or None when it can.
+
+    Asks ``iree-run-module --list_devices=<driver>`` (bounded by ``min(timeout_s, 60)``
+    seconds): a driver whose library is missing exits non-zero with IREE's status line
+    (``UNAVAILABLE; CUDA driver library 'libcuda.so' ... not available``), a driver
+    with no device lists none. Local drivers are not asked (:data:`LOCAL_DRIVERS`).
+    """
+    driver = device.split("://", 1)[0]
+    if driver in LOCAL_DRIVERS:
+        return None
+    argv = [run_module, f"--list_devices={driver}"]
+    res = run_tool(argv, timeout_s=min(timeout_s, 60.0))
+    cmd = f"iree-run-module --list_devices={driver}"
+    if res.timed_out:
+        return f"{cmd} timed out after {min(timeout_s, 60.0):g} s"
+    text = _ANSI.sub("", (res.stderr or "") + "\n" + (res.stdout or ""))
+    if res.returncode != 0:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "FLAGS ERROR" not in ln]
+        status = next((ln for ln in lines if "UNAVAILABLE" in ln or "NOT_FOUND" in ln), lines[0] if lines else "")
+        status = re.sub(r"^\S+\.(?:c|cc|cpp):\d+: ", "", status)  # IREE's source location
+        return f"no {driver} device: {bounded_message(status, 300) or f'{cmd} exited with {res.returncode}'}"
+    if not any(ln.strip().startswith(f"{driver}://") for ln in (res.stdout or "").splitlines()):
+        return f"no {driver} device: {cmd} lists none"
+    return None
+
+
+def _has_f64(signature: dict) -> bool:
+    return any(t.get("dtype") == "float64" for k in ("inputs", "outputs") for t in (signature or {}).get(k) or [])
+
+
+def _fix_dtype(arr: "np.ndarray", expected: str) -> "np.ndarray":
+    """Reinterpret IREE's signless integer output as the signature's unsigned dtype."""
+    import numpy as np
+
+    if expected.startswith("uint") and arr.dtype.kind == "i":
+        target = np.dtype(expected)
+        if target.itemsize == arr.dtype.itemsize:
+            return arr.view(target)
+    return arr

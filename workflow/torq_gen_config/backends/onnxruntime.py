@@ -38,11 +38,13 @@ from .ort_session import (  # noqa: F401 (re-exported: the old home of these nam
     OPT_LEVELS,
     _append_log,
     _run_session,
+    missing_providers,
     ort_reference_session,
     ort_version,
     parse_ort_options,
     time_session_runs,
 )
+from ..limits import call_limit
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -91,18 +93,20 @@ class OnnxRuntimeBackend(Backend):
         so.log_severity_level = 3  # errors only; provider fallback is checked explicitly
         return so
 
+    def unavailable_reason(self, *, timeout_s: float = 60.0) -> str | None:
+        """The configured execution providers this onnxruntime build lacks (e.g.
+        ``CUDAExecutionProvider`` with the CPU package), or None (CPU only: not asked)."""
+        if all(n == "CPUExecutionProvider" for n in self.provider_names):
+            return None
+        return missing_providers(self.provider_names)
+
     def _create_session(self, onnx_path: str) -> tuple[Any, float]:
         """Create the session; return ``(session, wall_ms)``. Raises StageError("compile")."""
         import onnxruntime as ort
 
-        available = ort.get_available_providers()
-        missing = [n for n in self.provider_names if n not in available]
+        missing = missing_providers(self.provider_names)
         if missing:
-            raise StageError(
-                "compile",
-                f"onnxruntime {ort.__version__} has no execution provider {', '.join(missing)} "
-                f"(available: {', '.join(available)})",
-            )
+            raise StageError("compile", missing)
         so = self._session_options()
         start = time.perf_counter()
         try:
@@ -379,7 +383,6 @@ class OnnxRuntimeBackend(Backend):
         stopped or died is ``"timeout"``/``"crash"`` with ``during`` the step it was in.
         """
         from ..isolation import run_isolated_each
-        from ..limits import call_limit
 
         limit = call_limit(timeout_s)
         compiled, ran = run_isolated_each(
@@ -410,7 +413,6 @@ class OnnxRuntimeBackend(Backend):
 
     def _in_worker(self, method: str, during: str, call_timeout_s: float, *args, **kwargs):
         from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-        from ..limits import call_limit
 
         limit = call_limit(call_timeout_s)
         try:

@@ -193,3 +193,17 @@ def time_session_runs(session, fetch: list[str], feed: dict, *, runs: int, warmu
                           f"{runs} timed runs in {wall_ms:.1f} ms; median {stats['median_ms']} ms, "
                           f"min {stats['min_ms']} ms")
     return stats
+
+
+def missing_providers(provider_names: list[str]) -> str | None:
+    """What of ``provider_names`` (execution provider names) the installed onnxruntime
+    lacks, as one line (``onnxruntime 1.32.0 has no execution provider
+    CUDAExecutionProvider (available: ...)``), or None when it has them all."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    missing = [n for n in provider_names if n not in available]
+    if not missing:
+        return None
+    return (f"onnxruntime {ort.__version__} has no execution provider {', '.join(missing)} "
+            f"(available: {', '.join(available)})")

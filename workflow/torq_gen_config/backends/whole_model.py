@@ -75,6 +75,11 @@ class WholeModel(ABC):
         """The lines of the report text that say how the model ran (before the timing line)."""
         return []
 
+    def side_files(self, section: Mapping) -> list[tuple[str, str]]:
+        """Files of the run worth naming on the console after ``run``: ``(label, path
+        relative to the output directory)`` pairs (none by default)."""
+        return []
+
     def summary(self, plan: Mapping) -> str:
         """One line on a plan of this mode, for the plan job's log."""
         return f"whole model on {self.kind}; {len(plan.get('fallbacks') or [])} layer(s) without a recommendation"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from ..errors import ConfigError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -81,7 +82,6 @@ def describe_change(change) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """List layers, or apply the edit and print what changed."""
-    from ..errors import ConfigError
     from ..report.edit import UNSET, edit_report_file, list_layers, load_report, resolve_report_path
 
     from ..report.staleness import staleness

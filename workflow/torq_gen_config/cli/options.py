@@ -202,7 +202,7 @@ def build_config(args: argparse.Namespace) -> dict:
     check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
     if config["quantize"] and config["calibration_data"]:
         # bad calibration data is a one-line error now, not a failed job later
-        from ..precision.quantization import calibration_samples
+        from ..precision.calibration import calibration_samples
 
         calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
     return config

@@ -27,8 +27,10 @@ import os
 import sys
 from pathlib import Path
 
+from ..backends import capabilities
 from ..errors import ConfigError, ReportError
-from ..layout import compiler_file, report_file
+from ..layout import ASSIGNMENT_FILE, FULL_DIR, PLAN_FILE, RESULT_FILE, compiler_file, full_run_file, report_file
+from ..fileio import read_json, write_bytes_if_changed
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -71,7 +73,6 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir).expanduser().resolve()
     report_path = out / report_file(layout["name"])
     if report_path.is_file():
-        from ..fileio import read_json
         from ..report.build import check_report
         from ..report.staleness import staleness
 
@@ -165,7 +166,6 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     """
     from ..compare import normalize_tolerance
     from ..config import check_precision_matches
-    from ..fileio import read_json, write_bytes_if_changed
     from ..fullrun import (
         PARTITIONS_MODE,
         RUN_RULES,
@@ -184,8 +184,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     name = layout["name"]
     report_path = out / report_file(name)
     compiler_path = out / compiler_file(name)
-    full_dir = f"{layout['work']}/full"
-    assignment_file, result_file = f"{full_dir}/assignment.json", f"{full_dir}/result.json"
+    full_dir = f"{layout['work']}/{FULL_DIR}"
+    assignment_file, result_file = full_run_file(name, ASSIGNMENT_FILE), full_run_file(name, RESULT_FILE)
 
     report = None
     if report_path.is_file():
@@ -233,9 +233,10 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     if echo:
         print(render_full_model_text(section))
         whole = mode != PARTITIONS_MODE  # one whole-model compile by the backend that owns the mode
-        print(f"{'Plan:' if whole else 'Partitions:':<15}{out / full_dir / 'plan.json'}")
-        if whole and (section.get(mode) or {}).get("executor_map"):
-            print(f"Executor map:  {out / section[mode]['executor_map']}")
+        print(f"{'Plan:' if whole else 'Partitions:':<15}{out / full_dir / PLAN_FILE}")
+        hooks = capabilities(mode).whole_model() if whole else None
+        for label, rel in (hooks.side_files(section) if hooks is not None else []):
+            print(f"{label + ':':<15}{out / rel}")
         print(f"Result:        {out / result_file}")
         if report is not None:
             print(f"Report:        {report_path} (full_model section)")

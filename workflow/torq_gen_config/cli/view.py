@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from ..errors import ConfigError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -37,7 +38,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, console=None) -> int:
     """Show the JSON. ``console``: a rich Console to print to (tests); default stdout."""
-    from ..errors import ConfigError
     from ..report.view import load_view_json, make_console, render, resolve_view_path
 
     json_path, layer = args.json_path, args.layer

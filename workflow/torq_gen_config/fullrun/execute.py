@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
-from ..limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
+from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..tools import bounded_message, first_error_line
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 
@@ -293,8 +293,6 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
 
         from ..compare import FULL_MODEL_MIN_COSINE, judge
         from ..isolation import run_isolated
-        from ..limits import call_limit
-        from ..reference import DEFAULT_TIMEOUT_S
         from ..reference_run import run_reference_file
 
         part_model = onnx.load(model_path, load_external_data=False)
@@ -304,7 +302,7 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
                                    what="ONNX Runtime on the partition")
         ref = dict(zip(p["outputs"], outs_ref))
     except Exception as e:
-        return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:300]}",
+        return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:NOTE_CHARS]}",
                 "max_rel_diff": None, "max_abs_diff": None}
     try:
         status, summary, m = judge(outs, ref, list(p["outputs"]), tolerance, model=part_model,
@@ -321,7 +319,7 @@ def _constant_outputs(plan: Mapping) -> dict:
     """Model outputs that are constants (rare): evaluated again from the prepared model."""
     import onnx
 
-    from ..model.split import fold_constants
+    from ..model.folding import fold_constants
 
     model = onnx.load(plan["prepared_model"])
     values, _, _ = fold_constants(model)

@@ -61,7 +61,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         ValueError: a prepared node that is neither folded nor part of a layer
             (the manifest does not belong to this model).
     """
-    from ..model.split import fold_constants
+    from ..model.folding import fold_constants
 
     mode = check_selection(assignment, executors)
     if mode != PARTITIONS_MODE:

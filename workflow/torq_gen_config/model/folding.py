@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .graph import node_attr
+from ..limits import NOTE_CHARS
 
 #: Ops whose output is not a function of their inputs: never folded.
 NONDETERMINISTIC_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
@@ -62,7 +63,7 @@ def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = fro
         try:
             outs = evaluate_node(node, values, opsets)
         except Exception as e:  # a node the reference evaluator cannot run stays a layer
-            warnings.append(f"could not fold {node.op_type} node {node.name or j}: {str(e).splitlines()[0][:200]}")
+            warnings.append(f"could not fold {node.op_type} node {node.name or j}: {str(e).splitlines()[0][:NOTE_CHARS]}")
             continue
         for name, val in zip(node.output, outs):
             if name:

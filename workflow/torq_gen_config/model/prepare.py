@@ -24,6 +24,7 @@ from .opset_upgrade import (  # noqa: F401 (some re-exported: their old home)
 )
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 from .symbolic_dims import _dims_text, fix_symbolic_dims  # noqa: F401 (_dims_text: re-exported)
+from ..limits import NOTE_CHARS
 
 
 def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
@@ -168,7 +169,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             declared types the run contradicts (a warning each); ``info`` goes to
             ``info["model_run"]``.
         conversions: ``(key, convert)`` pairs applied in order to the (cut) model, e.g.
-            ``("bf16", precision.dtype_conversion.convert_to_bf16)`` for
+            ``("bf16", precision.narrowing.convert_to_bf16)`` for
             ``--auto-convert-bf16`` (seed 001 section 5; notes/reference_tool.md s6; the
             caller raises ``target_opset`` to what they need). ``convert(model)`` returns
             ``(model, report)`` with ``report["origin"]`` (per new node, the index of the
@@ -313,4 +314,4 @@ def _one_line(e: BaseException) -> str:
     """First non-empty line of an exception message, at most 300 characters."""
     text = str(e).strip() or type(e).__name__
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), text)
-    return line[:300]
+    return line[:NOTE_CHARS]

@@ -20,6 +20,7 @@ from typing import Mapping
 
 from .folding import fold_constants
 from .graph import copy_proto
+from ..limits import NOTE_CHARS
 
 #: Most inference/folding rounds of :func:`complete_static_shapes`.
 MAX_ROUNDS = 8
@@ -247,4 +248,4 @@ def _type_text(tp) -> str:
 
 def _one_line(e: BaseException) -> str:
     text = str(e).strip() or type(e).__name__
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), text)[:300]
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), text)[:NOTE_CHARS]

@@ -227,33 +227,6 @@ def build_layer_model(model, members: list[int], values: dict, types: dict, grap
     return layer, io
 
 
-def _outer_scope_inputs(node) -> list[str]:
-    """Tensors that the subgraphs of ``node`` (If/Loop/Scan bodies) read from the
-    enclosing graph: they are inputs of the layer too. (The layer builder now reads them
-    through :func:`~.graph.node_inputs`, which gives the same names; the quantization
-    step imports this one.)"""
-    names: list[str] = []
-
-    def visit(graph, defined: set[str]) -> None:
-        defined = set(defined) | {i.name for i in graph.input} | {t.name for t in graph.initializer}
-        for n in graph.node:
-            for t in n.input:
-                if t and t not in defined and t not in names:
-                    names.append(t)
-            for a in n.attribute:
-                for g in ([a.g] if a.type == 5 else list(a.graphs) if a.type == 10 else []):
-                    visit(g, defined)
-            defined.update(t for t in n.output if t)
-
-    for a in node.attribute:
-        if a.type == 5:
-            visit(a.g, set())
-        elif a.type == 10:
-            for g in a.graphs:
-                visit(g, set())
-    return names
-
-
 def _describe(name: str, types: dict) -> dict:
     t = types.get(name)
     if t is None or not t.HasField("tensor_type"):

@@ -34,6 +34,7 @@ from typing import Any
 from ..errors import ConfigError, ModelError
 from .extract import extract_model
 from .graph import node_attr, value_types
+from ..limits import NOTE_CHARS
 
 #: Config keys (and, as ``--subgraph-from``/``--subgraph-to``, command-line options).
 CONFIG_KEYS = ("subgraph_from", "subgraph_to")
@@ -155,7 +156,7 @@ def _user_nodes_of(path: str | os.PathLike) -> list[dict]:
     try:
         model = onnx.load(str(path), load_external_data=False)
     except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError, OSError) as e:
-        raise ModelError(f"{path}: cannot read the model to resolve the subgraph: {str(e).splitlines()[0][:200]}") from None
+        raise ModelError(f"{path}: cannot read the model to resolve the subgraph: {str(e).splitlines()[0][:NOTE_CHARS]}") from None
     return user_node_table(model)
 
 

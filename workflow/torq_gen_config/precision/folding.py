@@ -26,7 +26,8 @@ def fold_to_initializers(model) -> "onnx.ModelProto":  # noqa: F821
     import onnx
     from onnx import helper, numpy_helper
 
-    from ..model.split import _outer_scope_inputs, fold_constants
+    from ..model.folding import fold_constants
+    from ..model.graph import node_inputs
 
     m = _infer(model)
     values, folded, _warnings = fold_constants(m)
@@ -36,8 +37,8 @@ def fold_to_initializers(model) -> "onnx.ModelProto":  # noqa: F821
     graph_inputs = {i.name for i in m.graph.input}
     needed: list[str] = []
     for n in keep:
-        for t in list(n.input) + _outer_scope_inputs(n):
-            if t and t not in needed:
+        for t in node_inputs(n):
+            if t not in needed:
                 needed.append(t)
     const_nodes = []
     for t in graph_outputs:

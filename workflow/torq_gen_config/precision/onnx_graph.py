@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from ..limits import DETAIL_CHARS
+
 import ml_dtypes
 import numpy as np
 import onnx
@@ -16,7 +18,7 @@ DTYPE_ATTRS = ("to", "dtype", "output_datatype", "output_dtype")
 
 
 def _one_line(e: BaseException) -> str:
-    return " ".join(str(e).split())[:2000]
+    return " ".join(str(e).split())[:DETAIL_CHARS]
 
 
 def _to_array(t: TensorProto) -> np.ndarray:

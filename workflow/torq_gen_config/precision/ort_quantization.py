@@ -17,6 +17,7 @@ import logging
 import threading
 
 from ..errors import ModelError
+from ..limits import DETAIL_CHARS
 
 
 class QuantizationError(ModelError):
@@ -75,4 +76,4 @@ def _ort_quantization():
 
 def _one_line(e: BaseException) -> str:
     text = " ".join(str(e).split())
-    return f"{type(e).__name__}: {text[:1500]}" if text else type(e).__name__
+    return f"{type(e).__name__}: {text[:DETAIL_CHARS]}" if text else type(e).__name__

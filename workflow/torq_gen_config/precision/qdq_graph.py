@@ -299,9 +299,9 @@ def _strip_io_qdq(q, warnings: list[str]):
 
 def _drop_unused_initializers(q):
     """Remove initializers that no node (or subgraph) reads and that are no graph output."""
-    from ..model.split import _outer_scope_inputs
+    from ..model.graph import node_inputs
 
-    used = {t for n in q.graph.node for t in list(n.input) + _outer_scope_inputs(n)} | {o.name for o in q.graph.output}
+    used = {t for n in q.graph.node for t in node_inputs(n)} | {o.name for o in q.graph.output}
     keep = [t for t in q.graph.initializer if t.name in used]
     if len(keep) != len(q.graph.initializer):
         del q.graph.initializer[:]

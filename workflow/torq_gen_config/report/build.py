@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
 from ..errors import ReportError
-from ..limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+from ..limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .recommend import (
     REASON_NOT_TESTABLE,
     REASON_NOT_TESTED,
@@ -303,7 +303,7 @@ def check_report(report: Any, source: str = "the report JSON") -> None:
     if errors:
         e = errors[0]
         where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
-        raise ReportError(f"{source} is not a valid torq-gen-config report: at {where}: {e.message[:200]}")
+        raise ReportError(f"{source} is not a valid torq-gen-config report: at {where}: {e.message[:NOTE_CHARS]}")
 
 
 def build_compiler_json(report: Mapping) -> dict:

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from ..errors import ConfigError, ReportError
 from ..fileio import read_json
 from .build import check_report
+from ..layout import REPORT_PREFIX, compiler_file, report_file, user_choices_file
 
 
 # --------------------------------------------------------------------------- paths
@@ -18,14 +19,12 @@ from .build import check_report
 
 def report_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.layout`)."""
-    from ..layout import report_file
 
     return Path(output_dir).expanduser() / report_file(Path(model).stem)
 
 
 def compiler_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.layout`)."""
-    from ..layout import compiler_file
 
     return Path(output_dir).expanduser() / compiler_file(Path(model).stem)
 
@@ -41,7 +40,6 @@ def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = N
     (:mod:`torq_gen_config.layout`; ``name`` the report's ``model_name``, else the name in
     the report's file name), so that the choices of one model (or subgraph) never reach
     another's report in the same directory."""
-    from ..layout import REPORT_PREFIX, user_choices_file
 
     name = report.get("model_name") if isinstance(report, Mapping) else None
     if not isinstance(name, str) or not name:

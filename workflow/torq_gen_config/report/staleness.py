@@ -14,6 +14,7 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Mapping
+from ..layout import OUTDATED_MARKER, REPORT_PREFIX, work_dir
 
 
 def model_digest(path: str | os.PathLike) -> str | None:
@@ -47,7 +48,6 @@ def staleness(report_path: str | os.PathLike, report: Mapping, model_path: str |
             report names, when it is still there. Its content is compared with the digest
             the report recorded.
     """
-    from ..layout import OUTDATED_MARKER, REPORT_PREFIX, work_dir
 
     lines = []
     name = report.get("model_name") or Path(report_path).stem.removeprefix(REPORT_PREFIX)

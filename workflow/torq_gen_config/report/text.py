@@ -67,6 +67,9 @@ def render_final_report_text(report: Mapping) -> str:
             kinds[f.get("op_type")] = kinds.get(f.get("op_type"), 0) + 1
         lines.append(f"Constant nodes folded into the layers that read them (not layers): {len(folded)} "
                      f"({', '.join(f'{k}: {v}' for k, v in sorted(kinds.items()))})")
+    for u in report.get("unavailable_executors") or []:  # once per executor, not once per layer
+        lines.append(f"Executor {u.get('name')} ({u.get('backend')}): unavailable on this machine, not tested: "
+                     f"{u.get('reason')}")
     untested = summary.get("total_layers", len(ops)) - _tested_layers(summary, ops)
     if untested:
         lines.append(f"Layers in the model: {summary.get('total_layers', len(ops))} ({untested} not tested: "

@@ -129,6 +129,9 @@ def render_summary(report: Mapping, console: Console) -> None:
     _line(console, "=" * 72)
     _line(console, f"Layers: {summary.get('total_layers', len(ops))}    "
                    f"Executors (priority order): {', '.join(names) if names else '-'}")
+    for u in report.get("unavailable_executors") or []:  # once per executor, not once per layer
+        _line(console, f"Unavailable here, not tested: {u.get('name')} ({u.get('backend')}): {u.get('reason')}",
+              style="yellow")
     precision = precision_text(report)
     if precision:
         _line(console, f"Precision: {precision}")

@@ -84,8 +84,6 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
         append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
 
 
-#: File next to a result.json that was written as "skipped" (skip mode).
-
 
 def test_layer(input, output, params, log) -> None:
     """Rule ``test_layer``: one (layer, executor) result.json (:func:`test_layer_job`).

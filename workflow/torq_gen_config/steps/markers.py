@@ -4,19 +4,21 @@ skip-mode "skipped" placeholder and the timeout record (the limit a job timed ou
 The rules read them while the DAG is built, which must not write anything: a job's
 rerun param (:func:`skipped_rerun_token`, :func:`timeout_rerun_token`) changes when a
 marker asks for a rerun, and the rerun renames that marker so that the param keeps
-its value afterwards (:func:`consume_rerun_marker`).
-
-:func:`mark_for_rerun` and :func:`rerun_after_timeout` are the older form (an extra
-input file, touched while the DAG is built); kept for callers of the old API."""
+its value afterwards (:func:`consume_rerun_marker`)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from ..limits import DEFAULT_TIMEOUT_S
+
 #: File next to a result.json that was written as "skipped" (skip mode).
 SKIPPED_MARKER = ".skipped"
-_RERUN_MARKER = ".rerun"
+#: Suffix of the file beside a job's output when that output records a timeout: it
+#: holds the limit (s) in force, so that a run with a larger ``--timeout`` redoes the
+#: job instead of keeping a verdict a longer limit might change.
+TIMED_OUT_SUFFIX = ".timed-out"
 
 
 def was_skipped(result_dir: str) -> bool:
@@ -24,62 +26,15 @@ def was_skipped(result_dir: str) -> bool:
     return os.path.exists(os.path.join(result_dir, SKIPPED_MARKER))
 
 
-def mark_for_rerun(result_dir: str) -> str:
-    """Return a marker file newer than the result in ``result_dir`` (touching it when
-    needed), used as an extra input so that Snakemake reruns that job: a verdict
-    skipped in skip mode is produced by the next run without skip mode. Writes: the
-    rules use :func:`skipped_rerun_marker` instead."""
-    return _newer_marker(os.path.join(result_dir, "result.json"), os.path.join(result_dir, _RERUN_MARKER))
-
-
-#: Suffix of the file beside a job's output when that output records a timeout: it
-#: holds the limit (s) in force, so that a run with a larger ``--timeout`` redoes the
-#: job instead of keeping a verdict a longer limit might change.
-TIMED_OUT_SUFFIX = ".timed-out"
-
-
 def record_timeout(output: str, timed_out: bool, timeout_s: float | None) -> None:
     """Write (``timed_out``) or remove the timeout record of ``output`` (see
     :data:`TIMED_OUT_SUFFIX`); ``timeout_s`` in seconds (None: the default limit)."""
-    from ..reference import DEFAULT_TIMEOUT_S
 
     record = Path(output + TIMED_OUT_SUFFIX)
     if timed_out:
         record.write_text(f"{float(timeout_s or DEFAULT_TIMEOUT_S):g}\n")
     else:
         record.unlink(missing_ok=True)
-
-
-def rerun_after_timeout(output: str, timeout_s: float | None) -> str | None:
-    """A marker input that reruns the job of ``output`` when that output records a
-    timeout under a smaller limit than ``timeout_s`` (seconds) now; None otherwise.
-    A stat per output when nothing timed out. Writes: the rules use
-    :func:`timeout_rerun_marker` instead."""
-    from ..reference import DEFAULT_TIMEOUT_S
-
-    record = output + TIMED_OUT_SUFFIX
-    try:
-        limit = float(Path(record).read_text().strip())
-    except (OSError, ValueError):
-        return None
-    if limit >= float(timeout_s or DEFAULT_TIMEOUT_S):
-        return None
-    return _newer_marker(output, output + _RERUN_MARKER)
-
-
-def _newer_marker(output: str, marker: str) -> str:
-    """``marker``, touched when needed so that it is newer than ``output``."""
-    result = output
-    try:
-        if os.stat(marker).st_mtime_ns > os.stat(result).st_mtime_ns:
-            return marker
-    except FileNotFoundError:
-        pass
-    Path(marker).touch()
-    if os.path.exists(result) and os.stat(marker).st_mtime_ns <= os.stat(result).st_mtime_ns:
-        st = os.stat(result)
-        os.utime(marker, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-    return marker
 
 
 #: Suffix of a skip or timeout marker that a rerun has dealt with (renamed, so its
@@ -109,7 +64,6 @@ def timeout_rerun_token(output: str, timeout_s: float | None) -> str | None:
     a new value (the record's mtime, ns, as text) that reruns the job; otherwise the
     value of the last record a rerun dealt with (:func:`consume_rerun_marker`), or None.
     A stat per output when nothing timed out."""
-    from ..reference import DEFAULT_TIMEOUT_S
 
     record = output + TIMED_OUT_SUFFIX
     try:

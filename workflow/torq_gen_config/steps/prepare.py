@@ -8,16 +8,16 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import write_json
+from ..fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
+from ..limits import DEFAULT_TIMEOUT_S, model_job_limit
+from ..errors import ConfigError
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
     """Rule ``prepare_model``: :func:`_prepare_model_job` in a supervised worker
     (its whole-model reference run can hang or crash; :func:`in_worker`)."""
-    from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     in_worker(_prepare_model_job, "the model preparation", model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S),
               without_run="model_run_failed", **kwargs)
@@ -52,7 +52,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     """
     import onnx
 
-    from ..fileio import write_bytes_if_changed
     from ..model.prepare import load_model, prepare_model
     from ..model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
 
@@ -63,7 +62,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     if input_data:
         for name, shp in input_data_shapes(input_data, load_model(model)).items():
             if name in shapes and list(shapes[name]) != shp:
-                from ..errors import ConfigError
 
                 raise ConfigError(f"--input-shapes {name}:{'x'.join(map(str, shapes[name]))} and the --input-data "
                                   f"array of shape {'x'.join(map(str, shp))} disagree")
@@ -87,12 +85,12 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
                                          "unknown_to_static_inference": unknown[:200]}}
 
-    from ..precision.dtype_conversion import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
+    from ..precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 
     conversions = [(key, fn) for key, fn, on in (("bf16", convert_to_bf16, precision.get("auto_convert_bf16")),
                                                   ("int32", convert_int64_to_int32, precision.get("auto_convert_int32")))
                    if on]
-    if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.dtype_conversion)
+    if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.narrowing)
         target_opset = max(target_opset, BF16_OPSET)
     m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph, conversions=conversions,
                             input_shapes=shapes, shape_sources=sources, observe=observe)
@@ -114,7 +112,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         for line in notes:
             print(f"note: {line}", file=sys.stderr)
     if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
-        from ..fileio import atomic_write_bytes
 
         Path(precision["save_bf16_model"]).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(precision["save_bf16_model"], data)
@@ -209,11 +206,8 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, timeout_s
     """Rule ``import_full_model``: full-model MLIR and the node -> line:col map; the
     importer runs in a supervised worker (a hang or a crash is recorded as a failed
     import: the layers then get no ``mlir_location``)."""
-    from ..fileio import atomic_write_text
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ..limits import model_job_limit
     from ..mlir.importer import import_full_model
-    from ..reference import DEFAULT_TIMEOUT_S
 
     limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
     try:

@@ -7,15 +7,14 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import read_json, write_json
+from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
+from ..limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
 
 @records_failure
 def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
     """:func:`_calibrate_job` in a supervised worker (ONNX Runtime runs the model; :func:`in_worker`)."""
-    from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     in_worker(_calibrate_job, "the calibration", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S), **kwargs)
 
@@ -33,7 +32,8 @@ def _calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float
     """
     import onnx
 
-    from ..precision.quantization import calibration_samples, tensor_ranges
+    from ..precision.calibration import calibration_samples
+    from ..precision.ranges import tensor_ranges
 
     t0 = time.perf_counter()
     model = onnx.load(prepared)
@@ -54,8 +54,6 @@ def _quantize_settings(settings: dict) -> dict:
 @records_failure
 def quantize_full_model_job(*, timeout_s: float | None = None, **kwargs) -> None:
     """:func:`_quantize_full_model_job` in a supervised worker (ONNX Runtime runs the model; :func:`in_worker`)."""
-    from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     in_worker(_quantize_full_model_job, "the quantization of the full model", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S), **kwargs)
 
@@ -74,8 +72,8 @@ def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info
     """
     import onnx
 
-    from ..fileio import write_bytes_if_changed
-    from ..precision.quantization import calibration_samples, quantize_model
+    from ..precision.calibration import calibration_samples
+    from ..precision.quantize import quantize_model
 
     t0 = time.perf_counter()
     model = onnx.load(prepared)
@@ -100,10 +98,7 @@ def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
     """:func:`_quantize_layer_job` in a supervised worker; a hang or a crash of the
     quantizer is recorded like a failed quantization (the layer's tests report it at
     stage ``quantize``, the other layers go on)."""
-    from ..fileio import write_bytes_if_changed
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ..limits import call_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     try:
         run_isolated(_quantize_layer_job, kwargs=kwargs, limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
@@ -131,8 +126,8 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
     """
     import onnx
 
-    from ..fileio import write_bytes_if_changed
-    from ..precision.quantization import QuantizationError, quantize_model
+    from ..precision.ort_quantization import QuantizationError
+    from ..precision.quantize import quantize_model
 
     t0 = time.perf_counter()
     model = onnx.load(layer_onnx)

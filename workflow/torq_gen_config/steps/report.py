@@ -3,204 +3,30 @@ results, with the recommendation per layer and the run's provenance."""
 
 from __future__ import annotations
 
-import json
 import os
-import time
-from pathlib import Path
 
-from ..fileio import read_json
 from ..job_support import _log, records_failure
 from ..layout import clear_outdated
-from .tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
+from ..report.assemble import (  # noqa: F401 (re-exported: their old home)
+    _dist_version,
+    _model_digest,
+    _module_version,
+    assemble_report,
+    build_provenance,
+    precision_section,
+)
+from ..report.publish import publish_report
+
 
 @records_failure
-def aggregate_job(*, model_name: str, manifest: str, prepare_info: str, locations: str, results_root: str,
-                  executors: list[dict], tolerance: dict, options: dict, report: str, compiler: str,
-                  output_dir: str, skip_ops: list[str] = (), dedup_layers: bool = False,
-                  user_choices: str | None = None, recommend_by_timing: bool = False,
-                  quantized_manifest: str | None = None, quantize_info: str | None = None,
-                  log: str | None = None) -> dict:
-    """Rule ``aggregate_report``: recommendation per layer, report JSON and compiler JSON.
-
-    Statuses are re-derived from the stored metrics with the current ``tolerance``,
-    so a tolerance change needs no recompile. With ``dedup_layers``, a layer whose
-    signature was seen before copies the verdicts of that first layer and is marked
-    ``duplicate_of`` in the report. ``recommend_by_timing`` recommends the fastest
-    success (else the fastest difference) by measured runtime median, falling back
-    to priority order where no runtime was measured (see
-    :func:`~torq_gen_config.report.recommend.recommend_with_reason`).
-
-    With ``--quantize``, ``quantized_manifest`` (the layers mapped onto the quantized
-    model, whose MLIR ``locations`` describes) gives each layer its ``line:col``; a
-    layer fused away in the quantized model has none (so it is left out of the
-    compiler JSON) and a note says why; ``quantize_info`` (the whole model's
-    quantization) goes into the report's ``precision`` section with the flags and
-    the bf16/int32 conversion reports of the preparation.
-    """
-    from .. import __version__
-    from ..mlir.importer import layer_location
-    from ..report.build import build_report
-    from ..report.publish import publish_report
-
-    man = read_json(manifest, "layer manifest")
-    info = read_json(prepare_info, "preparation info")
-    locs = read_json(locations, "MLIR locations")
-    names = [e["name"] for e in executors]
-    plan = plan_layer_tests(man["layers"], skip_ops, dedup_layers)
-    qlayers = {}
-    if quantized_manifest:
-        qlayers = {l["layer_id"]: l for l in read_json(quantized_manifest, "quantized layer map")["layers"]}
-    layers, results = [], {}
-    duplicate_of: dict[str, str] = {}
-    for layer in man["layers"]:
-        decision, src = plan[layer["layer_id"]]
-        skipped = decision == SKIP_OPS
-        layers.append({
-            "layer_id": layer["layer_id"], "slug": layer["slug"], "op_type": layer["op_type"],
-            "node_index": layer["node_index"],
-            "mlir_location": layer_location(qlayers.get(layer["layer_id"], layer) if quantized_manifest else layer, locs),
-            "mac_count": layer.get("mac_count"),
-            "skipped_reason": f"op type {layer['op_type']} skipped (skip_ops)" if skipped else None,
-            "not_testable": None if skipped else layer.get("not_testable"),
-        })
-        if decision in (SKIP_OPS, NOT_TESTABLE):
-            results[layer["layer_id"]] = {}
-            continue
-        if decision == DUPLICATE:
-            duplicate_of[layer["layer_id"]] = src
-            results[layer["layer_id"]] = {n: {**r, "duplicate_of": src} for n, r in results[src].items()}
-            continue
-        per = {}
-        for name in names:
-            p = Path(results_root) / layer["slug"] / name / "result.json"
-            if p.exists():
-                per[name] = json.loads(p.read_text())
-        results[layer["layer_id"]] = per
-    mlir_file = os.path.relpath(Path(locations).parent / locs["mlir_file"], output_dir) if locs.get("status") == "ok" else None
-    provenance = build_provenance(info=info, locations=locs, executors=executors, options=options,
-                                  tool_version=__version__, results=results)
-    if man.get("layer_inputs"):  # the whole-model run that gave the layers their inputs
-        provenance["layer_inputs_run"] = man["layer_inputs"]
-    previous = read_json(user_choices, "user choices") if user_choices and Path(user_choices).exists() else None
-    rep = build_report(model_name=model_name, layers=layers, results=results, executors=executors,
-                       default_tolerance=tolerance, mlir_file=mlir_file, provenance=provenance,
-                       previous_report=previous, recommend_by_timing=recommend_by_timing)
-    for lid, src in duplicate_of.items():
-        rep["ops"][lid]["duplicate_of"] = src
-    rep["precision"] = precision_section(options, info, quantize_info, Path(results_root))
-    rep["folded_nodes"] = man.get("folded_nodes") or []  # constant nodes: values of the layers, not layers
-    for layer in man["layers"]:
-        q = qlayers.get(layer["layer_id"])
-        if q is not None:
-            op = rep["ops"][layer["layer_id"]]
-            op["quantized_op_type"] = q.get("quantized_op_type")
-            if q.get("quantized_note"):
-                op["note"] = q["quantized_note"]
-    if info.get("subgraph"):  # subgraph mode: the range, in the user's model, and where its files are
-        rep["subgraph"] = {**info["subgraph"],
-                           "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
-    rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
-        sum(1 for d, _ in plan.values() if d == TEST) if dedup_layers else sum(1 for per in results.values() if per))
-    if duplicate_of or rep["folded_nodes"]:  # the text shows copied verdicts and folded nodes
-        from ..report.text import render_final_report_text
-
-        rep["final_report_text"] = render_final_report_text(rep)
+def aggregate_job(*, report: str, compiler: str, log: str | None = None, **kwargs) -> dict:
+    """Rule ``aggregate_report``: the discovery report
+    (:func:`~torq_gen_config.report.assemble.assemble_report`, whose keyword arguments
+    ``kwargs`` are), published with its compiler JSON to ``report`` / ``compiler``."""
+    rep = assemble_report(**kwargs)
     publish_report(report, compiler, rep, rederive=False, force=True)
     _log(log, f"report written: {report}")
     return rep
-
-
-def precision_section(options: dict, prepare_info: dict, quantize_info: str | None, layers_dir: Path) -> dict:
-    """The report's ``precision`` section: the flags discovery used (``run`` checks
-    them, docs/precision.md), the bf16/int32 conversion reports (per narrowed
-    constant: values, max_abs_error, mean_abs_error, rmse, max_rel_error; clamped
-    INT64_MIN/MAX sentinels), and with ``--quantize`` the whole model's quantization
-    info and the layers that needed Q/DQ pairs on their I/O."""
-    from ..config import PRECISION_KEYS
-
-    section: dict = {"flags": {k: options.get(k) for k in PRECISION_KEYS}}
-    conv = prepare_info.get("precision") or {}
-    if "bf16" in conv:
-        section["bf16_conversion"] = conv["bf16"]
-    if "int32" in conv:
-        section["int32_conversion"] = conv["int32"]
-    if quantize_info:
-        section["quantization"] = read_json(quantize_info, "quantization info")
-        wrapped, failed = [], {}
-        for p in sorted(layers_dir.glob("*/quantize.json")):
-            q = read_json(str(p), "layer quantization info")
-            if q.get("wrapped_io"):
-                wrapped.append(p.parent.name)
-            if q.get("status") == "error":
-                failed[p.parent.name] = q.get("message")
-        section["layers_with_wrapped_io"] = wrapped
-        section["layers_not_quantized"] = failed
-    return section
-
-
-def build_provenance(*, info: dict, locations: dict, executors: list[dict], options: dict, tool_version: str,
-                     results: dict) -> dict:
-    """Versions, options and inputs that produced a report (JSON-safe)."""
-    import platform
-
-    versions = {"torq-gen-config": tool_version, "python": platform.python_version()}
-    for mod in ("onnx", "onnxruntime", "numpy", "snakemake"):
-        versions[mod] = _module_version(mod)
-    # the importer's and the configured backends' own packages (Backend.packages)
-    from ..backends import capabilities
-    from ..mlir.importer import IMPORTER_PACKAGE
-
-    packages = [IMPORTER_PACKAGE, *(p for e in executors for p in capabilities(e.get("backend")).packages)]
-    for dist in dict.fromkeys(packages):
-        versions.setdefault(dist, _dist_version(dist))
-    ref_versions = sorted({(r.get("reference") or {}).get("ort_version") for per in results.values()
-                           for r in per.values() if (r.get("reference") or {}).get("ort_version")})
-    tools = {}
-    for per in results.values():
-        for name, r in per.items():
-            if name not in tools and r.get("tool"):
-                tools[name] = r["tool"]
-    return {
-        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "versions": versions,
-        "reference": {"engine": options.get("reference") or "onnxruntime",
-                      "second_opinion": "onnx" if (options.get("reference") or "onnxruntime") == "onnxruntime"
-                      else "onnxruntime",
-                      "execution_provider": "CPUExecutionProvider",
-                      "graph_optimization_level": "disabled", "ort_versions": ref_versions,
-                      "onnx_version": versions.get("onnx")},
-        "executors": executors,
-        "executor_tools": tools,
-        "options": options,
-        "model": {"source": info.get("source"), "sha256": _model_digest(info.get("source")),
-                  "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),
-                  "warnings": info.get("warnings"), "shapes": info.get("shapes"),
-                  "model_inputs": info.get("model_inputs"), "model_run": info.get("model_run")},
-        "mlir": {"status": locations.get("status"), "message": locations.get("message"),
-                 "unverified_nodes": locations.get("n_unverified")},
-    }
-
-
-def _model_digest(path: str | None) -> str | None:
-    from ..report.staleness import model_digest
-
-    return model_digest(path) if path else None
-
-
-def _module_version(name: str) -> str | None:
-    try:
-        from importlib.metadata import version
-
-        return version(name)
-    except Exception:
-        return None
-
-
-_dist_version = _module_version
-
-
-# ----------------------------------------------------------------------------
-# --quantize (rules/quantize.smk; docs/precision.md)
 
 
 def aggregate_report(input, output, params, log) -> dict:
@@ -211,7 +37,7 @@ def aggregate_report(input, output, params, log) -> dict:
     the mapped manifest and the quantization info), ``user_choices`` (the user's
     overrides from ``edit``, when there are some). The layers' results are beside the
     manifest, the report is in the output directory. Params: ``model_name``,
-    ``executors``, ``tolerance``, ``options``, ``skip_ops``, ``dedup_layers``,
+    ``executors``, ``unavailable``, ``tolerance``, ``options``, ``skip_ops``, ``dedup_layers``,
     ``recommend_by_timing``, ``outdated``. Returns the report (dict).
     """
     rep = aggregate_job(model_name=params.model_name, manifest=input.manifest, prepare_info=input.info,
@@ -223,7 +49,8 @@ def aggregate_report(input, output, params, log) -> dict:
                         user_choices=input.user_choices[0] if input.user_choices else None,
                         recommend_by_timing=params.recommend_by_timing,
                         quantized_manifest=input.quant[0] if input.quant else None,
-                        quantize_info=input.quant[1] if input.quant else None, log=log[0])
+                        quantize_info=input.quant[1] if input.quant else None,
+                        unavailable=params.unavailable, log=log[0])
     clear_outdated(params.outdated)
     summary = rep["discovery_report"]["summary"]
     print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "

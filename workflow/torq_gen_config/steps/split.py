@@ -7,18 +7,17 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import read_json, write_json
+from ..fileio import atomic_write_text, read_json, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from .markers import TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
 from .quantize import quantized_input_ranges
+from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
     """Checkpoint ``split_layers``: :func:`_split_layers_job` in a supervised worker
     (:func:`in_worker`)."""
-    from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
 
     in_worker(_split_layers_job, "the layer split and its whole-model run",
               model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), without_run="model_run_failed",
@@ -74,7 +73,7 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
                   file=sys.stderr)
         for f in run["fallback_nodes"]:
             print(f"note: the whole-model run evaluated {f['op_type']} node {f['name'] or f['graph_index']} with the "
-                  f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:200]})",
+                  f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:NOTE_CHARS]})",
                   file=sys.stderr)
     write_json(manifest, man)
 
@@ -117,11 +116,8 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     """Rule ``import_layer``: the layer's MLIR, imported in a supervised worker. An
     importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
     timeout or crash), not raised: the layer's tests report it and the others go on."""
-    from ..fileio import atomic_write_text
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ..limits import call_limit
     from ..mlir.importer import import_layer
-    from ..reference import DEFAULT_TIMEOUT_S
 
     try:
         res = run_isolated(import_layer, (layer_onnx, mlir), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),

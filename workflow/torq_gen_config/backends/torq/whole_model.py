@@ -379,6 +379,10 @@ class TorqWholeModel(WholeModel):
         return [f"Mode: whole model, one torq-compile with --torq-executor-map "
                 f"({tq.get('num_map_entries')} line:col entries: {tq.get('executor_map')})"]
 
+    def side_files(self, section: Mapping) -> list[tuple[str, str]]:
+        path = (section.get("torq") or {}).get("executor_map")
+        return [("Executor map", path)] if path else []
+
     def summary(self, plan: Mapping) -> str:
         return (f"whole model on torq ({', '.join(plan['torq_executors'])}), one torq-compile with an "
                 f"executor map of {plan['num_map_entries']} entr(y/ies); {len(plan['fallbacks'])} layer(s) "
