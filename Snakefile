@@ -31,6 +31,14 @@ else:
     include: "rules/full_model.smk"
     include: "rules/report_html.smk"
 
+    # Cheap steps run in the main process also with a cluster profile (profiles/slurm): a
+    # submission costs ~10 s of queueing and polling, these take well under a second.
+    localrules:
+        all,
+        aggregate_report,
+        full_assignment,
+        full_model,
+
 
     # One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),
     # taken when the jobs start (not for dry runs), so both forms exclude each other.

@@ -5,6 +5,7 @@ import os
 import re
 
 from snakemake.exceptions import WorkflowError
+from snakemake_interface_executor_plugins.settings import ExecMode
 
 from torq_gen_config import backends, batch_compile, isolation, layout, run_lock, steps
 import torq_gen_config.steps.full_model
@@ -88,8 +89,9 @@ QUANT_SETTINGS = {k: config[k] for k in ("quant_format", "per_channel", "full_in
 LAYER_PRECISION = {"quantize": QUANT_SETTINGS}
 RUN_LOCK = os.path.join(OUT, layout.lock_file(MODEL_NAME))
 # a Snakemake lock that a killed run left on this output directory would make this run
-# refuse ("Directory cannot be locked"); it is removed when no run holds the directory
-if os.path.isdir(OUT):
+# refuse ("Directory cannot be locked"); it is removed when no run holds the directory.
+# Not in a cluster job (exec mode remote/subprocess): the main process that submitted it holds the lock.
+if os.path.isdir(OUT) and workflow.exec_mode == ExecMode.DEFAULT:
     try:  # a live run of this model here: say who, before Snakemake's own lock refuses
         run_lock.check_free(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
     except run_lock.RunLocked as e:

@@ -8,7 +8,7 @@ workflow files (Snakefile, rules/, config/, profiles/, scripts/), with the READM
 placeholder inputs made real there: ``path/to/model.onnx`` and ``m.onnx`` are a small
 Conv/Relu/MaxPool model, ``light_squeezenet.onnx`` is onnx's light_squeezenet,
 ``conv_repros_ir.json`` the three cheapest convolutions of the ResNet-50 trace of ``tests/data``. A command that
-needs what this machine lacks (ROCm's ckProfiler, TORQ's tools, a GPU, the network) is
+needs what this machine lacks (ROCm's ckProfiler, TORQ's tools, a GPU, a SLURM cluster, the network) is
 skipped with the reason. Each command must exit 0 (``run``: 0, the outputs match) and
 write the files it promises (the report and compiler JSON of its model and output
 directory, a Snakemake target, a converted or results file).
@@ -41,6 +41,7 @@ NEEDS = {
     "ck_profiler_path=": "needs AMD's ckProfiler (ROCm), not installed here",
     "config/torq.yaml": "needs TORQ's torq-compile/torq-run-module, not installed here",
     "target: cuda": "needs an NVIDIA GPU",
+    "profiles/slurm": "needs a SLURM cluster (tests/workflow/test_slurm_e2e.py runs these forms on a local one)",
     "http://": "needs the network", "https://": "needs the network",
 }
 

@@ -318,14 +318,19 @@ def _with_job_failures(message: str, failures: list[str]) -> str:
     return f"{failures[0]}{more}"
 
 
-def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike, cores: int, extra_args: list[str],
-                                     quiet: bool = False, forceall: bool = False) -> None:
+def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike, cores: int | None,
+                                     extra_args: list[str], quiet: bool = False, forceall: bool = False,
+                                     profile: str | os.PathLike | None = None) -> None:
     """Run the workflow through Snakemake's own command-line layer, for extra Snakemake
-    arguments given after ``--`` (``torq-gen-config discover ... -- --printshellcmds``).
+    arguments given after ``--`` (``torq-gen-config discover ... -- --printshellcmds``)
+    and for a profile of the user's (``discover --profile profiles/slurm``).
 
     The config is written to ``<workdir>/.torq-gen-config.yaml`` and passed with
     ``--configfile``; the profile's settings (:func:`profile_argv`) are passed as flags
-    before ``extra_args``, so the user's flags win.
+    before ``extra_args``, so the user's flags win. With ``profile``, Snakemake reads that
+    profile instead of ``profiles/default`` (every key, executor plugin settings included,
+    as ``snakemake --profile``); ``cores`` (None: the profile's) is then ``--jobs``, the
+    number of jobs submitted at a time, when the profile names a cluster executor.
 
     Raises:
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
@@ -345,8 +350,19 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     atomic_write_text(cfg_path, yaml.safe_dump(config, sort_keys=False))
     # --cores last: the profile's list-valued flags (--resources, --quiet) take any number
     # of values and would swallow a target given after `--`
-    argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--configfile", str(cfg_path),
-            *profile_argv(profile_settings(), quiet=quiet), "--cores", str(cores)]
+    argv = ["--snakefile", str(SNAKEFILE), "--directory", str(workdir), "--configfile", str(cfg_path)]
+    if profile is None:
+        argv += [*profile_argv(profile_settings(), quiet=quiet), "--cores", str(cores or os.cpu_count() or 1)]
+    else:
+        from .cluster import is_local, read_profile
+
+        settings = read_profile(profile)
+        local = is_local(str(settings.get("executor") or "local"))
+        argv += ["--profile", str(Path(profile).expanduser().resolve()), "--workflow-profile", "none"]
+        if cores is not None:
+            argv += ["--cores" if local else "--jobs", str(cores)]
+        elif local and "cores" not in settings:
+            argv += ["--cores", str(os.cpu_count() or 1)]
     if forceall:
         argv.append("--forceall")
     from . import run_lock

@@ -17,12 +17,13 @@ import os
 from pathlib import Path
 
 from ..backends import run_wide_options
-from ..errors import ConfigError
 from .options import (  # noqa: F401 (re-exported: the names' old home)
+    add_execution_options,
     add_model_options,
     add_precision_options,
     build_config,
     output_layout,
+    resolve_execution_options,
     subgraph_flags,
 )
 
@@ -36,8 +37,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "(compile, run, compare with an ONNX Runtime reference) and recommend one executor per layer.",
     )
     add_model_options(p)
-    p.add_argument("-j", "--jobs", "--cores", dest="cores", type=int, default=os.cpu_count() or 1,
-                   help="parallel jobs (default: number of CPU cores)")
+    add_execution_options(p)
     p.add_argument("--tolerance-avg", type=float, help="fp_avg_tol: mean normalized error allowed (default 0.01)")
     p.add_argument("--tolerance-max", type=float, help="fp_max_tol: max normalized error allowed (default 0.01)")
     p.add_argument("--timeout", type=float, help="seconds allowed per tool call of one (layer, executor) job (default 300)")
@@ -101,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from ..layout import compiler_file, report_file
     from ..workflow_api import run_workflow
 
-    if args.cores < 1:
-        raise ConfigError("--jobs must be at least 1")
+    resolve_execution_options(args)
     config = build_config(args)
     layout = output_layout(config)
     out = Path(args.output_dir).expanduser().resolve()
@@ -112,12 +111,12 @@ def run(args: argparse.Namespace) -> int:
     extra = list(getattr(args, "snakemake_args", None) or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    if extra:
+    if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
         from ..workflow_api import run_workflow_with_snakemake_args
 
         run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
                                          extra_args=(targets or []) + extra + (["-n"] if args.dry_run else []),
-                                         quiet=args.quiet, forceall=args.recompute_cache)
+                                         quiet=args.quiet, forceall=args.recompute_cache, profile=args.profile)
     else:
         run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run,
                      quiet=args.quiet, verbose=args.verbose, forceall=args.recompute_cache)
@@ -128,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         from .run import run_assigned
 
         try:
-            _, section = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
-                                      verbose=args.verbose, echo=False, what="full-subgraph test")
+            # on this machine (also with a cluster --profile: one job)
+            _, section = run_assigned(config=config, out=out, layout=layout, cores=args.cores or os.cpu_count() or 1,
+                                      quiet=args.quiet, verbose=args.verbose, echo=False, what="full-subgraph test")
         except TorqGenConfigError as e:
             print(f"torq-gen-config: error: the full-subgraph test could not run: {e}", file=sys.stderr)
             section = None

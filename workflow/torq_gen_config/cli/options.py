@@ -40,6 +40,37 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     add_precision_options(p)
 
 
+def add_execution_options(p: argparse.ArgumentParser, *, what: str = "parallel jobs") -> None:
+    """Where the jobs run (discover, run): -j and a Snakemake profile (a cluster's)."""
+    p.add_argument("-j", "--jobs", "--cores", dest="cores", type=int, default=None,
+                   help=f"{what} (default: number of CPU cores; with a cluster --profile: jobs submitted at a "
+                        "time, default the profile's)")
+    p.add_argument("--profile", metavar="DIR",
+                   help="Snakemake profile to run with instead of profiles/default, e.g. profiles/slurm (every job "
+                        "but the cheap ones submitted to SLURM; needs pip install -e '.[cluster]'; README, "
+                        "\"Running on a cluster\")")
+
+
+def resolve_execution_options(args: argparse.Namespace) -> None:
+    """Check -j and --profile before any work: a cluster profile whose plugin is missing or
+    whose controller does not answer is a one-line error now (not a 9 s wait and a failed
+    submission later). Without a profile, -j defaults to the number of CPU cores.
+
+    Raises:
+        ConfigError: -j below 1, or the profile cannot be used.
+    """
+    import os
+
+    if args.cores is not None and args.cores < 1:
+        raise ConfigError("--jobs must be at least 1")
+    if getattr(args, "profile", None):
+        from ..cluster import check_profile
+
+        check_profile(args.profile)
+    elif args.cores is None:
+        args.cores = os.cpu_count() or 1
+
+
 def add_precision_options(p: argparse.ArgumentParser) -> None:
     """The precision-mode options (docs/precision.md); ``run`` needs the ones discovery used."""
     g = p.add_argument_group("precision modes (docs/precision.md; run needs the same flags as discover)")

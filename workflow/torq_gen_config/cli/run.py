@@ -35,7 +35,7 @@ from ..fileio import read_json, write_bytes_if_changed
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``run`` subcommand."""
-    from .options import add_model_options
+    from .options import add_execution_options, add_model_options
 
     p = sub.add_parser(
         "run",
@@ -47,8 +47,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "1: difference or error; 2: bad input.",
     )
     add_model_options(p)
-    p.add_argument("-j", "--jobs", "--cores", dest="cores", type=int, default=os.cpu_count() or 1,
-                   help="parallel compile jobs (default: number of CPU cores)")
+    add_execution_options(p, what="parallel compile jobs")
     p.add_argument("--debug-ir", metavar="DIR",
                    help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>")
     p.add_argument("--compiler-option", action="append", default=[], metavar="OPT",
@@ -66,10 +65,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the full model (in subgraph mode, the subgraph); print its comparison.
     Returns the exit status (0/1; bad input raises a TorqGenConfigError, which the
     command turns into status 2)."""
-    from .options import build_config, output_layout
+    from .options import build_config, output_layout, resolve_execution_options
 
-    if args.cores < 1:
-        raise ConfigError("--jobs must be at least 1")
+    resolve_execution_options(args)
     config = build_config(args)
     layout = output_layout(config)
     out = Path(args.output_dir).expanduser().resolve()
@@ -87,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
     status, _ = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
                              verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,
-                             output_dir_arg=args.output_dir)
+                             output_dir_arg=args.output_dir, profile=args.profile)
     return status
 
 
@@ -147,9 +145,10 @@ def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, 
     return config
 
 
-def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bool = False, verbose: bool = False,
-                 debug_ir: str | None = None, echo: bool = True, what: str = "full-model run",
-                 model_arg: str | None = None, output_dir_arg: str | None = None) -> tuple[int, dict | None]:
+def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, quiet: bool = False,
+                 verbose: bool = False, debug_ir: str | None = None, echo: bool = True, what: str = "full-model run",
+                 model_arg: str | None = None, output_dir_arg: str | None = None,
+                 profile: str | None = None) -> tuple[int, dict | None]:
     """Run the model of ``layout`` (the full model, or the subgraph) with the
     assignment of its report (else compiler JSON) in ``out``, and record the
     comparison in the report (``full_model`` section and text).
@@ -159,7 +158,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
 
     Returns:
         ``(status, section)``: 0 when the outputs match the reference, else 1;
-        ``section`` is the comparison (None when the workflow failed).
+        ``section`` is the comparison (None when the workflow failed). With ``profile``
+        (a cluster's), the jobs run as that profile says (``cores``: jobs at a time).
 
     Raises:
         ReportError, ConfigError: no report or compiler JSON, an unknown executor, ...
@@ -178,7 +178,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
         selection_from_report,
     )
     from ..report.publish import publish_report
-    from ..workflow_api import WorkflowFailed, run_workflow
+    from ..workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
     from .options import subgraph_flags
 
     name = layout["name"]
@@ -216,8 +216,12 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int, quiet: bo
     # the job's own verdict line uses the tolerance the report section is judged with
     config = {**config, "tolerance": {**config["tolerance"], **tolerance}}
     try:
-        run_workflow(config=config, workdir=out, cores=cores, targets=[result_file], allowed_rules=list(RUN_RULES),
-                     quiet=quiet, verbose=verbose)
+        if profile:
+            run_workflow_with_snakemake_args(config=config, workdir=out, cores=cores, quiet=quiet, profile=profile,
+                                             extra_args=[result_file, "--allowed-rules", *RUN_RULES])
+        else:
+            run_workflow(config=config, workdir=out, cores=cores or os.cpu_count() or 1, targets=[result_file],
+                         allowed_rules=list(RUN_RULES), quiet=quiet, verbose=verbose)
     except WorkflowFailed as e:
         print(f"torq-gen-config: error: the {what} failed: {e}", file=sys.stderr)
         return 1, None

@@ -1,0 +1,114 @@
+"""torq_gen_config.cluster: the checks before `discover --profile` (one line, no 9 s wait)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from torq_gen_config import cluster
+from torq_gen_config.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_slurm_profile_names_the_slurm_executor_and_its_settings():
+    settings = cluster.read_profile(REPO / "profiles" / "slurm")
+    assert settings["executor"] == "slurm"
+    assert settings["slurm-status-command"] == "squeue"  # no accounting database, no sacct
+    assert "layer_tests=" in settings["group-components"][0]
+    # the per-layer rules are grouped; the rules named exist in rules/*.smk
+    rules = "".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
+    for item in settings["groups"]:
+        rule, group = item.split("=")
+        assert group == "layer_tests" and f"rule {rule}:" in rules, item
+    for item in settings.get("set-resources", []):
+        assert f"rule {item.split(':')[0]}:" in rules or f"checkpoint {item.split(':')[0]}:" in rules, item
+
+
+def test_the_slurm_profile_repeats_the_default_profiles_settings():
+    """`discover --profile` reads only the given profile: what profiles/default sets beside
+    local threads must be there too, with the same values."""
+    default = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
+    slurm = cluster.read_profile(REPO / "profiles" / "slurm")
+    for key, value in default.items():
+        if key != "force-use-threads":
+            assert slurm.get(key) == value, key
+
+
+def test_missing_profile_and_bad_profile_are_one_line_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such profile directory"):
+        cluster.check_profile(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no profile.yaml or config.yaml"):
+        cluster.check_profile(tmp_path / "empty")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "config.yaml").write_text("executor: [unclosed\n")
+    with pytest.raises(ConfigError, match="cannot read config.yaml"):
+        cluster.check_profile(tmp_path / "bad")
+
+
+def test_a_local_profile_needs_no_plugin(tmp_path):
+    (tmp_path / "config.yaml").write_text("cores: 2\n")
+    assert cluster.check_profile(tmp_path) == "local"
+
+
+def test_missing_executor_plugin_names_the_package_to_install(tmp_path, monkeypatch):
+    (tmp_path / "config.yaml").write_text("executor: slurm\n")
+    monkeypatch.setattr(cluster.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError) as e:
+        cluster.check_profile(tmp_path)
+    assert "snakemake-executor-plugin-slurm, which is not installed" in str(e.value)
+    assert "pip install -e '.[cluster]'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_no_slurm_client_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "config.yaml").write_text("executor: slurm\n")
+    monkeypatch.setattr(cluster.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(cluster.shutil, "which", lambda tool: None)
+    with pytest.raises(ConfigError, match="SLURM's sbatch is not on PATH"):
+        cluster.check_profile(tmp_path)
+
+
+@pytest.mark.parametrize("stdout, rc, expected", [
+    ("Slurmctld(primary) at vm is DOWN\n", 1, "no SLURM controller answers"),
+    ("", 1, "exit status 1"),
+    ("Slurmctld(primary) at vm is UP\n", 0, None),
+])
+def test_controller_state_from_scontrol_ping(monkeypatch, stdout, rc, expected):
+    monkeypatch.setattr(cluster.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(cluster.subprocess, "run",
+                        lambda *a, **k: subprocess.CompletedProcess(a[0], rc, stdout=stdout, stderr=""))
+    problem = cluster.slurm_controller_problem()
+    assert (problem is None) if expected is None else (expected in problem and "\n" not in problem)
+
+
+def test_a_hanging_scontrol_is_cut_short(monkeypatch):
+    monkeypatch.setattr(cluster.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+
+    def hang(*a, **k):
+        raise subprocess.TimeoutExpired(a[0], k["timeout"])
+
+    monkeypatch.setattr(cluster.subprocess, "run", hang)
+    assert "within 10 s" in cluster.slurm_controller_problem()
+
+
+def test_discover_with_an_unusable_profile_fails_fast_in_one_line(tmp_path):
+    """Before any model work or Snakemake start: exit 2, one line, in well under the 9 s
+    that the slurm plugin's `scontrol show config` waits for a controller that is down."""
+    profile = tmp_path / "p"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("executor: no-such-executor\n")
+    exe = str(Path(sys.executable).parent / "torq-gen-config")
+    t0 = time.perf_counter()
+    r = subprocess.run([exe, "discover", "--profile", str(profile), "--model", str(tmp_path / "m.onnx"),
+                        "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "snakemake-executor-plugin-no-such-executor, which is not installed" in lines[0], lines
+    assert time.perf_counter() - t0 < 8
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,116 @@
+"""Discovery through a real SLURM (profiles/slurm): a single-node SLURM on localhost
+(Debian's slurm-wlm and munge, brought up by ../shared/scripts/setup_local_slurm.sh and
+stopped by PID), the CLI and the Snakemake form, the report the same as a local run's.
+
+Skipped only where SLURM cannot be brought up (not root, or neither slurm-wlm nor apt-get);
+a missing executor plugin is a failure: `pip install -e '.[cluster]'` (.ci/run does).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+from local_slurm import LocalSlurm, comparable, running, start, stop, submissions, unavailable_reason
+from test_output_schemas import small_cnn
+
+PROFILE = REPO / "profiles" / "slurm"
+def test_comparable_drops_only_timings_and_provenance():
+    r = {"ops": {"A": {"executors": {"e": {"status": "success", "timing": {"run_ms": 1.0}}}}},
+         "provenance": {"generated_at": "x"}, "discovery_report": {"summary": {"timing_summary": {}, "total_layers": 1}}}
+    assert comparable(r) == {"ops": {"A": {"executors": {"e": {"status": "success"}}}},
+                             "discovery_report": {"summary": {"total_layers": 1}}}
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory) -> LocalSlurm:
+    """SLURM up for this module's tests; every daemon it started stopped by PID afterwards
+    (also when a test fails), and /etc/slurm/slurm.conf as it was."""
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"no local SLURM: {reason}")
+    assert importlib.util.find_spec("snakemake_executor_plugin_slurm"), \
+        "snakemake-executor-plugin-slurm is not installed: pip install -e '.[cluster]'"
+    cluster = start(tmp_path_factory.mktemp("slurm-state"))
+    try:
+        yield cluster
+    finally:
+        subprocess.run(["scancel", "--user", "root"], capture_output=True, timeout=30)  # none should be left
+        killed = stop(cluster)
+        assert not running(cluster), running(cluster)
+        assert not killed, f"daemons that ignored SIGTERM: {killed}"
+
+
+def _queue_empty(timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r = subprocess.run(["squeue", "--noheader", "--states=PENDING,RUNNING"], capture_output=True, text=True)
+        if r.returncode == 0 and not r.stdout.strip():
+            return True
+        time.sleep(1)
+    return False
+
+
+def _kinds(jobs: dict[int, str]) -> dict[str, int]:
+    """How many submissions per rule (rule_<name>) or group (group_<name>_...)."""
+    kinds: dict[str, int] = {}
+    for log in jobs.values():
+        kind = log.split("slurm_logs/", 1)[1].split("/", 1)[0]
+        kind = "group:" + kind.split("_")[1] + "_" + kind.split("_")[2] if kind.startswith("group_") else kind
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
+@pytest.mark.slow
+def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
+    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers, 15 per-layer jobs
+    local = run_cli("discover", "--model", model, "--output-dir", tmp_path / "local", "-j", "2", "-q")
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    expected = comparable(json.loads((tmp_path / "local" / "torq_gen_config_cnn.json").read_text()))
+
+    # the CLI form, two groups of layers (the profile's 11 layers a group would make one)
+    t0 = time.perf_counter()
+    r = run_cli("discover", "--profile", PROFILE, "--model", model, "--output-dir", tmp_path / "cli", "-q",
+                "--", "--group-components", "layer_tests=2")
+    wall = time.perf_counter() - t0
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    jobs = submissions(out)
+    assert _kinds(jobs) == {"rule_prepare_model": 1, "rule_import_full_model": 1, "rule_split_layers": 1,
+                            "group:layer_tests": 2}, out[-4000:]
+    # they ran in SLURM: the controller completed each of them
+    log = slurm.controller_log()
+    for jobid in jobs:
+        assert f"_job_complete: JobId={jobid} done" in log, (jobid, log[-3000:])
+    assert comparable(json.loads((tmp_path / "cli" / "torq_gen_config_cnn.json").read_text())) == expected
+    print(f"discover --profile profiles/slurm: {wall:.1f} s, {len(jobs)} submissions")
+
+    # the full-model run of that discovery, through SLURM too
+    r = run_cli("run", "--profile", PROFILE, "--model", model, "--output-dir", tmp_path / "cli", "-q")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    kinds = _kinds(submissions(out))
+    assert kinds.get("rule_run_full_model") == 1 and kinds.get("rule_compile_partition") == 1, (kinds, out[-3000:])
+    report = json.loads((tmp_path / "cli" / "torq_gen_config_cnn.json").read_text())
+    assert report["full_model"]["status"] == "success"
+
+    # the Snakemake form from the repository root (profiles/default is read too; one group)
+    r = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--profile", "profiles/slurm", "--config",
+                        f"model={model}", f"output_dir={tmp_path / 'smk'}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    jobs = submissions(out)
+    assert _kinds(jobs) == {"rule_prepare_model": 1, "rule_import_full_model": 1, "rule_split_layers": 1,
+                            "group:layer_tests": 1}, out[-4000:]
+    log = slurm.controller_log()
+    assert all(f"_job_complete: JobId={jobid} done" in log for jobid in jobs), log[-3000:]
+    assert comparable(json.loads((tmp_path / "smk" / "torq_gen_config_cnn.json").read_text())) == expected
+    assert _queue_empty(), "jobs left in the SLURM queue"
