@@ -2,8 +2,8 @@
 """Benchmark: discovery with compile batches, with one-layer compiles, and a sequential loop.
 
 Measures in one run, on the same model and executors (the default config's three):
-  (a) the workflow (``snakemake --cores J``) with compile batches (``compile_batch``,
-      default 32), from an empty output directory;
+  (a) the workflow (``snakemake --cores J``) with compile batches (``--batch``, default
+      32; the config's default is 1), from an empty output directory;
   (b) the workflow with ``compile_batch=1`` (one compiler process per layer and executor);
   (c) a sequential loop in one process that calls the same library functions for the
       same layers, one-layer compiles (the way the original tool works);
@@ -122,6 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="onnx:backend/test/data/light/light_squeezenet.onnx")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32, help="compile_batch of (a) (the config's default is 1)")
     ap.add_argument("--keep", help="keep the output directories here instead of a temporary directory")
     ap.add_argument("--dedup-layers", action="store_true", help="discovery with dedup_layers (a large model)")
     ap.add_argument("--no-loop", action="store_true", help="skip (c), the sequential loop")
@@ -140,9 +141,10 @@ def main() -> None:
     def cfg(out: Path, *more: str) -> list[str]:
         return ["--config", f"model={model}", f"output_dir={out}", *extra, *more]
 
-    dag_wall, _, _ = snakemake("-n", "--cores", str(args.jobs), *cfg(a_out))
-    a_wall, a_cpu, _ = snakemake("--cores", str(args.jobs), *cfg(a_out))
-    noop_wall, _, p = snakemake("--cores", str(args.jobs), *cfg(a_out))
+    batched = f"compile_batch={args.batch}"
+    dag_wall, _, _ = snakemake("-n", "--cores", str(args.jobs), *cfg(a_out, batched))
+    a_wall, a_cpu, _ = snakemake("--cores", str(args.jobs), *cfg(a_out, batched))
+    noop_wall, _, p = snakemake("--cores", str(args.jobs), *cfg(a_out, batched))
     noop = "Nothing to be done" in (p.stdout + p.stderr)
     man = json.loads(next(a_out.glob("work/*/layers/manifest.json")).read_text())
     n_layers = len(man["layers"])
@@ -153,7 +155,7 @@ def main() -> None:
         c_wall, c_cpu, _ = sequential_loop(model, loop_out, config)
 
     print(f"model: {Path(model).name}  layers: {n_layers}  executors: {[e['name'] for e in config['executors']]}  "
-          f"jobs: {args.jobs}  cores: {os.cpu_count()}  compile_batch: {config['compile_batch']}"
+          f"jobs: {args.jobs}  cores: {os.cpu_count()}  compile_batch of (a): {args.batch}"
           + ("  dedup_layers" if args.dedup_layers else ""))
     print(f"DAG build before the split (snakemake -n):   {dag_wall:7.2f} s")
     print(f"(a) workflow, compile batches:            {a_wall:7.2f} s wall, {a_cpu:7.1f} s CPU ({a_cpu / n_layers:.2f} s CPU per layer)")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .fileio import atomic_write_text, read_json, write_json
+from .isolation import check_running
 from .logs import append_record
 
 BATCH_SCHEMA = "torq-gen-config/compile-batch/1"
@@ -155,6 +156,7 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
         try:
             artifact = _try(backend, good, parsed, out, compiles, timeout_s, log_path)
         except StageError as e:
+            check_running("the batch compile")  # a tool the stop killed is no failure to search for
             if e.stage == "timeout":
                 _leave(by_fn, good, f"the batch compile timed out after {timeout_s:g} s")
                 return None

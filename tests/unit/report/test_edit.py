@@ -421,3 +421,31 @@ def test_sidecar_null_choice_survives_a_rebuild(report_path):
     op = rebuilt["ops"]["Relu_relu1"]
     assert op["recommended_executor"] is None and op["recommendation_source"] == "user"
     assert "42:12" not in build_compiler_json(rebuilt)["op_assignments"]
+
+
+def test_edit_refuses_while_a_run_of_the_model_is_running(report_path, capsys):
+    """A running discovery rewrites the report from user_choices.json when it finishes:
+    an edit meanwhile would be lost from the report, so it is refused (exit 2, one line
+    naming the run) and nothing is written."""
+    from torq_gen_config.layout import REPORT_PREFIX, lock_file
+
+    name = report_path.stem[len(REPORT_PREFIX):]
+    lock = report_path.parent / lock_file(name)
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from torq_gen_config import run_lock
+        run_lock.acquire({str(lock)!r}, what="the test")
+        print("held", flush=True)
+        time.sleep(60)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = report_path.read_bytes()
+        assert cli(report_path, "--layer", "ALL", "--executor", "ort") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("torq-gen-config: error: another torq-gen-config run"), err
+        assert report_path.read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli(report_path, "--layer", "ALL", "--executor", "ort") == 0  # free again

@@ -41,7 +41,9 @@ from typing import Any, Mapping
 
 from ..compare import normalize_tolerance
 from ..errors import ConfigError, ReportError
+from .. import run_lock
 from ..fileio import json_bytes, read_json
+from ..layout import REPORT_PREFIX, lock_file
 from .build import build_compiler_json, check_report, executor_names, render_report, summarize, trust_lists  # noqa: F401
 from .publish import publish_report
 from .files import (  # noqa: F401 (their old import path here)
@@ -377,8 +379,24 @@ def edit_report_file(
     Raises:
         ReportError, ConfigError: see :func:`load_report`, :func:`match_layers`
             and :func:`apply_edit`; a malformed sidecar.
+        RunLocked: a run of this model in this output directory is running (its report
+            would overwrite the edit); the message names it.
     """
     path = Path(report_path)
+    # a run of this model writes the report from the user choices when it finishes: an
+    # edit meanwhile would be overwritten, so it waits for no run and holds the lock
+    name = path.stem[len(REPORT_PREFIX):] if path.stem.startswith(REPORT_PREFIX) else path.stem
+    lock = path.parent / lock_file(name)
+    run_lock.acquire(lock, what=f"{path.parent} for {name}")
+    try:
+        return _edit_locked(path, layer_pattern, executor=executor, tolerance_avg=tolerance_avg,
+                            tolerance_max=tolerance_max, reset=reset)
+    finally:
+        run_lock.release(lock)
+
+
+def _edit_locked(path: Path, layer_pattern: str, *, executor: Any, tolerance_avg: float | None,
+                 tolerance_max: float | None, reset: bool) -> EditResult:
     report = load_report(path)
     sidecar = user_choices_path(path, report)
     existing = _read_user_choices(sidecar)
