@@ -132,7 +132,8 @@ def ok(r) -> None:
 @pytest.mark.slow
 def test_squeezenet_discover_run_edit_outputs_validate(tmp_path, squeezenet_path):
     out = tmp_path / "out"
-    ok(run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q"))
+    # batches (opt-in) so that batch.json files are validated too
+    ok(run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--compile-batch", "32"))
     ok(run_cli("run", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q"))
     ok(run_cli("edit", "--model", squeezenet_path, "--output-dir", out, "--layer", "Relu_r1", "--executor", "vmvx"))
     ok(run_cli("edit", "--model", squeezenet_path, "--output-dir", out, "--layer", "Softmax", "--tolerance-max", "0.05"))
