@@ -3,7 +3,7 @@
 Changes the recommended executor or the tolerance of matched layers (or resets
 them), re-derives verdicts from the stored metrics (nothing is recompiled),
 regenerates the summary, the report text and the compiler JSON, and records the
-choices in ``<report dir>/work/user_choices.json`` so that a later ``discover``
+choices in ``<report dir>/work/<model>/user_choices.json`` so that a later ``discover``
 keeps them.
 """
 
@@ -22,7 +22,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         description="Edit a report JSON: set the executor of layers (or null: no assignment), set a per-layer "
                     "tolerance (verdicts are re-derived from the stored metrics at once, nothing is "
                     "recompiled), or reset person-made choices. The compiler JSON next to the report is "
-                    "regenerated, and the choices are kept in <report dir>/work/user_choices.json so that "
+                    "regenerated, and the choices are kept in <report dir>/work/<model>/user_choices.json so that "
                     "the next 'discover' keeps them.",
         epilog="--layer matching, first that applies: ALL (every layer); a pattern with * or ? (fnmatch, "
                "case-insensitive); an exact ID (case-insensitive); a substring (case-insensitive).\n\n"

@@ -374,7 +374,7 @@ def edit_report_file(
     Reads the report (and the sidecar) first and validates everything before
     writing; then writes, each atomically, the report, the compiler JSON next
     to it (``<report stem>_compiler.json``) and the sidecar
-    ``<report dir>/work/user_choices.json``. On any error nothing is written.
+    ``<report dir>/work/<model>/user_choices.json``. On any error nothing is written.
 
     Raises:
         ReportError, ConfigError: see :func:`load_report`, :func:`match_layers`
