@@ -460,6 +460,24 @@ def test_tiny_reference_never_gives_a_plain_success():
     assert status == "success" and "min cosine 1.000000" in summary and "inconclusive" in summary
 
 
+def test_a_constant_reference_is_inconclusive_and_a_wrong_constant_still_fails():
+    # the embedded default model's Softmax: 1/1000 for every class whatever the input; a
+    # permuted or misindexed output matches such a reference, so the check proves little
+    r = np.full((1, 1000, 1, 1), 0.001, np.float32)
+    m = _one(r.copy(), r)
+    assert m["outputs"][0]["inconclusive_reason"] == (
+        "reference is constant (all 1000 finite elements 0.001): a permuted or misindexed output would match it too")
+    status, summary = derive_status(m)
+    assert status == "success" and "; inconclusive: reference is constant" in summary
+    assert derive_status(_one(np.full_like(r, 0.002), r))[0] == "difference"  # a wrong value still fails
+    # two distinct values, or a single element, are not flagged
+    r2 = r.copy()
+    r2.flat[7] = 0.002
+    assert _one(r2.copy(), r2)["outputs"][0]["inconclusive_reason"] is None
+    one = np.array([3.0], np.float32)
+    assert _one(one.copy(), one)["outputs"][0]["inconclusive_reason"] is None
+
+
 def test_all_zero_and_empty_references_are_inconclusive():
     z = np.zeros(8, np.float32)
     m = _one(z.copy(), z)

@@ -185,8 +185,15 @@ def _nonfinite_examples(mask: np.ndarray, o_raw: np.ndarray, r_raw: np.ndarray) 
 
 
 def _float_inconclusive(num_elements: int, num_finite_ref: int, max_abs_ref: float,
-                        ref_dtype: np.dtype) -> str | None:
-    """Why a float comparison cannot tell a wrong output from a right one, or None."""
+                        ref_dtype: np.dtype, constant_ref: float | None = None) -> str | None:
+    """Why a float comparison cannot tell a wrong output from a right one, or None.
+
+    ``constant_ref``: the one value of a reference whose finite elements (two or more)
+    are all equal, else None. Such a comparison checks one number: an output with its
+    elements permuted, a wrong index or a wrong channel gives the same values (the
+    embedded default model, all weights 0.02, ends in a Softmax that is 1/1000 for
+    every class and every input).
+    """
     if num_elements == 0:
         return "no elements to compare"
     if num_finite_ref == 0:
@@ -197,7 +204,18 @@ def _float_inconclusive(num_elements: int, num_finite_ref: int, max_abs_ref: flo
         return f"reference is all zero (below the absolute floor {abs_floor:.1e} of {dtype})"
     if max_abs_ref < abs_floor:
         return f"reference magnitude {max_abs_ref:.1e} below the absolute floor {abs_floor:.1e} of {dtype}"
+    if constant_ref is not None:
+        return (f"reference is constant (all {num_finite_ref} finite elements {constant_ref:.6g}): "
+                f"a permuted or misindexed output would match it too")
     return None
+
+
+def _constant_value(r: np.ndarray) -> float | None:
+    """The value of ``r`` (finite float64 elements) when it has two or more, all equal."""
+    if r.size < 2:
+        return None
+    first = r[0]
+    return float(first) if bool(np.all(r == first)) else None
 
 
 def _compare_float(o_raw: np.ndarray, r_raw: np.ndarray, ref_dtype: np.dtype) -> dict:
@@ -264,7 +282,7 @@ def _compare_float(o_raw: np.ndarray, r_raw: np.ndarray, ref_dtype: np.dtype) ->
         "floor": floor,
         "rel_diff_counts_over": _counts_over(d, REL_DIFF_THRESHOLDS, extra=num_special_mismatch),
         "metric_overflow": overflow,
-        "inconclusive_reason": _float_inconclusive(n, num_finite_ref, max_abs_ref, ref_dtype),
+        "inconclusive_reason": _float_inconclusive(n, num_finite_ref, max_abs_ref, ref_dtype, _constant_value(r)),
     }
 
 

@@ -84,7 +84,10 @@ def render_full_model_text(section: Mapping) -> str:
     m = section.get("metrics") or {}
     t = section.get("timing") or {}
     a = section.get("assignment") or {}
-    lines = [TEXT_MARKER, f"Status: {section.get('status')}"]
+    status = section.get("status")
+    if status == "success" and m.get("inconclusive"):
+        status = "success* (inconclusive: the comparison could not have failed, see below)"
+    lines = [TEXT_MARKER, f"Status: {status}"]
     if section.get("stale"):
         lines.append(f"  OUT OF DATE: {section['stale']}")
     if section.get("summary"):
