@@ -1,6 +1,6 @@
 """torq-gen-config as a Snakemake module of another workflow (README, "Use as a Snakemake module").
 
-An outer workflow in a scratch directory (not the checkout) declares
+An outer workflow in a scratch directory (not the checkout): the README's example, which declares
 ``module torq_gen_config: snakefile: ...; config: config["torq_gen_config"]`` with only
 ``model:`` in that config, takes every rule with ``use rule * from torq_gen_config``, adds a
 rule of its own that reads the module's compiler JSON, and runs on a small real ONNX model
@@ -23,52 +23,26 @@ from test_output_schemas import small_cnn, validate_tree
 
 pytestmark = pytest.mark.slow
 
-#: The outer workflow: the module statement as the README shows it, plus one rule of its own.
-OUTER_SNAKEFILE = '''\
-from torq_gen_config import workflow_files
+README = REPO / "README.md"
 
 
-configfile: "config.yaml"
+def outer_snakefile() -> str:
+    """The outer workflow: the README's example (the python block of "Use as a Snakemake
+    module"), verbatim, so the README's form is the tested one."""
+    text = README.read_text()
+    section = text[text.index("### Use as a Snakemake module"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```", start)]
 
 
-module torq_gen_config:
-    snakefile:
-        str(workflow_files.snakefile())
-    config:
-        config["torq_gen_config"]
-
-
-use rule * from torq_gen_config
-
-
-# a rule of the outer workflow, on an output of the module's
-rule count_assignments:
-    input:
-        rules.aggregate_report.output.compiler,
-    output:
-        "assignments.txt",
-    run:
-        import json
-
-        with open(input[0]) as f:
-            n = len(json.load(f)["op_assignments"])
-        with open(output[0], "w") as f:
-            f.write(f"{n}\\n")
-
-
-rule outer_all:
-    input:
-        rules.count_assignments.output,
-    default_target: True
-'''
 EXECUTORS = ["llvm-cpu", "vmvx", "ort"]
 
 
 def write_outer_workflow(where: Path, model: Path) -> None:
-    """The outer workflow (:data:`OUTER_SNAKEFILE`) and its config.yaml, whose
+    """The outer workflow (:func:`outer_snakefile`) and its config.yaml, whose
     ``torq_gen_config`` section has only ``model``, into ``where``."""
     where.mkdir(parents=True, exist_ok=True)
-    (where / "Snakefile").write_text(OUTER_SNAKEFILE)
+    (where / "Snakefile").write_text(outer_snakefile())
     (where / "config.yaml").write_text(f"torq_gen_config:\n  model: {model}\n")
 
 

@@ -38,7 +38,14 @@ NOT_COPIED = shutil.ignore_patterns(".git", ".venv", "results", "out", "build", 
 def offline_build_unsupported() -> str | None:
     """Why this environment cannot build a wheel without the network, or None: it needs
     setuptools >= 70.1 (bdist_wheel built in) or the ``wheel`` package (the test extra
-    installs setuptools >= 70.1)."""
+    installs setuptools >= 70.1). In CI (``CI`` set, as .ci/run runs) that is a failure."""
+    reason = _offline_build_unsupported()
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"CI must run the wheel test: {reason}")
+    return reason
+
+
+def _offline_build_unsupported() -> str | None:
     try:
         version = importlib.metadata.version("setuptools")
     except importlib.metadata.PackageNotFoundError:
