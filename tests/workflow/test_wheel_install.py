@@ -139,6 +139,22 @@ def test_the_wheel_ships_the_workflow_files(wheel):
     assert "torq_gen_config/workflow_files.py" in names and "torq_gen_config/cli/main.py" in names
 
 
+def test_a_wheel_from_the_sdist_has_the_same_files(wheel, tmp_path):
+    """The sdist (``python -m build``'s first step) carries what the wheel needs (MANIFEST.in):
+    the wheel built from it has the same files as the one built from the checkout."""
+    src = copy_checkout(tmp_path / "src")
+    build_sdist = "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    r = subprocess.run([sys.executable, "-c", build_sdist, str(tmp_path / "sdist")], cwd=src, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    sdist = tmp_path / "sdist" / r.stdout.strip().splitlines()[-1]
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                        "-w", str(tmp_path / "dist"), str(sdist)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    (from_sdist,) = (tmp_path / "dist").glob("torq_gen_config-*.whl")
+    assert set(zipfile.ZipFile(from_sdist).namelist()) == set(zipfile.ZipFile(wheel).namelist())
+
+
 def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):
     venv = tmp_path / "venv"
     python = fresh_venv(venv)

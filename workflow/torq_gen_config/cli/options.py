@@ -55,7 +55,9 @@ def add_execution_options(p: argparse.ArgumentParser, *, what: str = "parallel j
 def resolve_execution_options(args: argparse.Namespace) -> None:
     """Check -j and --profile before any work: a cluster profile whose plugin is missing or
     whose controller does not answer is a one-line error now (not a 9 s wait and a failed
-    submission later). Without a profile, -j defaults to the number of CPU cores.
+    submission later). Without a profile, -j defaults to the number of CPU cores. A profile
+    of the workflow's (``profiles/slurm``) is found from any directory, also in a wheel
+    (``args.profile`` becomes its path: :func:`workflow_files.resolve_preset`).
 
     Raises:
         ConfigError: -j below 1, or the profile cannot be used.
