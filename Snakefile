@@ -4,14 +4,30 @@
 #   snakemake --cores 2 ck_profile --config ck_configs=ck_profiler_configs.json   # the CK tool
 # Stages: prepare the model (bf16/int32 conversion) -> [quantize] -> split into layers (checkpoint) -> reference + MLIR per
 # layer -> compile/run/compare per (layer, executor) -> report and compiler JSON.
-from pathlib import Path
+import os
 
-from snakemake.utils import min_version
+from snakemake.utils import min_version, update_config
+
+from torq_gen_config.config import load_config_file
 
 min_version("9.20")
 
 
-configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
+# The default config, relative to this file, not to the main Snakefile (workflow.basedir):
+# right also when this workflow is a module of another one, or the copy in an installed
+# wheel; Snakemake's cached copy when the Snakefile is remote (a module from github(...)).
+DEFAULT_CONFIG = (os.path.join(workflow.current_basedir, "config", "config.yaml")
+                  if isinstance(workflow.current_basedir, os.PathLike) else workflow.source_path("config/config.yaml"))
+
+
+configfile: DEFAULT_CONFIG
+
+
+# A module (`module ...: config: ...`) skips configfile: and gets only the config it is given:
+# the defaults go under it here (a no-op when configfile: was read).
+_given = config.copy()
+config.update(load_config_file(DEFAULT_CONFIG))
+update_config(config, _given)
 
 
 # The second workflow of this repository (CK Profiler runs of PyTorch convolutions,

@@ -12,11 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from . import workflow_files
 from .errors import ConfigError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG_PATH = REPO_ROOT / "config" / "config.yaml"
+# in a checkout or an installed wheel (torq_gen_config.workflow_files)
+SCHEMA_PATH = workflow_files.schema_dir() / "config.schema.yaml"
+DEFAULT_CONFIG_PATH = workflow_files.config_file()
 ONNX_PACKAGE_PREFIX = "onnx:"
 
 

@@ -1,7 +1,7 @@
 """Where the JSON schemas of the tool's outputs are, and which output each one describes.
 
 Every JSON file that ``discover``, ``run``, ``edit`` and ``ck-profile`` write has a schema
-(JSON Schema draft 2020-12, YAML) in ``workflow/schemas/``; the tests validate every JSON
+(JSON Schema draft 2020-12, YAML) in ``workflow/schemas/`` (shipped in the wheel: :mod:`workflow_files`); the tests validate every JSON
 file of real runs against them (``tests/workflow/test_output_schemas.py``), so a renamed or missing
 field, or a new output without a schema, fails a test. Only paths and the file -> schema
 map live here: no validation at run time (the report's own check is in ``report.build``).
@@ -12,7 +12,9 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path, PurePosixPath
 
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+from . import workflow_files
+
+SCHEMA_DIR = workflow_files.schema_dir()  # in a checkout or an installed wheel
 
 # (pattern of the path relative to the output directory, schema file); first match wins,
 # so the more specific pattern comes first. ``*`` matches within one path component.

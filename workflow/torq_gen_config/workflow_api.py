@@ -5,7 +5,9 @@ each output directory has its own ``.snakemake`` state and lock, and two discove
 of different models can run at the same time. The Snakemake settings are read from
 the workflow profile ``profiles/default/config.yaml`` (what a plain ``snakemake`` run
 from the repository root uses): greedy scheduler, jobs as threads, keep going, rerun
-incomplete, no "input" rerun trigger (:func:`profile_settings`).
+incomplete, no "input" rerun trigger (:func:`profile_settings`). The Snakefile and the
+profile are the checkout's, or the copy shipped in an installed wheel
+(:mod:`torq_gen_config.workflow_files`).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import signal
 import threading
 from pathlib import Path
 
-from .config import REPO_ROOT
+from . import workflow_files
 from .errors import TorqGenConfigError
 
-SNAKEFILE = REPO_ROOT / "Snakefile"
-PROFILE = REPO_ROOT / "profiles" / "default" / "config.yaml"
+# the checkout's, or the copy in an installed wheel (torq_gen_config.workflow_files)
+SNAKEFILE = workflow_files.snakefile()
+PROFILE = workflow_files.default_profile()
 #: The profile settings the runner applies (other keys are refused: a setting added to
 #: the profile must be applied here too, or the two forms would differ).
 PROFILE_KEYS = ("force-use-threads", "scheduler", "keep-going", "rerun-incomplete", "rerun-triggers",
@@ -73,8 +76,9 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         WorkflowFailed: a job failed or the workflow could not be built; the message
             is Snakemake's reason in one line.
     """
-    if not SNAKEFILE.exists():
-        raise WorkflowFailed(f"Snakefile not found at {SNAKEFILE}; install the package from a checkout with `pip install -e .`")
+    absent = workflow_files.missing()
+    if absent:
+        raise WorkflowFailed(absent)
     from . import run_lock
 
     workdir = Path(workdir).resolve()
@@ -340,6 +344,9 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
 
     from .fileio import atomic_write_text
 
+    absent = workflow_files.missing()
+    if absent:
+        raise WorkflowFailed(absent)
     workdir = Path(workdir).resolve()
     try:
         workdir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", default=".", help="directory for the report and compiler JSON (default: current directory); "
                                                        "intermediate files go to <output-dir>/work")
     p.add_argument("--config-file", help="YAML file with workflow settings (executors, tolerance, ...) "
-                                         "on top of config/config.yaml")
+                                         "on top of config/config.yaml; a preset of the workflow (config/gpu.yaml, "
+                                         "config/torq.yaml) is found from any directory")
     p.add_argument("--subgraph-from", metavar="OP",
                    help="subgraph mode: first node of the range, as layer ID (<OpType>_<first output name>) or "
                         "output name (with --subgraph-to); files get _subgraph_<f>_<t> in their names")
@@ -54,7 +55,9 @@ def add_execution_options(p: argparse.ArgumentParser, *, what: str = "parallel j
 def resolve_execution_options(args: argparse.Namespace) -> None:
     """Check -j and --profile before any work: a cluster profile whose plugin is missing or
     whose controller does not answer is a one-line error now (not a 9 s wait and a failed
-    submission later). Without a profile, -j defaults to the number of CPU cores.
+    submission later). Without a profile, -j defaults to the number of CPU cores. A profile
+    of the workflow's (``profiles/slurm``) is found from any directory, also in a wheel
+    (``args.profile`` becomes its path: :func:`workflow_files.resolve_preset`).
 
     Raises:
         ConfigError: -j below 1, or the profile cannot be used.
@@ -65,7 +68,10 @@ def resolve_execution_options(args: argparse.Namespace) -> None:
         raise ConfigError("--jobs must be at least 1")
     if getattr(args, "profile", None):
         from ..cluster import check_profile
+        from ..workflow_files import resolve_preset
 
+        # profiles/slurm is also found from another directory, or in an installed wheel
+        args.profile = str(resolve_preset(args.profile))
         check_profile(args.profile)
     elif args.cores is None:
         args.cores = os.cpu_count() or 1
@@ -105,19 +111,21 @@ def build_config(args: argparse.Namespace) -> dict:
         ConfigError: an invalid config file or option value.
         ModelError: the model is missing, unreadable or not ONNX.
     """
+    from .. import workflow_files
     from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
     from ..model.prepare import load_model
 
-    if not DEFAULT_CONFIG_PATH.exists():
-        raise ConfigError(f"the workflow files (Snakefile, rules/, config/) are not next to the installed package "
-                          f"(looked for {DEFAULT_CONFIG_PATH}); install from a checkout with `pip install -e .`")
+    absent = workflow_files.missing()
+    if absent:
+        raise ConfigError(absent)
     model = Path(args.model).expanduser().resolve()
     if "{" in str(model) or "}" in str(model):
         raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
     onnx_model = load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
     config = load_config_file(DEFAULT_CONFIG_PATH)
     if getattr(args, "config_file", None):
-        config.update(load_config_file(args.config_file))
+        # config/gpu.yaml and config/torq.yaml are also found from another directory (and in a wheel)
+        config.update(load_config_file(workflow_files.resolve_preset(args.config_file)))
     config["model"] = str(model)
     config["output_dir"] = "."
     tol = dict(config.get("tolerance") or {})
