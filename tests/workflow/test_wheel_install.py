@@ -67,12 +67,15 @@ def copy_checkout(dst: Path) -> Path:
 
 
 def outer_site_dirs() -> list[str]:
-    """This environment's package directories, without the checkout (nor an editable
-    install's path to it: that is not a site-packages directory)."""
+    """This environment's package directories, without the checkout's package folder (an
+    editable install's path to it is not a site-packages directory, and the .pth files of
+    the directories listed here are not read in the fresh venv). A venv inside the checkout
+    (``.venv``, as in CI) is kept: its site-packages hold no torq_gen_config."""
+    package_dir = (REPO / "workflow").resolve()
     dirs = []
     for p in sys.path:
         if p and ("site-packages" in p or "dist-packages" in p) and os.path.isdir(p) \
-                and not Path(p).resolve().is_relative_to(REPO.resolve()) and p not in dirs:
+                and not Path(p).resolve().is_relative_to(package_dir) and p not in dirs:
             dirs.append(p)
     return dirs
 
@@ -171,7 +174,9 @@ def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):
     assert Path(where["package"]).resolve().is_relative_to(venv.resolve()), where["package"]
     assert Path(where["root"]).resolve() == copy and where["missing"] is None
     assert Path(where["gpu"]).resolve() == copy / "config" / "gpu.yaml"
-    assert not [p for p in where["path"] if p and Path(p).resolve().is_relative_to(REPO.resolve())], where["path"]
+    package_dir = (REPO / "workflow").resolve()
+    assert not [p for p in where["path"] if p and (Path(p).resolve().is_relative_to(package_dir)
+                                                   or Path(p).resolve() == REPO.resolve())], where["path"]
 
     # discovery with the console script the wheel installed
     r = run([venv / "bin" / "torq-gen-config", "discover", "--model", "cnn.onnx", "--output-dir", "out", "-j", "2",
