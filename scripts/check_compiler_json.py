@@ -13,6 +13,7 @@ Usage: python scripts/check_compiler_json.py results/<model>/torq_gen_config_<mo
 Exit status 0 when every key checks out, 1 otherwise (the mismatches are listed).
 """
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -47,6 +48,12 @@ def main(report_path: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    sys.exit(main(sys.argv[1]))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="Exit status 0 when every key checks out, 1 otherwise, 2 for a bad input.")
+    parser.add_argument("report", help="the report, results/<model>/torq_gen_config_<model>.json")
+    args = parser.parse_args()
+    try:
+        sys.exit(main(args.report))
+    except (OSError, ValueError, KeyError) as e:  # a missing file, malformed JSON, not a report
+        print(f"check_compiler_json: error: {args.report}: {type(e).__name__}: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -56,3 +56,15 @@ def test_real_mismatches_still_reported(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "MISMATCH 3:10" in out and "MISMATCH 4:10" in out and "MISMATCH 6:5" in out
     assert "MISMATCH 5:10" not in out and "1 of 4" in out
+
+
+def test_help_and_a_missing_report_are_one_clean_answer(tmp_path):
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[3] / "scripts" / "check_compiler_json.py"
+    h = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert h.returncode == 0 and "usage:" in h.stdout and "Traceback" not in h.stderr
+    m = subprocess.run([sys.executable, str(script), str(tmp_path / "none.json")], capture_output=True, text=True,
+                       timeout=60)
+    assert m.returncode == 2 and m.stderr.count("\n") == 1 and "none.json" in m.stderr, m.stderr

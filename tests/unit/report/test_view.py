@@ -200,6 +200,20 @@ def test_cli_output_piped_is_plain(out_dir):
     assert any(len(ln) > 80 for ln in proc.stdout.splitlines())
 
 
+def test_cli_output_into_a_pipe_closed_early_exits_0_without_traceback(out_dir):
+    """`torq-gen-config view ... | head -1`: the reader had enough; no traceback, status 0."""
+    import os
+
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)  # the reader is gone before the first line
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run([sys.executable, "-m", "torq_gen_config", "view", str(out_dir / "torq_gen_config_tiny.json")],
+                          stdout=write_fd, stderr=subprocess.PIPE, text=True, timeout=120, env=env)
+    os.close(write_fd)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
 # ---------------------------------------------------------------- layer details
 
 

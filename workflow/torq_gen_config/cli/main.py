@@ -8,11 +8,16 @@ one-line ``torq-gen-config: error: ...`` and exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
 from .. import __version__
 from ..errors import TorqGenConfigError
+
+
+#: Commands that only print: a reader that closes the pipe early (`view | head`) is no failure.
+READ_ONLY_COMMANDS = ("view",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit (where it prints a traceback)
+        return status
+    except BrokenPipeError:
+        # the reader stopped reading (`view | head`): what it wanted was printed. Python's
+        # recipe (docs: signal, "Note on SIGPIPE"): send the rest to /dev/null, no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0 if args.command in READ_ONLY_COMMANDS else 1
     except TorqGenConfigError as e:
         print(f"torq-gen-config: error: {e}", file=sys.stderr)
         return 2

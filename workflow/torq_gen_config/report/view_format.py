@@ -33,6 +33,14 @@ _MESSAGE_LINE_CHARS = 200
 _LOCATION_RE = re.compile(r"^(\d+):(\d+)$")
 
 
+class _ViewConsole(Console):
+    """A rich Console whose closed pipe (`view | head`) reaches the CLI as BrokenPipeError
+    (rich's own handling exits with status 1; the CLI exits 0: the reader had enough)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError("the reader closed the output")
+
+
 def make_console(file=None, *, force_terminal: bool | None = None) -> Console:
     """A console for the view: colours on a terminal, plain text elsewhere.
 
@@ -40,14 +48,14 @@ def make_console(file=None, *, force_terminal: bool | None = None) -> Console:
     width is fixed wide (``COLUMNS`` when set, else 200) so tables are not
     wrapped at 80 columns.
     """
-    console = Console(file=file, force_terminal=force_terminal, highlight=False)
+    console = _ViewConsole(file=file, force_terminal=force_terminal, highlight=False)
     if not console.is_terminal:
         width = _PLAIN_WIDTH
         try:
             width = int(os.environ.get("COLUMNS", "")) or width
         except ValueError:
             pass
-        console = Console(file=file, force_terminal=force_terminal, highlight=False, width=width,
+        console = _ViewConsole(file=file, force_terminal=force_terminal, highlight=False, width=width,
                           no_color=True)
     return console
 
