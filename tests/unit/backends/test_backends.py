@@ -586,6 +586,11 @@ def test_ort_options_validation():
         OnnxRuntimeBackend("x", {"providers": [42]})
     with pytest.raises(ConfigError, match="must not be empty"):
         OnnxRuntimeBackend("x", {"providers": []})
+    # a misspelt provider is a config error (not an "unavailable" executor), with the close match
+    with pytest.raises(ConfigError, match="knows no execution provider 'CUDAExecutonProvider'; "
+                                          "did you mean CUDAExecutionProvider"):
+        OnnxRuntimeBackend("x", {"providers": [["CUDAExecutonProvider", {"device_id": 0}]]})
+    OnnxRuntimeBackend("x", {"providers": ["CUDAExecutionProvider"]})  # known, maybe not built: later
     b = OnnxRuntimeBackend("x", None)
     assert b.provider_names == ["CPUExecutionProvider"]
     assert b.graph_optimization_level == "all" and b.intra_op_num_threads == 1

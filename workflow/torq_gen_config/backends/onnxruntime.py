@@ -60,7 +60,7 @@ class OnnxRuntimeBackend(Backend):
     packages = ("onnxruntime",)
 
     def __init__(self, name: str, options: dict | None):
-        """Validate the options (without importing onnxruntime).
+        """Validate the options (onnxruntime is imported only for a non-CPU provider name).
 
         Raises:
             ConfigError: unknown option, wrong type, unknown optimisation level,

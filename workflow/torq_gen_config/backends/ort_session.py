@@ -86,8 +86,28 @@ def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
     return ort_io.run(session, fetch, feed, run_options)
 
 
+def _check_provider_names(name: str, provider_names: list[str]) -> None:
+    """A provider name onnxruntime does not know at all (``get_all_providers()``: every
+    provider of any build) is a misspelling, a config error, not an unavailable executor.
+    onnxruntime is imported only when a name other than CPUExecutionProvider is given."""
+    others = [n for n in provider_names if n != "CPUExecutionProvider"]
+    if not others:
+        return
+    import difflib
+
+    import onnxruntime as ort
+
+    known = ort.get_all_providers()
+    for n in others:
+        if n not in known:
+            close = difflib.get_close_matches(n, known, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
+            raise ConfigError(f"executor {name!r}: onnxruntime knows no execution provider {n!r}{hint}")
+
+
 def parse_ort_options(name: str, options: Mapping[str, Any]) -> tuple[list, str, int]:
-    """Validate an onnxruntime executor's options (without importing onnxruntime).
+    """Validate an onnxruntime executor's options (imports onnxruntime only to check a
+    provider name other than CPUExecutionProvider).
 
     Returns:
         ``(providers, graph_optimization_level, intra_op_num_threads)``: providers as
@@ -96,7 +116,8 @@ def parse_ort_options(name: str, options: Mapping[str, Any]) -> tuple[list, str,
 
     Raises:
         ConfigError: unknown option, wrong type, unknown optimisation level,
-            malformed provider entry, or a negative thread count.
+            malformed provider entry, a provider name onnxruntime does not know, or a
+            negative thread count.
     """
     check_options(name, options, _OPTIONS)
     providers = options.get("providers")
@@ -121,6 +142,7 @@ def parse_ort_options(name: str, options: Mapping[str, Any]) -> tuple[list, str,
                 f"executor {name!r}: each entry of 'providers' must be a provider name or "
                 f"[name, {{options}}], got {p!r}"
             )
+    _check_provider_names(name, [p if isinstance(p, str) else p[0] for p in parsed])
     level = options.get("graph_optimization_level") or "all"
     if level not in OPT_LEVELS:
         raise ConfigError(
