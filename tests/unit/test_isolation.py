@@ -238,7 +238,23 @@ def test_staleness_outdated_marker_and_changed_model(tmp_path):
     marker = tmp_path / work_dir("m") / OUTDATED_MARKER
     mark_outdated(marker)
     lines = staleness(report_path, report)
-    assert len(lines) == 1 and "out of date" in lines[0]
+    assert len(lines) == 1 and "out of date" in lines[0] and "did not finish" in lines[0]
+    # while another process holds the run's lock, the run is in progress, not failed
+    from torq_gen_config.layout import lock_file
+
+    lock = tmp_path / lock_file("m")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; sys.argv = ['torq-gen-config', 'discover']; from torq_gen_config import run_lock; "
+        f"run_lock.acquire({str(lock)!r}); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        lines = staleness(report_path, report)
+        assert len(lines) == 1 and "a run of m is in progress (pid " in lines[0] and "did not finish" not in lines[0]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "did not finish" in staleness(report_path, report)[0]
     clear_outdated(marker)
     model.write_bytes(b"second")
     lines = staleness(report_path, report)

@@ -88,6 +88,12 @@ def check_free(path: str | os.PathLike, *, what: str = "this output directory", 
         raise RunLocked(_refusal(what, path, tool))
 
 
+def running_holder(path: str | os.PathLike) -> str | None:
+    """Who holds the run lock at ``path`` (:func:`holder`) when another process holds it
+    now, else None (free, missing, or held by this process)."""
+    return holder(path) if _held_by_another(Path(path)) else None
+
+
 def _refusal(what: str, path: str | os.PathLike, tool: str = "torq-gen-config") -> str:
     return (f"another {tool} run is using {what}: {holder(path)}; wait for it to finish "
             f"(or stop it), then run again")

@@ -1,7 +1,8 @@
 """Whether a report still describes the model and the work files next to it.
 
-A report is written last, by ``aggregate_report``. When a later run fails or is stopped
-before that, the old report stays while the work files (the prepared model, the MLIR the
+A report is written last, by ``aggregate_report``. While a later run is going (it holds
+the run lock: :mod:`torq_gen_config.run_lock`), and when it failed or was stopped before
+that, the old report stays while the work files (the prepared model, the MLIR the
 compiler JSON points into, verdicts) are already newer: the jobs that feed the report set
 ``work/<name>/.report-outdated`` (:mod:`torq_gen_config.layout`) and the report's writer
 removes it. The report also records the SHA-256 of the model file (and of its external
@@ -14,7 +15,8 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Mapping
-from ..layout import OUTDATED_MARKER, REPORT_PREFIX, work_dir
+from ..layout import OUTDATED_MARKER, REPORT_PREFIX, lock_file, work_dir
+from ..run_lock import running_holder
 
 
 def model_digest(path: str | os.PathLike) -> str | None:
@@ -54,8 +56,14 @@ def staleness(report_path: str | os.PathLike, report: Mapping, model_path: str |
     marker = Path(report_path).parent / work_dir(str(name)) / OUTDATED_MARKER
     if marker.is_file():
         since = marker.read_text(errors="replace").strip()
-        lines.append(f"the report is out of date: a later run of {name} started at {since or '?'} changed its work "
-                     "files and did not finish (it failed or was stopped); rerun discover to update the report")
+        running = running_holder(Path(report_path).parent / lock_file(str(name)))
+        if running:
+            lines.append(f"a run of {name} is in progress ({running}): this report is from before it and is "
+                         "replaced when that run finishes")
+        else:
+            lines.append(f"the report is out of date: a later run of {name} started at {since or '?'} changed its "
+                         "work files and did not finish (it failed or was stopped); rerun discover to update the "
+                         "report")
     model_info = (report.get("provenance") or {}).get("model") or {}
     recorded = model_info.get("sha256")
     if model_path is None and isinstance(model_info.get("source"), str):
