@@ -99,6 +99,22 @@ def test_errors_and_nothing_to_be_done_get_through(streams):
     assert "steps done" not in text  # no job ran: no summary line
 
 
+def test_error_blocks_of_the_jobs_being_stopped_go_to_the_log_file_only(streams, tmp_path):
+    """After Ctrl-C every running job ends with Snakemake's RuleException block (30-145
+    lines on the console before); the caller's one line says what happened."""
+    log = tmp_path / "diag.log"
+    stopping = []
+    with ProgressDisplay("lines", log_file=str(log), stopping=lambda: bool(stopping)) as d:
+        stopping.append(2)
+        d.emit(rec("RuleException:\nRunStopped in file layer_tests.smk, line 30", level=logging.ERROR))
+        d.emit(rec("Error in rule test_layer, jobid: 11", level=logging.ERROR, event=LogEvent.JOB_ERROR,
+                   rule_name="test_layer", rule_msg=None, jobid=11, input=["a"], output=["b"], log=[],
+                   conda_env=None, container_img=None, aux={}, indent=False, shellcmd=None))
+    err = streams.read().err
+    assert "RuleException" not in err and "Error in rule" not in err
+    assert "RunStopped" in log.read_text() and "Error in rule test_layer" in log.read_text()
+
+
 def test_live_mode_shows_failures_only(streams):
     with ProgressDisplay("live", what="discovery of m") as d:
         d.emit(job_info(1, rule="split_layers"))

@@ -240,6 +240,26 @@ def test_interrupted_run_resumes(tmp_path, squeezenet_path, form, sig):
     assert len(report["ops"]) == 66 and all(len(op["executors"]) == 3 for op in report["ops"].values())
 
 
+def test_ctrl_c_ends_with_one_message_not_the_stopped_jobs_blocks(tmp_path, squeezenet_path):
+    """Ctrl-C during discovery: exit 130 and a few lines (progress, the summary, the one
+    'interrupted' line); Snakemake's block per stopped job (RuleException: RunStopped, Error in
+    rule ...: 30-145 lines before) goes to the log file only."""
+    out = tmp_path / "out"
+    cmd = [str(Path(sys.executable).parent / "torq-gen-config"), "discover", "--model", str(squeezenet_path),
+           "--output-dir", str(out), "-j", "2"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    layers = work(out, squeezenet_path.stem) / "layers"
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(layers.glob("*/*/result.json"))) < 6:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "RuleException" not in stderr and "Error in rule" not in stderr, stderr[-3000:]
+    assert len(stderr.splitlines()) <= 8, stderr
+    assert stderr.rstrip().endswith("interrupted; finished layers are kept, rerun the same command to resume")
+
+
 def test_tolerance_change_rederives_without_recompiling(tmp_path):
     model = small_cnn(tmp_path / "cnn.onnx")
     out = tmp_path / "out"

@@ -29,6 +29,7 @@ import re
 import sys
 import threading
 import time
+from typing import Any, Callable
 from pathlib import Path
 
 #: The verdict line of a layer job: ``[llvm-cpu] Conv_r0: success (...)``.
@@ -203,16 +204,21 @@ class ProgressDisplay(logging.Handler):
         what: what is running, for the display's title (``"discovery of m"``).
         log_file: append Snakemake's own messages (its block per job) to this file, under
             the lock the jobs' diagnostics use (``<log_file>.lock``); None: nowhere.
+        stopping: returns true once the run was asked to stop (Ctrl-C, SIGTERM); from then
+            on Snakemake's error blocks of the jobs it stops (``RuleException: RunStopped``,
+            ``Error in rule``) go only to ``log_file``: the caller's one line says what happened.
 
     Use as a context manager around the run: it replaces ``sys.stdout``/``sys.stderr``
     while it is active and restores them on exit, then prints the summary line.
     """
 
-    def __init__(self, mode: str = "lines", *, what: str = "workflow", log_file: str | None = None):
+    def __init__(self, mode: str = "lines", *, what: str = "workflow", log_file: str | None = None,
+                 stopping: Callable[[], Any] | None = None):
         super().__init__(level=logging.INFO)
         if mode not in ("live", "lines"):
             raise ValueError(f"mode must be 'live' or 'lines', not {mode!r}")
         self.mode, self.what, self.log_file = mode, what, log_file
+        self._stopping = stopping or (lambda: False)
         self.done = self.total = 0
         self.counts: dict[str, int] = {}
         self.running: dict[int, str] = {}
@@ -389,6 +395,8 @@ class ProgressDisplay(logging.Handler):
                 self.running.pop(record.job_id, None)
                 return
         if record.levelno >= logging.WARNING or event in (LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR, LogEvent.ERROR):
+            if self._stopping():
+                return  # the jobs being stopped: their blocks are in the log file only
             text = self._formatter.format(record)
             if text and text.strip():
                 self._print(text.rstrip("\n"))

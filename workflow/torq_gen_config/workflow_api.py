@@ -231,9 +231,10 @@ def _progress_display(mode: str | None, what: str, log_file: str | None):
         return contextlib.nullcontext()
     from snakemake.logging import logger
 
+    from .isolation import stop_signal
     from .progress import ProgressDisplay
 
-    display = ProgressDisplay(mode, what=what, log_file=log_file)
+    display = ProgressDisplay(mode, what=what, log_file=log_file, stopping=stop_signal)
 
     @contextlib.contextmanager
     def installed():
