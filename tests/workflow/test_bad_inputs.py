@@ -45,6 +45,16 @@ def _write(name, data: bytes):
     return make
 
 
+def _npz(**arrays):
+    """An .npz of zero arrays: name -> (shape, dtype)."""
+    def make(d):
+        import numpy as np
+
+        np.savez(d / "in.npz", **{k: np.zeros(shape, dtype) for k, (shape, dtype) in arrays.items()})
+        return d / "in.npz"
+    return make
+
+
 REPORT_OK = {"ops": {}, "executors": [], "model_name": "m"}
 
 #: (case, files to make -> path, argv with {p} for the path and {d} for the directory, words in the error)
@@ -62,6 +72,15 @@ CASES = [
     ("input data not npz", _write("x.npz", b"garbage\n"),
      ["discover", "--model", str(SQUEEZENET), "--input-data", "{p}", "--output-dir", "{d}/out"],
      "is not an .npz archive"),
+    ("input data without the model's input", _npz(wrong=((1, 3, 224, 224), "float32")),
+     ["discover", "--model", str(SQUEEZENET), "--input-data", "{p}", "--output-dir", "{d}/out"],
+     "has no array 'data_0'; the model's inputs are ['data_0'], the file has ['wrong']"),
+    ("input data of another shape", _npz(data_0=((1, 3, 10, 10), "float32")),
+     ["discover", "--model", str(SQUEEZENET), "--input-data", "{p}", "--output-dir", "{d}/out"],
+     "'data_0' has shape 1x3x10x10, the model expects 1x3x224x224"),
+    ("input data of another kind", _npz(data_0=((1, 3, 224, 224), "int64")),
+     ["discover", "--model", str(SQUEEZENET), "--input-data", "{p}", "--output-dir", "{d}/out"],
+     "'data_0' has dtype int64, the model input is float32"),
     ("config not YAML", _write("c.yaml", b"timeout_s: [1\n"),
      ["discover", "--model", str(SQUEEZENET), "--config-file", "{p}"], "is not valid YAML (line"),
     ("config not UTF-8", _write("c.yaml", b"timeout_s: 5\n# caf\xe9\n"),

@@ -199,14 +199,23 @@ def build_config(args: argparse.Namespace) -> dict:
     if getattr(args, "calibration_samples", None) is not None and not config.get("quantize"):
         raise ConfigError("--calibration-samples needs --quantize")
     config = validate_config(config)
-    if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
+    inputs_only = None
+    if config.get("input_shapes") or config.get("input_data"):
         import onnx
 
+        inputs_only = onnx.ModelProto()
+        weights = {t.name for t in onnx_model.graph.initializer}  # opset < 9 models list them as inputs
+        inputs_only.graph.input.extend(vi for vi in onnx_model.graph.input if vi.name not in weights)
+    if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
         from ..model.prepare import fix_symbolic_dims, parse_input_shapes
 
-        inputs_only = onnx.ModelProto()
-        inputs_only.graph.input.extend(onnx_model.graph.input)
         fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
+    if config.get("input_data") and not (config["auto_convert_bf16"] or config["auto_convert_int32"]):
+        # a missing name, a wrong shape or dtype kind is a one-line error now, not a failed
+        # prepare job (with the conversions the model's input types change first: the job checks)
+        from ..model_inputs import load_input_data
+
+        load_input_data(config["input_data"], inputs_only)
     from ..config import check_save_bf16_path
 
     check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
