@@ -161,6 +161,22 @@ def _job_label(rule: str, wildcards: dict) -> str:
     return rule
 
 
+def _short_error(record: logging.LogRecord) -> str:
+    """A failed job in one line: its rule, its first output and its log (Snakemake's block
+    lists every input: 200 paths for the report job; the block is in the log file)."""
+    outputs = list(getattr(record, "output", None) or [])
+    logs = list(getattr(record, "log", None) or [])
+    what = f" for {outputs[0]}" if outputs else ""
+    where = f" (log: {logs[0]})" if logs else ""
+    return f"job failed: rule {getattr(record, 'rule_name', '?')}{what}{where}"
+
+
+def _without_traceback(text: str) -> str:
+    """Snakemake's error text without the Python stack lines (``  File "...", line N``): the
+    exception and its message stay; the stack is in the log file."""
+    return "\n".join(ln for ln in text.splitlines() if not ln.startswith('  File "'))
+
+
 class _LineStream:
     """A stand-in for ``sys.stdout`` / ``sys.stderr`` while the display runs: whole lines
     go to :meth:`ProgressDisplay.job_line` (jobs are threads and write a line at a time)."""
@@ -397,7 +413,8 @@ class ProgressDisplay(logging.Handler):
         if record.levelno >= logging.WARNING or event in (LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR, LogEvent.ERROR):
             if self._stopping():
                 return  # the jobs being stopped: their blocks are in the log file only
-            text = self._formatter.format(record)
+            text = _short_error(record) if event == LogEvent.JOB_ERROR else _without_traceback(
+                self._formatter.format(record))
             if text and text.strip():
                 self._print(text.rstrip("\n"))
             return

@@ -4,7 +4,6 @@ provenance (rule ``aggregate_report``; :mod:`torq_gen_config.report.publish` wri
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 from .. import __version__
 from ..backends import capabilities
 from ..config import PRECISION_KEYS
+from ..errors import ReportError
 from ..fileio import read_json
 from ..layout import layer_result_file
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
@@ -83,7 +83,7 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
         for name in names:
             p = Path(layer_result_file(results_root, layer["slug"], name))
             if p.exists():
-                per[name] = json.loads(p.read_text())
+                per[name] = _read_result(p)
         results[layer["layer_id"]] = per
     mlir_file = os.path.relpath(Path(locations).parent / locs["mlir_file"], output_dir) if locs.get("status") == "ok" else None
     provenance = build_provenance(info=info, locations=locs, executors=executors, options=options,
@@ -199,3 +199,21 @@ def _module_version(name: str) -> str | None:
 
 
 _dist_version = _module_version
+
+
+def _read_result(path: Path) -> dict:
+    """One (layer, executor) ``result.json``. A damaged one (cut short, not JSON, not an
+    object: the results are written atomically, so only something outside the workflow
+    does that) is removed, so that the next run redoes that one test.
+
+    Raises:
+        ReportError: the file is damaged (it was removed; the message says so).
+    """
+    try:
+        result = read_json(path, "layer result")
+        if not isinstance(result, dict):
+            raise ReportError(f"layer result {path} is not a JSON object")
+    except ReportError as e:
+        path.unlink(missing_ok=True)
+        raise ReportError(f"{e}; removed it: run the same command again to redo that test") from None
+    return result
