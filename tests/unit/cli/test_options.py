@@ -55,3 +55,12 @@ def test_the_job_keys_carry_the_tool_options(tmp_path):
     assert key["a"]["options"] == {"target": "vmvx", "compile_flags": ["--c"], "run_flags": ["--r"]}
     assert key["nss"]["options"]["torq_hw"] == "SL2610" and key["nss"]["options"]["compile_flags"] == ["--c"]
     assert key["o"] is ort  # ONNX Runtime takes no tool options: its jobs do not rerun
+
+
+def test_the_model_may_be_named_inside_the_onnx_package_as_in_the_config():
+    """--model onnx:<path> (the config's spelling of the embedded default model)."""
+    import pathlib
+
+    cfg = build_config(_parse("--model", "onnx:backend/test/data/light/light_squeezenet.onnx"))
+    want = pathlib.Path(onnx.__file__).resolve().parent / "backend/test/data/light/light_squeezenet.onnx"
+    assert pathlib.Path(cfg["model"]) == want

@@ -13,7 +13,9 @@ from ..errors import ConfigError
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     """Options shared by the commands that work on a model (discover, run)."""
-    p.add_argument("--model", required=True, help="path to the ONNX model (.onnx)")
+    p.add_argument("--model", required=True, help="path to the ONNX model (.onnx); onnx:<path> is a file inside the "
+                                                  "installed onnx package, e.g. the embedded default "
+                                                  "onnx:backend/test/data/light/light_squeezenet.onnx")
     p.add_argument("--output-dir", default=".", help="directory for the report and compiler JSON (default: current directory); "
                                                        "intermediate files go to <output-dir>/work")
     p.add_argument("--config-file", help="YAML file with workflow settings (executors, tolerance, ...) "
@@ -112,13 +114,13 @@ def build_config(args: argparse.Namespace) -> dict:
         ModelError: the model is missing, unreadable or not ONNX.
     """
     from .. import workflow_files
-    from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
+    from ..config import DEFAULT_CONFIG_PATH, load_config_file, resolve_model_path, validate_config
     from ..model.prepare import load_model
 
     absent = workflow_files.missing()
     if absent:
         raise ConfigError(absent)
-    model = Path(args.model).expanduser().resolve()
+    model = resolve_model_path(args.model).resolve()  # also onnx:<path in the onnx package>, as in the config
     if "{" in str(model) or "}" in str(model):
         raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
     onnx_model = load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
