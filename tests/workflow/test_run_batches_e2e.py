@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import SQUEEZENET, run_cli, work
 from test_compile_batches_e2e import mixed_model
+from test_output_schemas import validate_tree
 
 pytestmark = pytest.mark.slow
 EXECUTORS = ("executors:\n"
@@ -96,6 +97,8 @@ def test_batched_run_of_squeezenet_equals_one_compile_per_partition(tmp_path):
     assert all(len(b["members"]) <= 8 and b["compiled"] == len(b["members"]) and len(b["compiles"]) == 1 for b in recs)
     assert sum(len(b["members"]) for b in recs) == len({p["pid"] for p in iree})
     assert "partitions compiled in" in r.stdout and "batch module(s)" in r.stdout
+    seen = validate_tree(batched)  # batch.json, the members' import.json and compiled.json
+    assert len(seen["compile_batch.schema.yaml"]) == len(recs) and len(seen["import.schema.yaml"]) >= len({p["pid"] for p in iree})
     # a rerun with nothing changed runs no job
     r, _ = run_with(batched, SQUEEZENET, tmp_path, 8)
     assert "Nothing to be done" in r.stdout + r.stderr

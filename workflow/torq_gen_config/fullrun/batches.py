@@ -28,7 +28,7 @@ import os
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
 from ..backends import capabilities
 from ..batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, BATCHES_DIR, MODULE_FILE, compile_batch, member_artifact, plan_batches
@@ -141,16 +141,14 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
 
     Returns:
         The ``batch.json`` content (schema ``compile_batch.schema.yaml``; members'
-        ``slug`` is the pid), plus ``import_ms`` per member pid.
+        ``slug`` is the pid).
     """
     out = Path(out_dir)
     full = []
-    imports: dict[str, Any] = {}
     for m in members:
         pdir = Path(partitions_dir) / m["slug"]
         st = import_partition(str(pdir / PARTITION_MODEL), str(pdir / PARTITION_MLIR))
         write_json(pdir / IMPORT_FILE, st)
-        imports[m["slug"]] = st["import_ms"]
         full.append({**m, "mlir": str(pdir / PARTITION_MLIR), "import_status": str(pdir / IMPORT_FILE)})
     try:
         rec = compile_batch(executor=dict(executor), members=full, out_dir=str(out), timeout_s=timeout_s,
@@ -167,7 +165,6 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
                "members": [{"slug": m["slug"], "layer_id": m["layer_id"], "function": None, "status": ALONE,
                             "reason": reason[:500]} for m in members],
                "compiled": 0, "batch_ms": 0.0, "compiles": [], "module_bytes": 0, "artifact_info": {}}
-    rec["import_ms"] = imports
     write_json(out / BATCH_FILE, rec)
     return rec
 
