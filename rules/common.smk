@@ -443,13 +443,15 @@ def full_plan(whole=False):
 
 
 def get_partition_inputs(wildcards):
-    """The partition's model (get_partition_model) and, for a member of a compile
-    batch, the batch's module and batch.json."""
+    """The partition's model (get_partition_model) and, for a member of a compile batch
+    this plan compiles, the batch's module and batch.json (a batch kept from an earlier
+    run is no input: nothing rebuilds it, and its members' compiled.json stay)."""
     inputs = {"model": get_partition_model(wildcards)}
-    batch = get_partition_batch(wildcards)
-    if batch:
-        d = os.path.join(PART_BATCHES, full_plan()[wildcards.pid]["executor"], batch)
-        inputs.update(batch_module=os.path.join(d, "module.vmfb"), batch_info=os.path.join(d, "batch.json"))
+    part = full_plan()[wildcards.pid]
+    for b in full_plan(whole=True).get("compile_batches") or []:
+        if b["id"] == part.get("compile_batch") and b["executor"] == part["executor"] and not b.get("kept"):
+            d = os.path.join(PART_BATCHES, b["executor"], b["id"])
+            inputs.update(batch_module=os.path.join(d, "module.vmfb"), batch_info=os.path.join(d, "batch.json"))
     return inputs
 
 

@@ -102,6 +102,20 @@ def test_batched_run_of_squeezenet_equals_one_compile_per_partition(tmp_path):
     # a rerun with nothing changed runs no job
     r, _ = run_with(batched, SQUEEZENET, tmp_path, 8)
     assert "Nothing to be done" in r.stdout + r.stderr
+    # a one-layer change compiles only the partition it creates; the others keep their batches
+    parts_dir = work(batched) / "full" / "partitions"
+    mtimes = {p["pid"]: (parts_dir / p["pid"] / "compiled.json").stat().st_mtime_ns for p in fm8["partitions"]}
+    assign(batched, lambda lid, op: "vmvx" if lid == "Relu_r4" else mixed(lid, op))
+    r, fm = run_with(batched, SQUEEZENET, tmp_path, 8)
+    new = [p for p in fm["partitions"] if p["pid"] not in mtimes]
+    assert fm["status"] == "success" and len(new) == 1 and new[0]["layer_ids"] == ["Conv_r3", "Relu_r4", "Conv_r5"]
+    assert [ln.split()[2].rstrip(":") for ln in r.stdout.splitlines() if ln.startswith("compiled partition ")] == \
+        [new[0]["pid"]]
+    assert all((parts_dir / p["pid"] / "compiled.json").stat().st_mtime_ns == mtimes[p["pid"]]
+               for p in fm["partitions"] if p["pid"] in mtimes)
+    assert "compile_batch" not in new[0] and all("compile_batch" in p for p in fm["partitions"] if p is not new[0]
+                                                 and p["backend"] == "iree")
+    assign(batched, mixed)
     # back to one compile per partition: the same result again, the batches removed
     r, fm = run_with(batched, SQUEEZENET, tmp_path, 1)
     assert comparable(fm, batched) == comparable(fm1, one) and not batches[0].exists()

@@ -48,7 +48,8 @@ def test_batches_group_the_partitions_of_each_batching_executor():
              fake(4, "v2", "vmvx"), fake(5, "c"), fake(6, "a"), fake(7, "v3", "vmvx")]
     batches = plan_partition_batches(parts, 2)
     # llvm-cpu: a, b, c (a once) -> [a, b] + [c] (one partition: not batched); vmvx: [v1, v2] + [v3]
-    assert [(b["executor"], b["members"]) for b in batches] == [("llvm-cpu", ["a", "b"]), ("vmvx", ["v1", "v2"])]
+    assert [(b["executor"], b["members"], b["kept"]) for b in batches] == [("llvm-cpu", ["a", "b"], False),
+                                                                           ("vmvx", ["v1", "v2"], False)]
     assert [p["compile_batch"] for p in parts] == [batches[0]["id"], None, batches[1]["id"], batches[0]["id"],
                                                    batches[1]["id"], None, batches[0]["id"], None]
     assert plan_partition_batches([dict(p) for p in parts], 2) == batches  # stable ids
@@ -59,6 +60,11 @@ def test_batches_group_the_partitions_of_each_batching_executor():
     assert plan_partition_batches(parts, 8, debug_ir="/tmp/ir") == []
     with pytest.raises(ValueError):
         plan_partition_batches(parts, 0)
+    # partitions of a batch of an earlier run stay in it; the others make new batches
+    batches = plan_partition_batches(parts, 8, existing={"a": ("llvm-cpu", "0000-00000000aa"), "v1": ("other", "x")})
+    assert [(b["executor"], b["members"], b["kept"]) for b in batches] == [  # in the order of their first member
+        ("llvm-cpu", ["a"], True), ("vmvx", ["v1", "v2", "v3"], False), ("llvm-cpu", ["b", "c"], False)]
+    assert batches[0]["id"] == "0000-00000000aa"
 
 
 def chain(path: Path) -> Path:
@@ -171,6 +177,27 @@ def test_batched_chain_equals_one_partition_compiles(tmp_path):
     assert "4 of 4 partitions compiled in 2 batch module(s)" in text
     assert "batch module" not in render_full_model_text(full_model_section(one, tolerance=TOL))
     json.dumps(res, allow_nan=False)
+
+
+def test_an_assignment_change_keeps_the_batches_of_unchanged_partitions(tmp_path):
+    plan, full = setup(tmp_path, chain, "llvlv", 8)
+    compile_plan(plan, full)
+    llvm_batch, vmvx_batch = plan["compile_batches"]
+    p_ab = plan["partitions"][0]["pid"]
+    # D moves to vmvx: [A, B] keeps its pid and its batch; [C, D, E] is new, alone
+    plan2, _ = setup(tmp_path, chain, "llvvv", 8)
+    assert [p["pid"] for p in plan2["partitions"]][0] == p_ab and plan2["num_partitions"] == 2
+    assert plan2["compile_batches"] == [{"id": llvm_batch["id"], "executor": "llvm-cpu", "members": [p_ab],
+                                         "kept": True}]
+    assert [p["compile_batch"] for p in plan2["partitions"]] == [llvm_batch["id"], None]
+    assert batch_dir(full, "llvm-cpu", llvm_batch["id"]).is_dir()  # kept; the other batch is pruned
+    assert not batch_dir(full, "vmvx", vmvx_batch["id"]).exists()
+    compiled = compile_plan({**plan2, "compile_batches": []}, full)  # kept batches are not compiled again
+    assert compiled[p_ab]["compile_batch"]["compile_ms_is"] == "share"
+    assert run(plan2, full, compiled, tmp_path)["status"] == "success"
+    # compile_batch 1: no batch kept, every batch directory removed
+    plan3, _ = setup(tmp_path, chain, "llvvv", 1)
+    assert plan3["compile_batches"] == [] and not list((full / "batches").glob("*/*"))
 
 
 def without_time(c: dict) -> dict:

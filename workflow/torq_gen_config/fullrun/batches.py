@@ -46,12 +46,41 @@ def batch_dir(full_dir: str | os.PathLike, executor: str, batch_id: str) -> Path
     return Path(full_dir) / BATCHES_DIR / executor / batch_id
 
 
-def plan_partition_batches(partitions: list[dict], size: int, *, debug_ir: str | None = None) -> list[dict]:
+def existing_batches(full_dir: str | os.PathLike) -> dict[str, tuple[str, str]]:
+    """The partitions already compiled in a batch of an earlier run: pid -> (executor,
+    batch id), from each ``batches/<executor>/<id>/batch.json`` whose ``module.vmfb`` is
+    there (any member status: one the batch left out has its alone compile). A pid in
+    several batches keeps the first (by directory name); an unreadable ``batch.json``
+    counts as no batch."""
+    from ..fileio import read_json
+
+    found: dict[str, tuple[str, str]] = {}
+    root = Path(full_dir) / BATCHES_DIR
+    for info in sorted(root.glob(f"*/*/{BATCH_FILE}")):
+        if not (info.parent / MODULE_FILE).is_file():
+            continue
+        try:
+            members = read_json(info, "compile batch")["members"]
+        except Exception:
+            continue
+        for m in members:
+            found.setdefault(m["slug"], (info.parent.parent.name, info.parent.name))
+    return found
+
+
+def plan_partition_batches(partitions: list[dict], size: int, *, debug_ir: str | None = None,
+                           existing: Mapping[str, tuple[str, str]] | None = None) -> list[dict]:
     """The compile batches of a chain's partitions; sets each partition's
     ``compile_batch`` (its batch id, or None: compiled alone).
 
-    Partitions are grouped by how they compile (``compile_def``: one group per
-    executor), in run order, a pid once (two partitions with the same pid are one
+    A partition already compiled in a batch of an earlier run (``existing``, same
+    executor) stays in it: batch modules are never changed, so its ``compiled.json``
+    and that batch stay valid, and an assignment change compiles only the partitions
+    it creates (as with ``compile_batch: 1``). Those batches are listed with ``kept:
+    true`` and the plan's members only; nothing rebuilds them.
+
+    The other partitions are grouped by how they compile (``compile_def``: one group
+    per executor), in run order, a pid once (two partitions with the same pid are one
     compile), and cut into chunks of ``size`` with
     :func:`~torq_gen_config.batch_compile.plan_batches` (ids hash the member pids, so a
     batch keeps its id while its members stay). Only backends with ``batch_compile``
@@ -60,11 +89,13 @@ def plan_partition_batches(partitions: list[dict], size: int, *, debug_ir: str |
     Args:
         partitions: the plan's partitions (``pid``, ``executor``, ``backend``,
             ``needs_mlir``, ``compile_def``); changed in place.
-        size: ``compile_batch`` (1: no batches).
+        size: ``compile_batch`` (1: no batches, also no kept ones).
         debug_ir: the run's ``--debug-ir`` directory; when set nothing is batched.
+        existing: :func:`existing_batches` of the run's directory.
 
     Returns:
-        ``[{"id", "executor", "members": [pid, ...]}]``, in the order of their first member.
+        ``[{"id", "executor", "members": [pid, ...], "kept": bool}]``, in the order of
+        their first member.
 
     Raises:
         ValueError: ``size`` < 1.
@@ -77,20 +108,27 @@ def plan_partition_batches(partitions: list[dict], size: int, *, debug_ir: str |
         return []
     groups: dict[str, list[str]] = {}
     executor_of: dict[str, str] = {}
+    kept: dict[tuple[str, str], list[str]] = {}
     for p in partitions:
         if not (p.get("needs_mlir") and capabilities(p.get("backend")).batch_compile):
+            continue
+        old = (existing or {}).get(p["pid"])
+        if old is not None and old[0] == p["executor"]:
+            if p["pid"] not in kept.setdefault(old, []):
+                kept[old].append(p["pid"])
             continue
         key = json.dumps(p["compile_def"], sort_keys=True)
         pids = groups.setdefault(key, [])
         if p["pid"] not in pids:
             pids.append(p["pid"])
         executor_of[key] = p["executor"]
-    batches, batch_of = [], {}
+    batches = [{"id": bid, "executor": ex, "members": pids, "kept": True} for (ex, bid), pids in kept.items()]
+    batch_of = {pid: b["id"] for b in batches for pid in b["members"]}
     for key, pids in groups.items():
         for b in plan_batches(pids, size):
             if len(b["members"]) < 2:
                 continue
-            batches.append({"id": b["id"], "executor": executor_of[key], "members": b["members"]})
+            batches.append({"id": b["id"], "executor": executor_of[key], "members": b["members"], "kept": False})
             batch_of.update({pid: b["id"] for pid in b["members"]})
     for p in partitions:
         p["compile_batch"] = batch_of.get(p["pid"])
@@ -183,10 +221,13 @@ def compiled_from_batch(*, pid: str, model_path: str, executor: Mapping, work_di
     "executor", "compiled_alone": reason}``.
 
     Raises:
-        TorqGenConfigError: ``batch_info`` cannot be read.
+        TorqGenConfigError: ``batch_info`` exists but cannot be read.
     """
     mlir = str(Path(work_dir) / PARTITION_MLIR)
-    artifact, timing = member_artifact(batch_info, batch_module, pid, mlir if os.path.isfile(mlir) else None)
+    if os.path.isfile(batch_info):
+        artifact, timing = member_artifact(batch_info, batch_module, pid, mlir if os.path.isfile(mlir) else None)
+    else:  # a kept batch removed since the plan was made
+        artifact, timing = None, {"id": Path(batch_info).parent.name, "compiled_alone": "its batch's files are gone"}
     timing = {"id": timing["id"], "executor": executor.get("name"), **{k: v for k, v in timing.items() if k != "id"}}
     if artifact is None:
         res = compile_partition(pid=pid, model_path=model_path, executor=executor, work_dir=work_dir,

@@ -13,7 +13,7 @@ from ..backends import NEEDS_MLIR, capabilities
 from ..fileio import write_bytes_if_changed
 from ..model.graph import tensor_consumers, value_types
 from ..batch_compile import BATCHES_DIR
-from .batches import plan_partition_batches
+from .batches import existing_batches, plan_partition_batches
 from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
 from .selection import check_selection, resolve_assignment
@@ -125,7 +125,8 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             "model": str(parts_dir / pid / PARTITION_MODEL),
             "executor_def": run_def, "compile_def": comp_def,
         })
-    batches = plan_partition_batches(partitions, compile_batch, debug_ir=debug_ir)
+    batches = plan_partition_batches(partitions, compile_batch, debug_ir=debug_ir,
+                                     existing=existing_batches(parts_dir.parent) if compile_batch > 1 else None)
     if write and prune:
         _prune(parts_dir, {p["pid"] for p in partitions})
         _prune_batches(parts_dir.parent / BATCHES_DIR, {(b["executor"], b["id"]) for b in batches})

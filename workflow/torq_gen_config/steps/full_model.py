@@ -46,9 +46,16 @@ def compile_partition_batch(input, output, params, log, wildcards) -> None:
 
 def compile_partition(input, output, params, log, wildcards) -> None:
     """Rule ``compile_partition``: one partition (wildcard ``pid``) compiled for its
-    executor (param ``executor``), or taken from its compile batch (param ``batch``,
-    inputs ``batch_module``, ``batch_info``); untracked ``timeout_s``, ``log_file``, ``verbose``."""
-    batch = {"module": input.batch_module, "info": input.batch_info} if params.batch else None
+    executor (param ``executor``), or taken from its compile batch (param ``batch``: its
+    id; the batch's files are inputs ``batch_module``, ``batch_info`` unless the batch is
+    kept from an earlier run); untracked ``timeout_s``, ``log_file``, ``verbose``."""
+    batch = None
+    if params.batch:  # an input when this plan compiles the batch, else kept from an earlier run
+        from ..batch_compile import BATCH_FILE, MODULE_FILE
+        from ..fullrun import batch_dir
+
+        d = batch_dir(Path(output.compiled).parent.parent.parent, params.executor["name"], params.batch)
+        batch = {"module": str(d / MODULE_FILE), "info": str(d / BATCH_FILE)}
     compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
                           compiled=output.compiled, timeout_s=params.timeout_s.value, log=log[0],
                           log_file=params.log_file.value, verbose=params.verbose.value, batch=batch)
