@@ -418,6 +418,8 @@ FULL_ASSIGNMENT = os.path.join(FULL, layout.ASSIGNMENT_FILE)
 FULL_PLAN = os.path.join(FULL, layout.PLAN_FILE)
 FULL_REFERENCE = os.path.join(FULL, layout.REFERENCE_FILE)
 FULL_RESULT = os.path.join(FULL, layout.RESULT_FILE)
+# compile batches of partitions (compile_batch > 1): FULL/batches/<executor>/<batch id>/
+PART_BATCHES = os.path.join(FULL, batch_compile.BATCHES_DIR)
 
 
 wildcard_constraints:
@@ -427,16 +429,61 @@ wildcard_constraints:
 _PLAN_CACHE = {}
 
 
-def full_plan():
-    """The plan written by the checkpoint (after it ran), cached per mtime."""
+def full_plan(whole=False):
+    """The plan written by the checkpoint (after it ran), cached per mtime: pid ->
+    partition, or with ``whole`` the plan itself."""
     path = checkpoints.plan_full_model.get().output.plan
     key = (path, os.stat(path).st_mtime_ns)
     if key not in _PLAN_CACHE:
         with open(path) as f:
             plan = json.load(f)
         _PLAN_CACHE.clear()
-        _PLAN_CACHE[key] = {p["pid"]: p for p in plan["partitions"]}
-    return _PLAN_CACHE[key]
+        _PLAN_CACHE[key] = ({p["pid"]: p for p in plan["partitions"]}, plan)
+    return _PLAN_CACHE[key][1 if whole else 0]
+
+
+def get_partition_inputs(wildcards):
+    """The partition's model (get_partition_model) and, for a member of a compile batch
+    this plan compiles, the batch's module and batch.json (a batch kept from an earlier
+    run is no input: nothing rebuilds it, and its members' compiled.json stay)."""
+    inputs = {"model": get_partition_model(wildcards)}
+    part = full_plan()[wildcards.pid]
+    for b in full_plan(whole=True).get("compile_batches") or []:
+        if b["id"] == part.get("compile_batch") and b["executor"] == part["executor"] and not b.get("kept"):
+            d = os.path.join(PART_BATCHES, b["executor"], b["id"])
+            inputs.update(batch_module=os.path.join(d, "module.vmfb"), batch_info=os.path.join(d, "batch.json"))
+    return inputs
+
+
+def get_partition_batch(wildcards):
+    """The id of the compile batch of the partition, or None (a param: switching
+    compile_batch recompiles)."""
+    return full_plan()[wildcards.pid].get("compile_batch")
+
+
+def _partition_batch(wildcards):
+    for b in full_plan(whole=True).get("compile_batches") or []:
+        if b["id"] == wildcards.batch and b["executor"] == wildcards.executor:
+            return b
+    raise WorkflowError(f"unknown partition batch {wildcards.batch!r} of executor {wildcards.executor!r}: "
+                        f"not in {FULL_PLAN}")
+
+
+def get_partition_batch_models(wildcards):
+    """The ONNX models of the batch's partitions, in batch order."""
+    plan = full_plan()
+    return [os.path.join(PARTS, pid, os.path.basename(plan[pid]["model"])) for pid in _partition_batch(wildcards)["members"]]
+
+
+def get_partition_batch_def(wildcards):
+    """How the batch's partitions are compiled (their compile_def, the same for all)."""
+    return full_plan()[_partition_batch(wildcards)["members"][0]]["compile_def"]
+
+
+def get_partition_batch_members(wildcards):
+    """The batch's members, ``[{"slug": pid, "layer_id": label}]`` (a param)."""
+    _partition_batch(wildcards)
+    return steps.full_model.partition_batch_members(full_plan(whole=True), wildcards.batch)
 
 
 def get_partition_model(wildcards):

@@ -48,6 +48,7 @@ checkpoint plan_full_model:
                    for e in EXECUTORS.values()],
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],
+        compile_batch=config["compile_batch"],
         precision=LAYER_PRECISION,
         timeout_s=TIMEOUT,
     log:
@@ -56,13 +57,38 @@ checkpoint plan_full_model:
         steps.full_model.plan_full_model(input, output, params, log)
 
 
+# With compile_batch > 1: the partitions of one executor (backends with batch_compile)
+# imported and compiled as one module, one function per partition, one compiler
+# process per batch (docs/compile_batches.md, "The full-model run"). Each member's
+# compile_partition job below takes its function from it, or compiles it alone when the
+# batch left it out.
+rule compile_partition_batch:
+    input:
+        models=get_partition_batch_models,
+    output:
+        module=os.path.join(PART_BATCHES, "{executor}", "{batch}", "module.vmfb"),
+        info=os.path.join(PART_BATCHES, "{executor}", "{batch}", "batch.json"),
+    params:
+        executor=get_partition_batch_def,
+        members=get_partition_batch_members,
+        timeout_s=TIMEOUT,
+        log_file=untracked(config["log_file"] or None),
+    log:
+        os.path.join(LOGS, "compile_partition_batch", "{executor}.{batch}.log"),
+    threads: 1
+    priority: 20  # the longest jobs, each waited for by its members
+    run:
+        steps.full_model.compile_partition_batch(input, output, params, log, wildcards)
+
+
 rule compile_partition:
     input:
-        model=get_partition_model,
+        unpack(get_partition_inputs),
     output:
         compiled=os.path.join(PARTS, "{pid}", "compiled.json"),
     params:
         executor=get_compile_def,
+        batch=get_partition_batch,
         timeout_s=TIMEOUT,
         log_file=untracked(config["log_file"] or None),
         verbose=untracked(config["verbose"]),

@@ -38,6 +38,8 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     ("work/*/full/plan.json", "full_plan.schema.yaml"),
     ("work/*/full/result.json", "full_result.schema.yaml"),
     ("work/*/full/partitions/*/compiled.json", "full_compiled.schema.yaml"),
+    ("work/*/full/partitions/*/import.json", "import.schema.yaml"),  # a partition of a compile batch
+    ("work/*/full/batches/*/*/batch.json", "compile_batch.schema.yaml"),
     ("work/*/full/partitions/*/executor_map.json", "compiler.schema.yaml"),
     # ck-profile, in its output directory (results/ck/<configs>/) and the files it converts
     ("manifest.json", "ck_manifest.schema.yaml"),

@@ -28,7 +28,9 @@ host numpy is the safe path):
    debug-IR directory included), so an unchanged partition keeps its compiled
    module and a change to one layer's executor recompiles only the partitions that
    contain or border it.
-5. :func:`~.compile.compile_partition` compiles one partition for its executor;
+5. :func:`~.compile.compile_partition` compiles one partition for its executor (with
+   ``compile_batch`` > 1 the partitions of one executor are compiled together,
+   :mod:`.batches`: one module, one function per partition);
    :func:`~.execute.run_partitions` runs them in order, handing tensors from partition to
    partition as numpy arrays, compares the model's outputs with the ONNX Runtime
    reference of the whole prepared model (same metrics as the layer comparisons)
@@ -61,6 +63,7 @@ from .common import (
     RESULT_SCHEMA,
     RUN_RULES,
 )
+from .batches import batch_dir, batch_members, compile_partition_batch, compiled_from_batch, plan_partition_batches
 from .compile import compile_partition
 from .execute import run_partitions, run_whole_model
 from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
@@ -80,9 +83,9 @@ from .selection import (
 __all__ = [
     "ASSIGNMENT_SCHEMA", "COMPILED_FILE", "COMPILED_SCHEMA", "PARTITION_MLIR", "PARTITION_MODEL", "PARTITIONS_MODE",
     "PLAN_SCHEMA", "QDQ_OPS", "RESULT_SCHEMA", "RUN_RULES", "TEXT_MARKER",
-    "assignment_bytes", "assignment_mode", "build_partition_model", "check_selection", "compile_definition",
-    "compile_partition", "effective_executor", "full_model_section", "make_assignment", "make_plan",
-    "partition_id", "partition_runs", "render_full_model_text", "resolve_assignment", "run_partitions",
+    "assignment_bytes", "assignment_mode", "batch_dir", "batch_members", "build_partition_model", "check_selection", "compile_definition",
+    "compile_partition", "compile_partition_batch", "compiled_from_batch", "effective_executor", "full_model_section", "make_assignment", "make_plan",
+    "partition_id", "partition_runs", "plan_partition_batches", "render_full_model_text", "resolve_assignment", "run_partitions",
     "run_whole_model", "selection_digest", "stale_reason", "selection_from_compiler_json", "selection_from_report",
     "whole_model_plan", "with_full_model_text",
 ]

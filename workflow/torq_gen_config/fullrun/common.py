@@ -10,8 +10,8 @@ RESULT_SCHEMA = "torq-gen-config/full-model-result/1"
 
 #: Rules ``torq-gen-config run`` lets Snakemake execute (never discovery or the report;
 #: the model preparation and split only when they are missing or out of date).
-RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_model", "compile_partition",
-             "full_reference", "run_full_model")
+RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_model", "compile_partition_batch",
+             "compile_partition", "full_reference", "run_full_model")
 #: Mode of a plan that runs the model as a chain of partitions (a whole-model plan's
 #: mode is its backend's kind).
 PARTITIONS_MODE = "partitions"

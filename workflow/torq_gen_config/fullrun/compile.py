@@ -72,16 +72,11 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
         return fail("compile", f"backend {kind!r} is not available: {e}")
     mlir_path = None
     if backend.needs_mlir:
-        import onnx
-
-        from ..mlir.importer import import_model
-
         mlir_path = str(Path(work_dir) / PARTITION_MLIR)
-        try:
-            imp = import_model(onnx.load(model_path), mlir_path)
-            res["import_ms"] = imp["import_ms"]
-        except Exception as e:  # importer errors come as many exception types
-            return fail("import", f"{type(e).__name__}: {str(e).strip()}")
+        imp = import_partition(model_path, mlir_path)
+        if imp["status"] != "ok":
+            return fail("import", imp["message"])
+        res["import_ms"] = imp["import_ms"]
     try:
         artifact = backend.compile(onnx_path=model_path, mlir_path=mlir_path, work_dir=work_dir,
                                    timeout_s=timeout_s, log_path=log_path)
@@ -92,8 +87,42 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     res["status"] = "ok"
     res["compile_ms"] = _round(artifact.compile_ms)
     res["artifact"] = {"path": artifact.path, "info": artifact.info}
-    try:
-        res["tool"] = backend.describe(probe_timeout_s=min(float(timeout_s), 60.0))
-    except Exception:
-        res["tool"] = None
+    res["tool"] = _describe(backend, timeout_s)
     return res
+
+
+def import_partition(model_path: str, mlir_path: str) -> dict:
+    """Import one partition's ONNX model into ``mlir_path`` (written atomically, only
+    on success) with :func:`torq_gen_config.mlir.importer.import_model`; never raises.
+
+    Returns:
+        ``{"status": "ok"|"error", "stage": None|"import", "message": str|None
+        (``<exception type>: <text>``), "import_ms": float|None}`` (the form of a
+        layer's ``import.json``).
+    """
+    import onnx
+
+    from ..mlir.importer import import_model
+
+    try:
+        imp = import_model(onnx.load(model_path), mlir_path)
+    except Exception as e:  # importer errors come as many exception types
+        return {"status": "error", "stage": "import", "message": f"{type(e).__name__}: {str(e).strip()}",
+                "import_ms": None}
+    return {"status": "ok", "stage": None, "message": None, "import_ms": imp["import_ms"]}
+
+
+def safe_describe(executor: Mapping, timeout_s: float) -> dict | None:
+    """The executor's tool description for ``compiled.json`` (``tool``), or None when it
+    cannot be had (the backend cannot be made, its probe fails)."""
+    try:
+        return _describe(make_backend(executor), timeout_s)
+    except Exception:
+        return None
+
+
+def _describe(backend, timeout_s: float) -> dict | None:
+    try:
+        return backend.describe(probe_timeout_s=min(float(timeout_s), 60.0))
+    except Exception:
+        return None

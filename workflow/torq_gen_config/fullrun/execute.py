@@ -14,6 +14,7 @@ from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
 from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..tools import bounded_message, first_error_line
+from .batches import batch_module_of
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 
 
@@ -64,7 +65,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         rows.append({"index": p["index"], "pid": p["pid"], "executor": p["executor"], "backend": p["backend"],
                      "first_node": p["first_node"], "last_node": p["last_node"], "num_nodes": p["num_nodes"],
                      "layer_ids": p["layer_ids"], "compile_ms": c.get("compile_ms"), "run_ms": None,
-                     "status": "compiled" if c.get("status") == "ok" else "not run", "partition_check": None})
+                     "status": "compiled" if c.get("status") == "ok" else "not run", "partition_check": None,
+                     **({"compile_batch": c["compile_batch"]} if c.get("compile_batch") else {})})
 
     def finish(status: str, summary: str, failure: dict | None = None) -> dict:
         result["status"] = status
@@ -115,9 +117,16 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         feed = {n: store[n] for n in p["inputs"]}
         try:
             backend = make_backend(p["executor_def"])
-            artifact = _artifact(c, pdir)
-            outs, run_ms = backend.run(artifact, inputs=feed, input_names=p["inputs"], output_names=p["outputs"],
-                                       work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
+            artifact = _artifact(c, pdir, Path(partitions_dir).parent)
+            try:
+                outs, run_ms = backend.run(artifact, inputs=feed, input_names=p["inputs"], output_names=p["outputs"],
+                                           work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
+            except StageError as e:
+                if e.stage not in ("run", "crash") or not batch_module_of(c, Path(partitions_dir).parent):
+                    raise
+                # the runtime's message names the batch's function and module layout: the
+                # partition compiled alone gives the one-partition result
+                outs, run_ms = _run_alone(p, row, backend, feed, pdir, e, timeout_s, log_path)
         except StageError as e:
             row["status"] = "error"
             f = part_failure(p, e.stage, e.message, e.during)
@@ -273,14 +282,41 @@ def _last_uses(plan: Mapping) -> dict[str, int]:
     return last
 
 
-def _artifact(compiled: Mapping, pdir: Path):
-    """The CompiledArtifact of ``compiled.json``, with its files found in ``pdir``."""
+def _artifact(compiled: Mapping, pdir: Path, full_dir: Path):
+    """The CompiledArtifact of ``compiled.json``, with its files found in ``pdir`` (a
+    partition compiled in a batch: its batch's module under ``full_dir``)."""
     art = compiled.get("artifact") or {}
     info = dict(art.get("info") or {})
     if info.get("onnx_path"):
         info["onnx_path"] = str(pdir / PARTITION_MODEL)
     path = str(pdir / Path(art["path"]).name) if art.get("path") else None
+    path = batch_module_of(compiled, full_dir) or path
     return CompiledArtifact(path=path, compile_ms=compiled.get("compile_ms"), info=info)
+
+
+def _run_alone(p: Mapping, row: dict, backend, feed: Mapping, pdir: Path, error: StageError, timeout_s: float,
+               log_path: str | None):
+    """A partition whose run from its batch's module failed (``error``, stage run or
+    crash): compiled alone into its own directory (as with ``compile_batch: 1``) and run
+    again; ``row`` records the alone compile (``compile_ms``, ``compile_batch``).
+
+    Raises:
+        StageError: the alone compile or its run failed (the one-partition failure).
+    """
+    from .compile import compile_partition
+
+    cb = dict(row.get("compile_batch") or {})
+    row["compile_batch"] = {"id": cb.get("id"), "executor": cb.get("executor"),
+                            "compiled_alone": f"its run from the batch's module failed ({error.stage}); compiled "
+                                              "alone for the one-partition result"}
+    c = compile_partition(pid=p["pid"], model_path=str(pdir / PARTITION_MODEL), executor=p["compile_def"],
+                          work_dir=str(pdir), timeout_s=timeout_s, log_path=log_path)
+    row["compile_ms"] = c.get("compile_ms")
+    if c["status"] != "ok":
+        f = c.get("failure") or {}
+        raise StageError(f.get("stage") or "compile", f.get("message") or "compile failed", during=f.get("during"))
+    return backend.run(_artifact(c, pdir, pdir.parent.parent), inputs=feed, input_names=p["inputs"],
+                       output_names=p["outputs"], work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
 
 
 def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping,

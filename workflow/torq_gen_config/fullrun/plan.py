@@ -12,6 +12,8 @@ from typing import Iterable, Mapping
 from ..backends import NEEDS_MLIR, capabilities
 from ..fileio import write_bytes_if_changed
 from ..model.graph import tensor_consumers, value_types
+from ..batch_compile import BATCHES_DIR
+from .batches import existing_batches, plan_partition_batches
 from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
 from .selection import check_selection, resolve_assignment
@@ -24,7 +26,7 @@ QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: Mapping, executors: list[dict],
               partitions_dir: str | os.PathLike, *, compiler_options: Iterable[str] = (),
               runtime_options: Iterable[str] = (), write: bool = True, prune: bool = True,
-              full_mlir: str | None = None) -> dict:
+              full_mlir: str | None = None, compile_batch: int = 1) -> dict:
     """Partition the prepared model and write one ONNX model per partition.
 
     When every executor of the assignment is of a backend that compiles whole
@@ -45,13 +47,16 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             in this plan are removed when ``prune``).
         write: write the partition models (False: plan only, for tests).
         full_mlir: ``work/full.mlir`` (only used, and then needed, for a whole-model plan).
+        compile_batch: partitions per compile batch (config ``compile_batch``; 1: each
+            partition compiled by its own job; :func:`~.batches.plan_partition_batches`).
 
     Returns:
         The plan (JSON-safe): ``partitions`` (in run order: ``index``, ``pid``,
         ``executor`` (name), ``backend``, ``needs_mlir``, ``first_node``,
         ``last_node``, ``num_nodes``, ``layer_ids``, ``inputs``, ``outputs``,
         ``num_initializers``, ``model``, ``executor_def`` (as run),
-        ``compile_def`` (as compiled)), ``graph_inputs``, ``graph_outputs``,
+        ``compile_def`` (as compiled), ``compile_batch`` (its batch id or None)),
+        ``compile_batches`` (``[{"id", "executor", "members": [pid]}]``), ``graph_inputs``, ``graph_outputs``,
         ``constant_outputs``, ``layer_executors``, ``fallbacks``, ``warnings``,
         ``source``, ``source_file``, ``options``.
 
@@ -91,7 +96,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     graph_outputs = [o.name for o in model.graph.output]
     debug_ir = (assignment.get("options") or {}).get("debug_ir")
     options = {"compiler_options": list(compiler_options), "runtime_options": list(runtime_options),
-               "debug_ir": debug_ir}
+               "debug_ir": debug_ir, "compile_batch": compile_batch}
     parts_dir = Path(partitions_dir)
     partitions = []
     for index, (ex_name, members) in enumerate(partition_runs(seq)):
@@ -120,8 +125,11 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             "model": str(parts_dir / pid / PARTITION_MODEL),
             "executor_def": run_def, "compile_def": comp_def,
         })
+    batches = plan_partition_batches(partitions, compile_batch, debug_ir=debug_ir,
+                                     existing=existing_batches(parts_dir.parent) if compile_batch > 1 else None)
     if write and prune:
         _prune(parts_dir, {p["pid"] for p in partitions})
+        _prune_batches(parts_dir.parent / BATCHES_DIR, {(b["executor"], b["id"]) for b in batches})
     produced = {t for p in partitions for t in p["outputs"]}
     graph_inputs = [i.name for i in model.graph.input if i.name not in values]
     constant_outputs = [t for t in graph_outputs if t not in produced and t in values]
@@ -135,6 +143,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         "options": options,
         "num_partitions": len(partitions),
         "partitions": partitions,
+        "compile_batches": batches,
         "graph_inputs": graph_inputs, "graph_outputs": graph_outputs, "constant_outputs": constant_outputs,
         "layer_executors": by_layer,
         "fallbacks": fallbacks,
@@ -148,6 +157,15 @@ def _prune(parts_dir: Path, keep: set[str]) -> None:
         for d in parts_dir.iterdir():
             if d.is_dir() and d.name not in keep:
                 shutil.rmtree(d, ignore_errors=True)
+
+
+def _prune_batches(batches_dir: Path, keep: set[tuple[str, str]]) -> None:
+    """Remove the batch directories (``<executor>/<id>``) of batches not in this plan."""
+    if batches_dir.is_dir():
+        for ex in batches_dir.iterdir():
+            for d in ex.iterdir() if ex.is_dir() else ():
+                if d.is_dir() and (ex.name, d.name) not in keep:
+                    shutil.rmtree(d, ignore_errors=True)
 
 
 def whole_model_plan(kind: str, model, manifest: Mapping, locations: Mapping | None, assignment: Mapping,
@@ -173,4 +191,5 @@ def whole_model_plan(kind: str, model, manifest: Mapping, locations: Mapping | N
             write_bytes_if_changed(path, data)
     if write and prune:
         _prune(Path(partitions_dir), {p["pid"] for p in body["partitions"]})
+        _prune_batches(Path(partitions_dir).parent / BATCHES_DIR, set())
     return {"schema": PLAN_SCHEMA, **body}

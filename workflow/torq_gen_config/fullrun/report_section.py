@@ -105,6 +105,12 @@ def render_full_model_text(section: Mapping) -> str:
                      f"({', '.join(f'{k}: {v}' for k, v in parts.items())})")
         lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))} total; run time: "
                      f"{_fmt_ms(t.get('run_ms_total'))} total (sum over partitions)")
+        shared = [p for p in section.get("partitions") or [] if (p.get("compile_batch") or {}).get("compile_ms_is")]
+        if shared:
+            n = len({(p["compile_batch"].get("executor"), p["compile_batch"]["id"]) for p in shared})
+            lines.append(f"  {len(shared)} of {len(section.get('partitions') or [])} partitions compiled in {n} "
+                         f"batch module(s) (compile_batch): their compile times are shares of their batch's, "
+                         f"not measured per partition")
     ref = section.get("reference") or {}
     if ref.get("status") not in (None, "ok"):
         lines.append(f"Reference failed: {ref.get('message') or ref.get('status')} (the outputs were not compared)")

@@ -25,19 +25,40 @@ def full_assignment(input, output, params, log) -> None:
 
 def plan_full_model(input, output, params, log) -> None:
     """Checkpoint ``plan_full_model``: plan.json and the partitions' side files.
-    Params: ``executors``, ``compiler_options``, ``runtime_options``; untracked ``timeout_s``."""
+    Params: ``executors``, ``compiler_options``, ``runtime_options``, ``compile_batch``;
+    untracked ``timeout_s``."""
     plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
              locations=input.locations, executors=params.executors, plan=output.plan,
              compiler_options=params.compiler_options, runtime_options=params.runtime_options,
-             full_mlir=input.mlir, timeout_s=params.timeout_s.value, log=log[0])
+             full_mlir=input.mlir, compile_batch=params.compile_batch, timeout_s=params.timeout_s.value, log=log[0])
+
+
+def compile_partition_batch(input, output, params, log, wildcards) -> None:
+    """Rule ``compile_partition_batch``: the partitions of one compile batch (wildcards
+    ``executor``, ``batch``) imported and compiled as one module. Params: ``executor``
+    (the members' compile definition), ``members`` (``[{"slug": pid, "layer_id"}]``);
+    untracked ``timeout_s``, ``log_file``. Input ``models``: the members' ONNX models."""
+    compile_partition_batch_job(executor=params.executor, members=params.members,
+                                partitions_dir=str(Path(input.models[0]).parent.parent),
+                                out_dir=os.path.dirname(output.module), timeout_s=params.timeout_s.value,
+                                log=log[0], log_file=params.log_file.value)
 
 
 def compile_partition(input, output, params, log, wildcards) -> None:
     """Rule ``compile_partition``: one partition (wildcard ``pid``) compiled for its
-    executor (param ``executor``); untracked ``timeout_s``, ``log_file``, ``verbose``."""
+    executor (param ``executor``), or taken from its compile batch (param ``batch``: its
+    id; the batch's files are inputs ``batch_module``, ``batch_info`` unless the batch is
+    kept from an earlier run); untracked ``timeout_s``, ``log_file``, ``verbose``."""
+    batch = None
+    if params.batch:  # an input when this plan compiles the batch, else kept from an earlier run
+        from ..batch_compile import BATCH_FILE, MODULE_FILE
+        from ..fullrun import batch_dir
+
+        d = batch_dir(Path(output.compiled).parent.parent.parent, params.executor["name"], params.batch)
+        batch = {"module": str(d / MODULE_FILE), "info": str(d / BATCH_FILE)}
     compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
-                                          compiled=output.compiled, timeout_s=params.timeout_s.value, log=log[0],
-                                          log_file=params.log_file.value, verbose=params.verbose.value)
+                          compiled=output.compiled, timeout_s=params.timeout_s.value, log=log[0],
+                          log_file=params.log_file.value, verbose=params.verbose.value, batch=batch)
 
 
 def full_reference(input, output, params, log) -> None:
@@ -87,6 +108,13 @@ def selection_digest_of(report: str | None, compiler: str | None = None) -> str 
         return None
 
 
+def partition_batch_members(plan: dict, batch_id: str) -> list[dict]:
+    """The members of one compile batch of ``plan`` (:func:`torq_gen_config.fullrun.batch_members`)."""
+    from ..fullrun import batch_members
+
+    return batch_members(plan, batch_id)
+
+
 @records_failure
 def assignment_job(*, report: str | None, compiler: str | None, assignment: str, log: str | None = None) -> None:
     """Rule ``full_assignment`` (Snakemake form): ``assignment.json`` from the report
@@ -115,12 +143,13 @@ def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
 
 def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
              compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
-             log: str | None = None) -> dict:
+             compile_batch: int = 1, log: str | None = None) -> dict:
     """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one
     ``partitions/<pid>/model.onnx`` per partition (side files, rewritten only when
     their bytes change, so unchanged partitions are not compiled again). For a torq
     assignment: one whole-model partition whose side file is its executor map
-    (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``."""
+    (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``.
+    ``compile_batch`` > 1: the plan's compile batches (``compile_batches``)."""
     import onnx
 
     from ..fullrun import make_plan
@@ -132,7 +161,7 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     model = onnx.load(prepared)
     parts_dir = Path(plan).parent / "partitions"
     result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
-                       runtime_options=runtime_options, full_mlir=full_mlir)
+                       runtime_options=runtime_options, full_mlir=full_mlir, compile_batch=compile_batch)
     result["prepared_model"] = prepared
     write_json(plan, result)
     counts: dict[str, int] = {}
@@ -144,6 +173,10 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
         msg = (f"full model: {result['num_partitions']} partition(s) "
                f"({', '.join(f'{k}: {v}' for k, v in counts.items())}), "
                f"{len(result['fallbacks'])} layer(s) without a recommendation")
+        if result.get("compile_batches"):
+            b = result["compile_batches"]
+            msg += (f"; {sum(len(x['members']) for x in b)} compiled in {len(b)} batch(es) "
+                    f"({', '.join(sorted({x['executor'] for x in b}))})")
     _log(log, f"{msg}; {time.perf_counter() - t0:.2f} s; warnings: {result['warnings']}")
     print(msg, file=sys.stderr)
     for w in result["warnings"]:
@@ -152,21 +185,58 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
 
 
 @records_failure
-def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str, timeout_s: float,
-                          log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
-    """Rule ``compile_partition``: import (if needed) and compile one partition.
-
-    A failure is recorded in ``compiled.json`` (``status: error``), not raised.
-    """
-    from ..fullrun import compile_partition
+def compile_partition_batch_job(*, executor: dict, members: list[dict], partitions_dir: str, out_dir: str,
+                                timeout_s: float, log: str | None = None, log_file: str | None = None) -> dict:
+    """Rule ``compile_partition_batch``: :func:`torq_gen_config.fullrun.compile_partition_batch`
+    (``module.vmfb``, ``batch.mlir``, ``batch.json`` in ``out_dir``); a failing member
+    is left to its own ``compile_partition`` job, never raised."""
+    from ..batch_compile import ALONE
+    from ..fullrun import compile_partition_batch
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
-    res = compile_partition(pid=pid, model_path=model, executor=executor, work_dir=str(Path(compiled).parent),
-                            timeout_s=timeout_s, log_path=log)
+    t0 = time.perf_counter()
+    rec = compile_partition_batch(executor=executor, members=members, partitions_dir=partitions_dir,
+                                  out_dir=out_dir, timeout_s=timeout_s, log_path=log)
+    alone = sum(m["status"] == ALONE for m in rec["members"])
+    text = (f"[{executor['name']}] partition batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} "
+            f"partitions compiled together ({rec['batch_ms'] / 1000:.1f} s, {len(rec['compiles'])} compiler run(s))"
+            + (f", {alone} to compile alone" if alone else "") + f" in {time.perf_counter() - t0:.1f} s\n")
+    _emit(text, log_file, f"full-model partition batch {Path(out_dir).name}", log)
+    return rec
+
+
+@records_failure
+def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str, timeout_s: float,
+                          log: str | None = None, log_file: str | None = None, verbose: bool = False,
+                          batch: dict | None = None) -> dict:
+    """Rule ``compile_partition``: import (if needed) and compile one partition; with
+    ``batch`` (``{"module", "info"}``: its compile batch's files) the partition's
+    function in the batch's module, or, when the batch left it out, compiled alone
+    (:func:`torq_gen_config.fullrun.compiled_from_batch`).
+
+    A failure is recorded in ``compiled.json`` (``status: error``), not raised.
+    """
+    from ..fullrun import compile_partition, compiled_from_batch
+
+    if log:
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text("")
+    work_dir = str(Path(compiled).parent)
+    if batch:
+        res = compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
+                                  batch_info=batch["info"], batch_module=batch["module"], timeout_s=timeout_s,
+                                  log_path=log)
+    else:
+        res = compile_partition(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
+                                timeout_s=timeout_s, log_path=log)
     write_json(compiled, res)
-    if res["status"] == "ok":
+    cb = res.get("compile_batch") or {}
+    if res["status"] == "ok" and cb.get("compile_ms_is"):
+        text = (f"compiled partition {pid}: ok, in batch {cb['id']} ({res['compile_ms']:.0f} ms: 1/{cb['members']} "
+                f"of {cb['batch_ms']:.0f} ms)\n")
+    elif res["status"] == "ok":
         text = f"compiled partition {pid}: ok, {res['compile_ms']:.0f} ms\n"
     else:
         text = f"compiled partition {pid}: ERROR {res['failure']['summary']}\n"
