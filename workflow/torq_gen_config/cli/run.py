@@ -50,6 +50,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_execution_options(p, what="parallel compile jobs")
     p.add_argument("--debug-ir", metavar="DIR",
                    help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>")
+    p.add_argument("--compile-batch", type=int, metavar="N",
+                   help="partitions compiled by one compiler process per iree executor (default: the config's "
+                        "compile_batch; 1 = one compile per partition); the results are the same "
+                        "(docs/full_model_run.md, 'Compile batches')")
     p.add_argument("--compiler-option", action="append", default=[], metavar="OPT",
                    help="extra flag for the compiler of iree executors (repeatable; write --compiler-option=--flag "
                         "for values that start with '-'); changing it recompiles")
