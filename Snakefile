@@ -47,13 +47,10 @@ else:
     include: "rules/full_model.smk"
     include: "rules/report_html.smk"
 
-    # Cheap steps run in the main process also with a cluster profile (profiles/slurm): a
-    # submission costs ~10 s of queueing and polling, these take well under a second.
-    localrules:
-        all,
-        aggregate_report,
-        full_assignment,
-        full_model,
+    # Cheap steps (all, aggregate_report, full_assignment, full_model) are `localrule: True`
+    # rules: they run in the main process also with a cluster profile (profiles/slurm; a
+    # submission costs ~10 s of queueing and polling, they take well under a second), also
+    # when this workflow is a module used with a prefix (a `localrules:` list is not renamed).
 
 
     # One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),
@@ -80,3 +77,4 @@ else:
         input:
             final_outputs(),
         default_target: True
+        localrule: True

@@ -19,6 +19,7 @@
 # Snakemake 9.27 can drop the job from the DAG after a checkpoint update although
 # its output is missing.) The job reads the report next to it.
 rule full_assignment:
+    localrule: True
     input:
         compiler=COMPILER_JSON,
     output:
@@ -140,5 +141,6 @@ rule run_full_model:
 
 
 rule full_model:
+    localrule: True
     input:
         FULL_RESULT,

@@ -4,6 +4,7 @@
 # The only writer of the discovery report during discovery; `edit` changes
 # user_choices.json (an input when it exists) and re-renders the report the same way.
 rule aggregate_report:
+    localrule: True
     input:
         manifest=os.path.join(LAYERS, "manifest.json"),
         info=rules.prepare_model.output.info,
