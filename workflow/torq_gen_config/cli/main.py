@@ -8,9 +8,11 @@ one-line ``torq-gen-config: error: ...`` and exit status 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
+import warnings
 
 from .. import __version__
 from ..errors import TorqGenConfigError
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"torq-gen-config: error: {e.strerror or e}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
+        # Snakemake's coroutines cut short by the stop warn when collected at exit
+        # ("coroutine ... never awaited"); asyncio logs "Task was destroyed but it is pending!"
+        warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited", category=RuntimeWarning)
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         signum = getattr(e, "signum", signal.SIGINT)  # workflow_api.Interrupted: Ctrl-C or SIGTERM
         what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
         print(f"torq-gen-config: {what}; finished layers are kept, rerun the same command to resume", file=sys.stderr)
