@@ -90,7 +90,8 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
 
 def test_layer(input, output, params, log) -> None:
     """Rule ``test_layer``: one (layer, executor) result.json (:func:`test_layer_job`).
-    Params: ``layer``, ``executor``, ``timing``, ``outdated``, ``rerun`` (``{"skipped",
+    Params: ``layer``, ``executor``, ``timing``, ``batch`` (bool: runs from its compile
+    batch), ``outdated``, ``rerun`` (``{"skipped",
     "timed_out"}``: the rerun params of steps.markers); untracked ``tolerance``,
     ``timeout_s``, ``log_file`` (None: no shared log) and ``verbose``."""
     mark_outdated(params.outdated)
