@@ -116,6 +116,7 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
 
     from ..batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
     from ..fileio import atomic_write_text, write_json
+    from ..isolation import RunStopped
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +124,8 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
     t0 = time.perf_counter()
     try:
         rec = compile_batch(executor=executor, members=members, out_dir=out_dir, timeout_s=timeout_s, log_path=log)
+    except RunStopped:  # not a batch failure: no batch.json saying every layer compiles alone
+        raise
     except Exception as e:  # the layers' own compiles report what is wrong, one verdict each
         reason = f"the batch was not compiled: {type(e).__name__}: {e}"
         _log(log, reason + "\n" + traceback.format_exc())
@@ -137,7 +140,8 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
     record_timeout(os.path.join(out_dir, BATCH_FILE), any(c["status"] == "timeout" for c in rec["compiles"]),
                    timeout_s)
     alone = sum(m["status"] == ALONE for m in rec["members"])
-    sys.stdout.write(f"[{executor['name']}] batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} layers "
+    # not "[executor] ...": that form is one (layer, executor) verdict's line
+    sys.stdout.write(f"batch {Path(out_dir).name} on {executor['name']}: {rec['compiled']} of {len(members)} layers "
                      f"compiled together ({rec['batch_ms'] / 1000:.1f} s, {len(rec['compiles'])} compiler run(s))"
                      + (f", {alone} to compile alone" if alone else "") + f" in {time.perf_counter() - t0:.1f} s\n")
 
