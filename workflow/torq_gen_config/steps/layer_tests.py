@@ -65,6 +65,8 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
             sys.stdout.write(one_line_summary(res) + "\n")
             return
     marker.unlink(missing_ok=True)
+    if batch:
+        _log_batch_compile(log, batch["info"])
     failed = quantize_failure(layer_onnx)
     if failed:
         from ..layer_test import error_result
@@ -86,6 +88,19 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
     sys.stdout.flush()
     if log_file and log:
         append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
+
+
+def _log_batch_compile(log: str | None, batch_file: str) -> None:
+    """Note in the test's log how its batch's module was compiled (the command line is
+    in the batch job's log; a layer's log should say how its module was made)."""
+    import shlex
+
+    from ..logs import append_record
+
+    rec = read_json(batch_file, "compile batch")
+    argv = (rec.get("artifact_info") or {}).get("argv")
+    append_record(log, f"compile batch {Path(batch_file).parent.name} ({rec['compiled']} of {len(rec['members'])} "
+                       f"layers compiled together" + (f"): $ {shlex.join(argv)}" if argv else ")"))
 
 
 def test_layer(input, output, params, log) -> None:
