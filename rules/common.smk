@@ -335,10 +335,11 @@ def batch_input(wildcards, path):
 
 
 def get_test_batch(wildcards):
-    """Whether the test runs its function from a batch (a param: switching between
-    batches and one-layer compiles retests). Not the batch id: the ids' keys follow
-    the settings that are params of the test anyway."""
-    return layer_batch(wildcards.layer, wildcards.executor) is not None
+    """True when the test runs its function from a batch, else None (the value one-layer
+    tests always had: no rerun of their verdicts). A param: switching between batches
+    and one-layer compiles retests. Not the batch id: the ids' keys follow settings
+    that are params of the test anyway, and a membership change must not retest."""
+    return True if layer_batch(wildcards.layer, wildcards.executor) else None
 
 
 def _batch_slugs(wildcards):
