@@ -49,6 +49,18 @@ def members(tmp_path_factory) -> list[dict]:
     return out
 
 
+def test_plan_batches_ids_follow_membership():
+    plan = plan_batches([f"L{i}" for i in range(5)], 2)
+    assert [b["members"] for b in plan] == [["L0", "L1"], ["L2", "L3"], ["L4"]]
+    assert [b["id"][:5] for b in plan] == ["0000-", "0001-", "0002-"]
+    assert plan == plan_batches([f"L{i}" for i in range(5)], 2)  # stable
+    other = plan_batches(["L0", "X", "L2", "L3", "L4"], 2)
+    assert other[0]["id"] != plan[0]["id"] and other[1:] == plan[1:]  # only the changed batch gets a new id
+    assert plan_batches([], 4) == []
+    with pytest.raises(ValueError):
+        plan_batches(["a"], 0)
+
+
 def test_plan_batches_ids_are_slots_of_the_settings():
     """Ids are slots (index + settings key), not memberships: another membership keeps the
     directories (its batch jobs rerun by their members param), other settings do not."""

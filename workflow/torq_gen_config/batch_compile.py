@@ -53,17 +53,21 @@ def settings_key(settings: Any) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def plan_batches(slugs: list[str], size: int, key: str) -> list[dict]:
+def plan_batches(slugs: list[str], size: int, key: str | None = None) -> list[dict]:
     """Cut the tested layers (``slugs``, manifest order) into batches of ``size``.
 
-    The batch id is ``<index:04d>-<key>`` (``key``: :func:`settings_key` of the
-    executor's settings), a slot, not a membership: when the members of a slot change
-    (a layer added or removed, another ``compile_batch``), the batch job reruns by its
-    ``members`` param in the same directory, and the tests of layers whose functions
-    did not change keep their verdicts (their batch inputs are ``ancient``; a new
-    directory would be a missing input that retests every member). Other settings
-    give another key, hence new directories, and retest the members, which is what
-    those settings ask for.
+    Without ``key``, the batch id is ``<index:04d>-<10 hex digits of sha256 of the
+    member slugs>``: a batch keeps its id while its members stay, and another
+    membership gives new ids (the full-model partitions' batches, fullrun/batches.py).
+
+    With ``key`` (:func:`settings_key` of an executor's settings; the layer tests'
+    batches), the id is ``<index:04d>-<key>``, a slot, not a membership: when the
+    members of a slot change (a layer added or removed, another ``compile_batch``) the
+    batch job reruns by its ``members`` param in the same directory, and the tests of
+    layers whose functions did not change keep their verdicts (their batch inputs are
+    ``ancient``; a new directory would be a missing input that retests the members).
+    Other settings give another key, hence new directories, and retest the members,
+    which is what those settings ask for (docs/compile_batches.md, "Reruns").
 
     Returns:
         ``[{"id": str, "members": [slug, ...]}, ...]``; empty for no slugs.
@@ -73,7 +77,12 @@ def plan_batches(slugs: list[str], size: int, key: str) -> list[dict]:
     """
     if size < 1:
         raise ValueError(f"compile_batch must be >= 1, got {size}")
-    return [{"id": f"{k // size:04d}-{key}", "members": list(slugs[k:k + size])} for k in range(0, len(slugs), size)]
+    out = []
+    for k in range(0, len(slugs), size):
+        members = list(slugs[k:k + size])
+        tail = key if key is not None else hashlib.sha256("\n".join(members).encode()).hexdigest()[:10]
+        out.append({"id": f"{k // size:04d}-{tail}", "members": members})
+    return out
 
 
 def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_s: float,
