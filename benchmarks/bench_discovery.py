@@ -3,7 +3,7 @@
 
 Measures in one run, on the same model and executors (the default config's three):
   (a) the workflow (``snakemake --cores J``) with compile batches (``--batch``, default
-      32; the config's default is 1), from an empty output directory;
+      32, the config's default), from an empty output directory;
   (b) the workflow with ``compile_batch=1`` (one compiler process per layer and executor);
   (c) a sequential loop in one process that calls the same library functions for the
       same layers, one-layer compiles (the way the original tool works);
@@ -122,7 +122,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="onnx:backend/test/data/light/light_squeezenet.onnx")
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=32, help="compile_batch of (a) (the config's default is 1)")
+    ap.add_argument("--batch", type=int, default=32, help="compile_batch of (a) (default 32, as the config)")
     ap.add_argument("--keep", help="keep the output directories here instead of a temporary directory")
     ap.add_argument("--dedup-layers", action="store_true", help="discovery with dedup_layers (a large model)")
     ap.add_argument("--no-loop", action="store_true", help="skip (c), the sequential loop")

@@ -17,7 +17,7 @@ import torq_gen_config.steps.report_html
 import torq_gen_config.steps.split
 import torq_gen_config.steps.tested_layers
 from torq_gen_config.steps import untracked
-from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
+from torq_gen_config.steps.markers import SKIPPED_MARKER, TIMED_OUT_SUFFIX, skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
@@ -225,9 +225,9 @@ def get_test_inputs(wildcards):
         inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
         inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
     batch = layer_batch(wildcards.layer, wildcards.executor)
-    if batch:
-        inputs["batch_module"] = os.path.join(BATCHES, wildcards.executor, batch, "module.vmfb")
-        inputs["batch_info"] = os.path.join(BATCHES, wildcards.executor, batch, "batch.json")
+    if batch:  # docs/compile_batches.md, "Reruns"
+        inputs["batch_module"] = batch_input(wildcards, os.path.join(BATCHES, wildcards.executor, batch, "module.vmfb"))
+        inputs["batch_info"] = batch_input(wildcards, os.path.join(BATCHES, wildcards.executor, batch, "batch.json"))
     if config["skip_mode"]:
         # skip mode: the executors of a layer are tested in priority order
         names = list(EXECUTORS)
@@ -249,9 +249,7 @@ def get_executor(wildcards):
     """The executor definition (name, backend, options): a per-job param, so a change
     to one executor reruns only that executor's jobs. compiler_options/runtime_options
     are appended to the flags of compiler-based backends."""
-    executor = backends.executor_with_tool_options(EXECUTORS[wildcards.executor], config["compiler_options"],
-                                                   config["runtime_options"], backends.run_wide_overrides(config))
-    return canonical(executor)
+    return effective_executor(wildcards.executor)
 
 
 def canonical(value):
@@ -282,14 +280,26 @@ def batched(executor):
     return COMPILE_BATCH > 1 and backends.capabilities(EXECUTORS[executor]["backend"]).batch_compile
 
 
-def layer_batches():
-    """The compile batches of the tested layers (the same for every batched executor):
-    ``({batch id: [slug, ...]}, {slug: batch id})``, cached per manifest."""
+def effective_executor(name):
+    """The executor ``name`` with the run-wide tool options applied, keys sorted."""
+    executor = backends.executor_with_tool_options(EXECUTORS[name], config["compiler_options"],
+                                                   config["runtime_options"], backends.run_wide_overrides(config))
+    return canonical(executor)
+
+
+def layer_batches(executor):
+    """The compile batches of the tested layers for ``executor``: ``({batch id: [slug,
+    ...]}, {slug: batch id})``, cached per manifest. The members are the same for every
+    batched executor; the ids are slots keyed by the executor's settings
+    (batch_compile.plan_batches: another membership keeps the directories, other
+    settings retest)."""
     layers = manifest_layers()
-    key = (id(layers), COMPILE_BATCH)
+    key = (id(layers), COMPILE_BATCH, executor)
     if key not in _BATCH_CACHE:
-        plan = batch_compile.plan_batches(tested_layers(), COMPILE_BATCH)
-        _BATCH_CACHE.clear()
+        if len(_BATCH_CACHE) > 2 * len(EXECUTORS):  # another manifest: drop the old plans
+            _BATCH_CACHE.clear()
+        settings = {"executor": effective_executor(executor), "timing": get_timing(None)}
+        plan = batch_compile.plan_batches(tested_layers(), COMPILE_BATCH, batch_compile.settings_key(settings))
         _BATCH_CACHE[key] = ({b["id"]: b["members"] for b in plan},
                              {slug: b["id"] for b in plan for slug in b["members"]})
     return _BATCH_CACHE[key]
@@ -298,16 +308,42 @@ def layer_batches():
 def layer_batch(layer, executor):
     """The id of the batch that compiles ``layer`` for ``executor``, or None (compiled
     by its own test job)."""
-    return layer_batches()[1].get(layer) if batched(executor) else None
+    return layer_batches(executor)[1].get(layer) if batched(executor) else None
+
+
+def _rerun_due(token, marker):
+    """Whether the rerun param ``token`` names the live ``marker`` (a skip marker or a
+    timeout record): a rerun is due, not one done before (steps.markers)."""
+    try:
+        return token is not None and token == str(os.stat(marker).st_mtime_ns)
+    except FileNotFoundError:
+        return False
+
+
+def batch_input(wildcards, path):
+    """A test's batch input ``path``: ancient (a batch compiled again for another
+    member, or under a larger --timeout, retests no other member), unless the test's
+    own rerun is due (a skipped verdict to produce, a timeout under a smaller limit):
+    Snakemake 9.27 does not look at the params of a job below one that reruns, so
+    that test must be reached through this input."""
+    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
+    rerun = get_test_rerun(wildcards)
+    if (_rerun_due(rerun["skipped"], os.path.join(result_dir, SKIPPED_MARKER))
+            or _rerun_due(rerun["timed_out"], os.path.join(result_dir, "result.json") + TIMED_OUT_SUFFIX)):
+        return path
+    return ancient(path)
 
 
 def get_test_batch(wildcards):
-    """The test job's batch id (a param: switching compile_batch reruns the tests), or None."""
-    return layer_batch(wildcards.layer, wildcards.executor)
+    """True when the test runs its function from a batch, else None (the value one-layer
+    tests always had: no rerun of their verdicts). A param: switching between batches
+    and one-layer compiles retests. Not the batch id: the ids' keys follow settings
+    that are params of the test anyway, and a membership change must not retest."""
+    return True if layer_batch(wildcards.layer, wildcards.executor) else None
 
 
 def _batch_slugs(wildcards):
-    members = layer_batches()[0].get(wildcards.batch) if batched(wildcards.executor) else None
+    members = layer_batches(wildcards.executor)[0].get(wildcards.batch) if batched(wildcards.executor) else None
     if members is None:
         raise WorkflowError(f"unknown compile batch {wildcards.batch!r} of executor {wildcards.executor!r}")
     return members
@@ -327,7 +363,8 @@ def get_batch_rerun(wildcards):
 
 
 def get_batch_members(wildcards):
-    """The members (slug, layer ID) in batch order: a param of the batch job."""
+    """The members (slug, layer ID) in batch order: a param of the batch job (another
+    membership of its slot recompiles it)."""
     layers = manifest_layers()
     return [{"slug": s, "layer_id": layers[s]["layer_id"]} for s in _batch_slugs(wildcards)]
 

@@ -33,7 +33,9 @@ rule test_layer:
 # One compiler process per (batch of layers, executor) for backends that compile
 # batches (compile_batch > 1; docs/compile_batches.md): one module, one function per
 # layer; the test jobs above run their function from it. Layers the batch cannot
-# compile are left to their own test job, which compiles them alone.
+# compile are left to their own test job, which compiles them alone. The tests' batch
+# inputs are ancient (rules/common.smk, batch_input): a batch compiled again for one
+# member retests only that member. Not in a SLURM group (profiles/slurm).
 rule compile_batch:
     input:
         unpack(get_batch_inputs),

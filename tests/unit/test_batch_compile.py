@@ -15,7 +15,8 @@ from onnx import numpy_helper
 
 from torq_gen_config import backends, batch_compile
 from torq_gen_config.backends.base import CompiledArtifact, StageError
-from torq_gen_config.batch_compile import ALONE, COMPILED, IMPORT_FAILED, compile_batch, member_artifact, plan_batches
+from torq_gen_config.batch_compile import (ALONE, COMPILED, IMPORT_FAILED, compile_batch, member_artifact, plan_batches,
+                                          settings_key)
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.steps.layer_tests import compile_batch_job
 
@@ -58,6 +59,23 @@ def test_plan_batches_ids_follow_membership():
     assert plan_batches([], 4) == []
     with pytest.raises(ValueError):
         plan_batches(["a"], 0)
+
+
+def test_plan_batches_ids_are_slots_of_the_settings():
+    """Ids are slots (index + settings key), not memberships: another membership keeps the
+    directories (its batch jobs rerun by their members param), other settings do not."""
+    key = settings_key({"name": "vmvx", "options": {"target": "vmvx"}})
+    assert len(key) == 10 and key == settings_key({"options": {"target": "vmvx"}, "name": "vmvx"})
+    assert key != settings_key({"name": "vmvx", "options": {"target": "llvm-cpu"}})
+    plan = plan_batches([f"L{i}" for i in range(5)], 2, key)
+    assert [b["members"] for b in plan] == [["L0", "L1"], ["L2", "L3"], ["L4"]]
+    assert [b["id"] for b in plan] == [f"000{i}-{key}" for i in range(3)]
+    assert plan == plan_batches([f"L{i}" for i in range(5)], 2, key)  # stable
+    other = plan_batches(["L0", "X", "L2", "L3", "L4"], 2, key)
+    assert [b["id"] for b in other] == [b["id"] for b in plan] and other[0]["members"] == ["L0", "X"]
+    assert plan_batches([], 4, key) == []
+    with pytest.raises(ValueError):
+        plan_batches(["a"], 0, key)
 
 
 def test_failing_layer_leaves_the_batch(members, tmp_path):

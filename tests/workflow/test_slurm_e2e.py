@@ -76,7 +76,7 @@ def _kinds(jobs: dict[int, str]) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
-    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers, 15 per-layer jobs
+    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers, 15 per-layer jobs, 2 batch jobs
     local = run_cli("discover", "--model", model, "--output-dir", tmp_path / "local", "-j", "2", "-q")
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     expected = comparable(json.loads((tmp_path / "local" / "torq_gen_config_cnn.json").read_text()))
@@ -84,13 +84,14 @@ def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
     # the CLI form, two groups of layers (the profile's 11 layers a group would make one)
     t0 = time.perf_counter()
     r = run_cli("discover", "--profile", PROFILE, "--model", model, "--output-dir", tmp_path / "cli", "-q",
-                "--", "--group-components", "layer_tests=2")
+                "--", "--group-components", "layer_imports=11", "layer_tests=2")  # the flag replaces the list
     wall = time.perf_counter() - t0
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     jobs = submissions(out)
+    # compile batches (the default): the imports in their group, one batch per iree executor
     assert _kinds(jobs) == {"rule_prepare_model": 1, "rule_import_full_model": 1, "rule_split_layers": 1,
-                            "group:layer_tests": 2}, out[-4000:]
+                            "group:layer_imports": 1, "rule_compile_batch": 2, "group:layer_tests": 2}, out[-4000:]
     # they ran in SLURM: the controller completed each of them
     log = slurm.controller_log()
     for jobid in jobs:
@@ -115,7 +116,7 @@ def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
     assert r.returncode == 0, out[-4000:]
     jobs = submissions(out)
     assert _kinds(jobs) == {"rule_prepare_model": 1, "rule_import_full_model": 1, "rule_split_layers": 1,
-                            "group:layer_tests": 1}, out[-4000:]
+                            "group:layer_imports": 1, "rule_compile_batch": 2, "group:layer_tests": 1}, out[-4000:]
     log = slurm.controller_log()
     assert all(f"_job_complete: JobId={jobid} done" in log for jobid in jobs), log[-3000:]
     assert comparable(json.loads((tmp_path / "smk" / "torq_gen_config_cnn.json").read_text())) == expected

@@ -22,6 +22,7 @@ of the last compile, the reproducer) and ``batch.json`` (:data:`BATCH_SCHEMA`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import time
@@ -45,13 +46,28 @@ MAX_COMPILES = 24
 COMPILED, ALONE, IMPORT_FAILED = "compiled", "alone", "import_failed"
 
 
-def plan_batches(slugs: list[str], size: int) -> list[dict]:
+def settings_key(settings: Any) -> str:
+    """10 hex digits of the sha256 of ``settings`` (JSON data, keys sorted): the part
+    of a batch id that changes with the executor's effective options and the test
+    settings that are not per layer (see :func:`plan_batches`)."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def plan_batches(slugs: list[str], size: int, key: str | None = None) -> list[dict]:
     """Cut the tested layers (``slugs``, manifest order) into batches of ``size``.
 
-    The batch id is ``<index:04d>-<10 hex digits of sha256 of the member slugs>``: a
-    batch keeps its id while its members stay (a member's changed MLIR makes its
-    batch out of date through the file's mtime), and a change of membership gives
-    new ids, so no batch is reused for other layers.
+    Without ``key``, the batch id is ``<index:04d>-<10 hex digits of sha256 of the
+    member slugs>``: a batch keeps its id while its members stay, and another
+    membership gives new ids (the full-model partitions' batches, fullrun/batches.py).
+
+    With ``key`` (:func:`settings_key` of an executor's settings; the layer tests'
+    batches), the id is ``<index:04d>-<key>``, a slot, not a membership: when the
+    members of a slot change (a layer added or removed, another ``compile_batch``) the
+    batch job reruns by its ``members`` param in the same directory, and the tests of
+    layers whose functions did not change keep their verdicts (their batch inputs are
+    ``ancient``; a new directory would be a missing input that retests the members).
+    Other settings give another key, hence new directories, and retest the members,
+    which is what those settings ask for (docs/compile_batches.md, "Reruns").
 
     Returns:
         ``[{"id": str, "members": [slug, ...]}, ...]``; empty for no slugs.
@@ -64,8 +80,8 @@ def plan_batches(slugs: list[str], size: int) -> list[dict]:
     out = []
     for k in range(0, len(slugs), size):
         members = list(slugs[k:k + size])
-        digest = hashlib.sha256("\n".join(members).encode()).hexdigest()[:10]
-        out.append({"id": f"{k // size:04d}-{digest}", "members": members})
+        tail = key if key is not None else hashlib.sha256("\n".join(members).encode()).hexdigest()[:10]
+        out.append({"id": f"{k // size:04d}-{tail}", "members": members})
     return out
 
 
@@ -155,22 +171,25 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
             return None
         try:
             artifact = _try(backend, good, parsed, out, compiles, timeout_s, log_path)
-        except StageError as e:
-            check_running("the batch compile")  # a tool the stop killed is no failure to search for
-            if e.stage == "timeout":
-                _leave(by_fn, good, f"the batch compile timed out after {timeout_s:g} s")
-                return None
-            bad = _located(e, out / MERGED_FILE, good) or _bisect(
-                backend, good, parsed, out, compiles, timeout_s, log_path)
-            if not bad:  # fails as a whole, but no part of it does alone
-                _leave(by_fn, good, f"the batch failed ({e.stage}: {e.summary}) and no layer could be singled out")
-                return None
-            _leave(by_fn, bad, f"the batch compile failed at this layer ({e.stage})")
-            good = [f for f in good if f not in bad]
-            continue
-        for f in good:
-            by_fn[f]["status"] = COMPILED
-        return artifact
+        except StageError as err:
+            e = err
+        else:
+            for f in good:
+                by_fn[f]["status"] = COMPILED
+            return artifact
+        # a tool the stop killed is no failure to search for (raised outside the
+        # except block: the stop is one line, not a chained traceback)
+        check_running("the batch compile")
+        if e.stage == "timeout":
+            _leave(by_fn, good, f"the batch compile timed out after {timeout_s:g} s")
+            return None
+        bad = _located(e, out / MERGED_FILE, good) or _bisect(
+            backend, good, parsed, out, compiles, timeout_s, log_path)
+        if not bad:  # fails as a whole, but no part of it does alone
+            _leave(by_fn, good, f"the batch failed ({e.stage}: {e.summary}) and no layer could be singled out")
+            return None
+        _leave(by_fn, bad, f"the batch compile failed at this layer ({e.stage})")
+        good = [f for f in good if f not in bad]
     return None
 
 

@@ -65,6 +65,8 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
             sys.stdout.write(one_line_summary(res) + "\n")
             return
     marker.unlink(missing_ok=True)
+    if batch:
+        _log_batch_compile(log, batch["info"])
     failed = quantize_failure(layer_onnx)
     if failed:
         from ..layer_test import error_result
@@ -88,9 +90,23 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
         append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
 
 
+def _log_batch_compile(log: str | None, batch_file: str) -> None:
+    """Note in the test's log how its batch's module was compiled (the command line is
+    in the batch job's log; a layer's log should say how its module was made)."""
+    import shlex
+
+    from ..logs import append_record
+
+    rec = read_json(batch_file, "compile batch")
+    argv = (rec.get("artifact_info") or {}).get("argv")
+    append_record(log, f"compile batch {Path(batch_file).parent.name} ({rec['compiled']} of {len(rec['members'])} "
+                       f"layers compiled together" + (f"): $ {shlex.join(argv)}" if argv else ")"))
+
+
 def test_layer(input, output, params, log) -> None:
     """Rule ``test_layer``: one (layer, executor) result.json (:func:`test_layer_job`).
-    Params: ``layer``, ``executor``, ``timing``, ``outdated``, ``rerun`` (``{"skipped",
+    Params: ``layer``, ``executor``, ``timing``, ``batch`` (bool: runs from its compile
+    batch), ``outdated``, ``rerun`` (``{"skipped",
     "timed_out"}``: the rerun params of steps.markers); untracked ``tolerance``,
     ``timeout_s``, ``log_file`` (None: no shared log) and ``verbose``."""
     mark_outdated(params.outdated)
@@ -115,6 +131,7 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
 
     from ..batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
     from ..fileio import atomic_write_text, write_json
+    from ..isolation import RunStopped
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +139,8 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
     t0 = time.perf_counter()
     try:
         rec = compile_batch(executor=executor, members=members, out_dir=out_dir, timeout_s=timeout_s, log_path=log)
+    except RunStopped:  # not a batch failure: no batch.json saying every layer compiles alone
+        raise
     except Exception as e:  # the layers' own compiles report what is wrong, one verdict each
         reason = f"the batch was not compiled: {type(e).__name__}: {e}"
         _log(log, reason + "\n" + traceback.format_exc())
@@ -136,7 +155,8 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
     record_timeout(os.path.join(out_dir, BATCH_FILE), any(c["status"] == "timeout" for c in rec["compiles"]),
                    timeout_s)
     alone = sum(m["status"] == ALONE for m in rec["members"])
-    sys.stdout.write(f"[{executor['name']}] batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} layers "
+    # not "[executor] ...": that form is one (layer, executor) verdict's line
+    sys.stdout.write(f"batch {Path(out_dir).name} on {executor['name']}: {rec['compiled']} of {len(members)} layers "
                      f"compiled together ({rec['batch_ms'] / 1000:.1f} s, {len(rec['compiles'])} compiler run(s))"
                      + (f", {alone} to compile alone" if alone else "") + f" in {time.perf_counter() - t0:.1f} s\n")
 
