@@ -10,7 +10,9 @@ Measures in one run, on the same model and executors (the default config's three
   then a no-op rerun of (a), CPU seconds (user + sys, child processes included) per
   layer, and the DAG build time (``snakemake -n`` on a fresh directory). Prints a/b
   and a/c (targets: a/b <= 0.35, CPU per layer <= 0.3 s, no-op <= 1.5 s).
-  ``--compare`` also checks that (a) and (b) give the same verdicts (status, stage,
+  It then splits (a)'s work by step from its job logs (batch compiles, runs per
+  executor, references, imports: :func:`time_breakdown`), which shows what a CPU-per-layer
+  target is up against. ``--compare`` also checks that (a) and (b) give the same verdicts (status, stage,
   message with the output directory replaced, metrics) for every (layer, executor).
 
 Usage: python benchmarks/bench_discovery.py [--model PATH] [--jobs 2] [--keep DIR]
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -116,6 +119,46 @@ def compare_verdicts(a: Path, b: Path) -> list[str]:
     return sorted(f"{k[0]} on {k[1]}" for k in set(va) | set(vb) if va.get(k) != vb.get(k))
 
 
+_WALL = re.compile(r"--- (?:return code -?\d+|CRASHED[^;]*|TIMEOUT[^;]*); wall ([\d.]+) ms")
+
+
+def time_breakdown(out: Path) -> dict[str, float]:
+    """Where the time of a discovery went, from its job logs (seconds, summed over jobs):
+    batch compiles, one-layer compiles, runs per executor (each tool process's logged
+    wall time), ONNX Runtime and onnx-reference runs, MLIR imports. Wall times of work
+    done two at a time: roughly its CPU time, not a share of the run's wall time."""
+    logs = next(out.glob("work/*/logs"))
+    got: dict[str, float] = {}
+
+    def add(key: str, ms: float) -> None:
+        got[key] = got.get(key, 0.0) + ms / 1000.0
+
+    for f in logs.glob("compile_batch/*.log"):
+        for m in _WALL.finditer(f.read_text(errors="replace")):
+            add("batch compiles (iree-compile)", float(m.group(1)))
+    for f in logs.glob("test_layer/*.log"):
+        executor = f.name.rsplit(".", 2)[-2]
+        text = f.read_text(errors="replace")
+        for block in text.split("\n=== "):
+            m = _WALL.search(block)
+            if not m:
+                continue
+            kind = "one-layer compiles" if "iree-compile" in block.split("\n", 1)[0] else f"runs on {executor}"
+            add(kind, float(m.group(1)))
+        for m in re.finditer(r"--- ok; wall ([\d.]+) ms", text):  # ONNX Runtime: session, run
+            add(f"runs on {executor} (session + run)", float(m.group(1)))
+    for f in logs.glob("layer_reference/*.log"):
+        text = f.read_text(errors="replace")
+        for name, pat in (("references (onnxruntime)", r"reference onnxruntime ok \(([\d.]+) ms\)"),
+                          ("second opinions (onnx reference evaluator)", r"second onnx ok \(([\d.]+) ms\)")):
+            for m in re.finditer(pat, text):
+                add(name, float(m.group(1)))
+    for f in logs.glob("import_layer/*.log"):
+        for m in re.finditer(r"import ok \(([\d.]+) ms\)", f.read_text(errors="replace")):
+            add("MLIR imports (iree-import-onnx, warm worker)", float(m.group(1)))
+    return got
+
+
 def main() -> None:
     from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, resolve_model_path, validate_config
 
@@ -167,6 +210,12 @@ def main() -> None:
         print(f"a/c = {a_wall / c_wall:.2f}")
     print(f"CPU per layer (a): {a_cpu / n_layers:.2f} s (target <= 0.3 s)")
     print(f"no-op rerun of (a): {noop_wall:.2f} s (target <= 1.5 s){'' if noop else '  WARNING: jobs ran'}")
+    parts = time_breakdown(a_out)
+    print(f"where (a)'s work went (logged tool wall times summed over jobs; {a_cpu:.1f} s CPU in all):")
+    for name, secs in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:48s} {secs:6.1f} s  ({secs / n_layers:.3f} s per layer)")
+    print(f"  {'the rest (Snakemake, job threads, comparisons, model-level jobs)':48s} "
+          f"{max(0.0, a_cpu - sum(parts.values())):6.1f} s")
     if args.compare and b_wall is not None:
         diff = compare_verdicts(a_out, b_out)
         print(f"verdicts (a) vs (b): {'identical' if not diff else f'{len(diff)} differ: {diff[:10]}'}")
