@@ -15,3 +15,9 @@ class ConfigError(TorqGenConfigError):
 
 class ReportError(TorqGenConfigError):
     """A report or compiler JSON is missing, malformed or of the wrong kind."""
+
+
+class DamagedWorkFile(TorqGenConfigError):
+    """A work file the workflow wrote (atomically) cannot be read: something outside the
+    workflow damaged it. The file is removed, so the next run makes it again; the job
+    fails (it is no verdict about an executor)."""

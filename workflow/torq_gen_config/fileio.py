@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .errors import ReportError
+from .errors import DamagedWorkFile, ReportError
 
 # Files get the usual permissions (0666 minus the umask), not mkstemp's 0600. Read once
 # at import, in the main thread (os.umask cannot be read without setting it).
@@ -251,14 +251,35 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
     return True
 
 
+def damaged_work_file(path: str | os.PathLike, error: Exception) -> DamagedWorkFile:
+    """Remove the work file ``path`` that could not be read (``error``), so that the next
+    run makes it again, and return the error to raise (it names the file)."""
+    Path(path).unlink(missing_ok=True)
+    return DamagedWorkFile(f"work file {path} is damaged ({type(error).__name__}: {error}); removed it: run the "
+                           "same command again to make it anew")
+
+
 def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  # noqa: F821
     """Read a file written by :func:`save_npz`: ``(arrays, meta)``, ml_dtypes arrays
-    restored (files written before ``ml_dtypes_keys`` existed: their ``bf16_keys``)."""
+    restored (files written before ``ml_dtypes_keys`` existed: their ``bf16_keys``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        DamagedWorkFile: the file exists but is not a complete archive of :func:`save_npz`
+            (cut short, overwritten): it is removed, so that the next run writes it again.
+    """
+    import zipfile
+
     import numpy as np
 
-    with np.load(Path(path), allow_pickle=False) as z:
-        meta = json.loads(str(z["__meta__"]))
-        arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    try:
+        with np.load(Path(path), allow_pickle=False) as z:
+            meta = json.loads(str(z["__meta__"]))
+            arrays = {k: z[k] for k in z.files if k != "__meta__"}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, KeyError, ValueError, OSError) as e:
+        raise damaged_work_file(path, e) from None
     special = meta.get("ml_dtypes_keys") or {k: "bfloat16" for k in meta.get("bf16_keys") or []}
     if special:
         import ml_dtypes

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .fileio import load_npz, save_npz  # noqa: F401 (re-exported: their old home)
+from .fileio import damaged_work_file, load_npz, save_npz  # noqa: F401 (load_npz, save_npz re-exported: their old home)
 from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
 from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
@@ -217,12 +217,19 @@ def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> tupl
     where ``numpy.savez`` stored bfloat16 as raw ``|V2``) is read too. Either way an
     input the layer declares BFLOAT16 comes back as ml_dtypes.bfloat16.
     """
+    import zipfile
+
     import ml_dtypes
     import numpy as np
     import onnx
 
-    with np.load(Path(path), allow_pickle=False) as z:
-        has_meta = "__meta__" in z.files
+    try:
+        with np.load(Path(path), allow_pickle=False) as z:
+            has_meta = "__meta__" in z.files
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError) as e:  # cut short outside the workflow
+        raise damaged_work_file(path, e) from None
     if has_meta:
         arrays, meta = load_npz(path)
     else:

@@ -399,6 +399,16 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    """Snakemake's error as one line: its first lines, without its framing ("Error:",
+    "WorkflowError: ", the "Wildcards:" block that follows an input function's error)."""
+    import re
+
+    lines = []
+    for ln in str(e).strip().splitlines():
+        ln = ln.strip()
+        if ln.startswith("Wildcards:"):
+            break
+        ln = re.sub(r"^(Error|WorkflowError|RuleException|InputFunctionException):\s*", "", ln)
+        if ln:
+            lines.append(ln)
     return " ".join(lines[:3])[:500] if lines else type(e).__name__

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..errors import TorqGenConfigError
     from ..fileio import read_json
-    from ..layout import compiler_file, report_file
+    from ..layout import OUTDATED_MARKER, compiler_file, report_file
     from ..workflow_api import run_workflow
 
     resolve_execution_options(args)
@@ -111,15 +111,22 @@ def run(args: argparse.Namespace) -> int:
     extra = list(getattr(args, "snakemake_args", None) or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
+    # A run that did not finish its report (failed, stopped, a damaged work file removed)
+    # left the marker: the report must be made again, and Snakemake would not (an existing
+    # report over a missing intermediate is "up to date" to it), so the report job is forced;
+    # its missing inputs are then made again too.
+    forcerun = ["aggregate_report"] if (out / layout["work"] / OUTDATED_MARKER).is_file() else []
     if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
         from ..workflow_api import run_workflow_with_snakemake_args
 
         run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
-                                         extra_args=(targets or []) + extra + (["-n"] if args.dry_run else []),
+                                         extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
+                                                                               else []) + (["-n"] if args.dry_run
+                                                                                           else []),
                                          quiet=args.quiet, forceall=args.recompute_cache, profile=args.profile)
     else:
         run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run,
-                     quiet=args.quiet, verbose=args.verbose, forceall=args.recompute_cache)
+                     quiet=args.quiet, verbose=args.verbose, forceall=args.recompute_cache, forcerun=forcerun or None)
     if args.dry_run:
         return 0
     status = 0

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..errors import DamagedWorkFile
 from ..fileio import read_json
 from ..job_support import _log, append_to_shared_log, records_failure
 from ..layout import mark_outdated
@@ -30,21 +31,34 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     (see :func:`~torq_gen_config.layer_test.run_layer_test`). ``batch``
     (``{"module", "info"}`` or None): the layer's compile batch (``compile_batch``).
     """
-    import traceback
-
-    from ..layer_test import error_result, one_line_summary
-
     try:
         _test_layer_job(layer=layer, executor=executor, layer_onnx=layer_onnx, reference=reference, mlir=mlir,
                         import_status=import_status, result=result, tolerance=tolerance, timeout_s=timeout_s,
                         log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing,
                         batch=batch)
+    except DamagedWorkFile:
+        raise  # a damaged input (removed, made again by the next run) says nothing about the executor
+    except FileNotFoundError as e:
+        if e.filename in (reference, layer_onnx, mlir, import_status):  # a sibling test removed it as damaged
+            raise DamagedWorkFile(f"work file {e.filename} is gone (another job found it damaged and removed it); "
+                                  "run the same command again to make it anew") from None
+        _internal_error(e, layer=layer, executor=executor, result=result, tolerance=tolerance, log=log)
     except Exception as e:  # a bug on one layer must not stop the others (nor the report)
-        message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
-        res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
-                           tolerance=tolerance)
-        _log(log, message)
-        sys.stdout.write(one_line_summary(res) + "\n")
+        _internal_error(e, layer=layer, executor=executor, result=result, tolerance=tolerance, log=log)
+
+
+def _internal_error(e: Exception, *, layer: dict, executor: dict, result: str, tolerance: dict, log: str | None) -> None:
+    """Record a bug of torq-gen-config on this (layer, executor) as an ``internal`` error
+    verdict with the traceback (the other layers go on)."""
+    import traceback
+
+    from ..layer_test import error_result, one_line_summary
+
+    message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
+    res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
+                       tolerance=tolerance)
+    _log(log, message)
+    sys.stdout.write(one_line_summary(res) + "\n")
 
 
 def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
