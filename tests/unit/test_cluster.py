@@ -117,3 +117,20 @@ def test_discover_with_an_unusable_profile_fails_fast_in_one_line(tmp_path):
     assert len(lines) == 1 and "snakemake-executor-plugin-no-such-executor, which is not installed" in lines[0], lines
     assert time.perf_counter() - t0 < 8
     assert not (tmp_path / "out").exists()
+
+
+def test_a_profile_setting_snakemake_does_not_know_is_one_line(tmp_path):
+    """Found by a fresh-user test: 111 lines (Snakemake's whole usage) and a message about
+    arguments after `--` that were never given."""
+    from conftest import SQUEEZENET
+
+    profile = tmp_path / "p"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("nosuchoption: 3\n")
+    exe = str(Path(sys.executable).parent / "torq-gen-config")
+    r = subprocess.run([exe, "discover", "--profile", str(profile), "--model", str(SQUEEZENET),
+                        "--output-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines == [f"torq-gen-config: error: Snakemake rejected the settings of --profile {profile}: "
+                     "unrecognized arguments: --nosuchoption=3"], lines

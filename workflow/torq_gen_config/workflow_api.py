@@ -381,13 +381,22 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     except run_lock.RunLocked as e:
         raise WorkflowFailed(str(e)) from None
     try:
+        import contextlib
+        import io
+
+        given = (f"the settings of --profile {profile}" if profile is not None and not extra_args else
+                 f"the arguments after --: {' '.join(extra_args)}" if profile is None else
+                 f"the settings of --profile {profile} or the arguments after --: {' '.join(extra_args)}")
+        usage = io.StringIO()
         try:
-            parser, args = parse_args(argv + list(extra_args))
-        except SystemExit as e:  # argparse already printed the reason
-            raise WorkflowFailed(f"Snakemake rejected the arguments after --: {' '.join(extra_args)}") from None
+            with contextlib.redirect_stderr(usage):  # argparse prints its whole usage, then the reason
+                parser, args = parse_args(argv + list(extra_args))
+        except SystemExit:
+            reason = next((ln.split("error: ", 1)[1] for ln in reversed(usage.getvalue().splitlines())
+                           if "error: " in ln), "see snakemake --help")
+            raise WorkflowFailed(f"Snakemake rejected {given}: {reason}") from None
         except Exception as e:  # Snakemake's own checks of the values (e.g. a malformed --resources)
-            raise WorkflowFailed(f"Snakemake rejected the arguments after --: {' '.join(extra_args)}: "
-                                 f"{_one_line(e)}") from None
+            raise WorkflowFailed(f"Snakemake rejected {given}: {_one_line(e)}") from None
         try:
             ok = args_to_api(args, parser)
         except Exception as e:
