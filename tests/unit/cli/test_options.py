@@ -64,3 +64,11 @@ def test_the_model_may_be_named_inside_the_onnx_package_as_in_the_config():
     cfg = build_config(_parse("--model", "onnx:backend/test/data/light/light_squeezenet.onnx"))
     want = pathlib.Path(onnx.__file__).resolve().parent / "backend/test/data/light/light_squeezenet.onnx"
     assert pathlib.Path(cfg["model"]) == want
+
+
+def test_view_and_edit_find_the_report_of_an_onnx_package_model(tmp_path):
+    from torq_gen_config.report.files import compiler_path_for_model, report_path_for_model
+
+    model = "onnx:backend/test/data/light/light_squeezenet.onnx"
+    assert report_path_for_model(model, tmp_path) == tmp_path / "torq_gen_config_light_squeezenet.json"
+    assert compiler_path_for_model(model, tmp_path) == tmp_path / "torq_gen_config_light_squeezenet_compiler.json"
