@@ -307,8 +307,9 @@ def resolve_model_path(model: str, base_dir: str | os.PathLike | None = None) ->
 
 
 def model_name(model_path: str | os.PathLike) -> str:
-    """The model name used in file names and the report: the file stem."""
-    return Path(model_path).stem
+    """The model name used in file names and the report: the file stem (also of an
+    ``onnx:<path in the onnx package>`` value)."""
+    return Path(str(model_path).removeprefix(ONNX_PACKAGE_PREFIX)).stem
 
 
 def _with_defaults(validator_cls: Any) -> Any:

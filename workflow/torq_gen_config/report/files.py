@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..config import ONNX_PACKAGE_PREFIX
+from ..config import model_name
 from ..errors import ConfigError, ReportError
 from ..fileio import read_json
 from .build import check_report
@@ -18,21 +18,16 @@ from ..layout import REPORT_PREFIX, compiler_file, report_file, user_choices_fil
 # --------------------------------------------------------------------------- paths
 
 
-def _stem(model: str | os.PathLike) -> str:
-    """The model's name (file stem), also for ``onnx:<path in the onnx package>``."""
-    return Path(str(model).removeprefix(ONNX_PACKAGE_PREFIX)).stem
-
-
 def report_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.layout`)."""
 
-    return Path(output_dir).expanduser() / report_file(_stem(model))
+    return Path(output_dir).expanduser() / report_file(model_name(model))
 
 
 def compiler_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
     """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.layout`)."""
 
-    return Path(output_dir).expanduser() / compiler_file(_stem(model))
+    return Path(output_dir).expanduser() / compiler_file(model_name(model))
 
 
 def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
