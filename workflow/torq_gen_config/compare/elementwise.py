@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 ABS_FLOOR: dict[str, float] = {
@@ -47,6 +46,16 @@ is stored."""
 _NONFINITE_EXAMPLES = 3
 
 
+def _ml_dtypes():
+    """The ml_dtypes module, imported on first use: only outputs of its types (kind
+    ``V``: bfloat16, float8, int4) need it, and loading its extension costs every
+    Snakemake start about 0.4 s (the Snakefile imports the report step, which imports
+    this module)."""
+    import ml_dtypes
+
+    return ml_dtypes
+
+
 # --------------------------------------------------------------------------
 # dtype helpers
 
@@ -77,12 +86,12 @@ def _kind_of(dtype: np.dtype) -> str:
             f"cannot compare outputs of dtype {dtype}: only float, integer and bool outputs are supported"
         )
     try:
-        ml_dtypes.finfo(dtype)
+        _ml_dtypes().finfo(dtype)
         return "float"
     except (ValueError, TypeError):
         pass
     try:
-        ml_dtypes.iinfo(dtype)
+        _ml_dtypes().iinfo(dtype)
         return "int"
     except (ValueError, TypeError):
         pass
@@ -95,14 +104,14 @@ def _is_unsigned(dtype: np.dtype) -> bool:
         return True
     if dtype.kind == "i":
         return False
-    return int(ml_dtypes.iinfo(dtype).min) == 0
+    return int(_ml_dtypes().iinfo(dtype).min) == 0
 
 
 def _abs_floor(dtype: np.dtype) -> float:
     name = _dtype_name(dtype)
     if name in ABS_FLOOR:
         return ABS_FLOOR[name]
-    return float(ml_dtypes.finfo(dtype).eps)
+    return float(_ml_dtypes().finfo(dtype).eps)
 
 
 # --------------------------------------------------------------------------
