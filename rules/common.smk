@@ -22,7 +22,7 @@ from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
 from torq_gen_config.errors import ReportError, TorqGenConfigError
-from torq_gen_config.fileio import file_fingerprint, read_json, remove_temporary_files
+from torq_gen_config.fileio import damaged_work_file, file_fingerprint, read_json, remove_temporary_files
 from torq_gen_config.model.prepare import model_fingerprint
 from torq_gen_config.model_inputs import MODEL_INPUTS_FILE
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
@@ -142,10 +142,8 @@ def manifest_layers():
         try:
             layers = read_json(path, "layer manifest")["layers"]
         except (ReportError, KeyError, TypeError) as e:  # damaged outside the workflow: made again next run
-            os.unlink(path)
             layout.mark_outdated(REPORT_OUTDATED)  # the CLI's next discover forces the report (and the split)
-            raise WorkflowError(f"work file {path} is damaged ({e}); removed it: run the same command again "
-                                "to split the model anew") from None
+            raise WorkflowError(str(damaged_work_file(path, e, redo="split the model anew"))) from None
         _MANIFEST_CACHE.clear()
         _MANIFEST_CACHE[key] = {l["slug"]: l for l in layers}
     return _MANIFEST_CACHE[key]

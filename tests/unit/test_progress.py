@@ -190,3 +190,23 @@ def test_live_mode_catches_what_other_processes_write(capfd, tmp_path):
     assert "Removing initializer w" in log.read_text()
     os.write(1, b"after\n")  # the descriptors are back
     assert capfd.readouterr().out == "after\n"
+
+
+def test_a_success_that_could_not_have_failed_is_counted_apart(streams):
+    """success* (an inconclusive comparison, from layer_test.one_line_summary) is its own
+    count, not a success."""
+    from torq_gen_config.layer_test import one_line_summary
+
+    res = {"executor": "ort", "layer_id": "Softmax_s", "status": "success", "failure_report": None,
+           "timing": {"compile_ms": 3.0, "run_ms": 1.0},
+           "metrics": {"inconclusive": True, "inconclusive_reasons": ["reference is constant (all 1000 ...)"]}}
+    line = one_line_summary(res)
+    assert line == ("[ort] Softmax_s: success* (3 ms compile, 1.0 ms run; inconclusive: reference is constant "
+                    "(all 1000 ...))")
+    plain = one_line_summary({**res, "metrics": {"inconclusive": False}})
+    assert plain == "[ort] Softmax_s: success (3 ms compile, 1.0 ms run)"
+    with ProgressDisplay("lines", what="discovery of m") as d:
+        print(line)
+        print(plain)
+        assert d.counts == {"success*": 1, "success": 1}
+        assert d.counts_text() == "success 1, success* 1"

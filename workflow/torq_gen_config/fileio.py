@@ -251,12 +251,14 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
     return True
 
 
-def damaged_work_file(path: str | os.PathLike, error: Exception) -> DamagedWorkFile:
+def damaged_work_file(path: str | os.PathLike, error: Exception, redo: str = "make it anew") -> DamagedWorkFile:
     """Remove the work file ``path`` that could not be read (``error``), so that the next
-    run makes it again, and return the error to raise (it names the file)."""
+    run makes it again, and return the error to raise: one line naming the file and what
+    the next run does (``redo``). The one wording of a damaged work file (the rules' manifest
+    read and the report's result read use it too)."""
     Path(path).unlink(missing_ok=True)
     return DamagedWorkFile(f"work file {path} is damaged ({type(error).__name__}: {error}); removed it: run the "
-                           "same command again to make it anew")
+                           f"same command again to {redo}")
 
 
 def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  # noqa: F821

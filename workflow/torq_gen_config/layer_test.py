@@ -302,18 +302,25 @@ def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
 
 
 def one_line_summary(result: dict) -> str:
-    """A console line for a finished job, e.g. ``[llvm-cpu] Conv_r0: success (412 ms compile)``."""
+    """A console line for a finished job, e.g. ``[llvm-cpu] Conv_r0: success (412 ms compile)``;
+    ``success*`` and the reason when the comparison could not have failed
+    (``metrics["inconclusive"]``, docs/comparison.md)."""
     t = result.get("timing") or {}
-    extra = ""
+    metrics = result.get("metrics") or {}
+    status = result["status"]
+    notes = []
     if result.get("failure_report"):
-        extra = " - " + result["failure_report"]["summary"][:120]
-    elif t.get("compile_ms") is not None:
+        return f"[{result['executor']}] {result['layer_id']}: {status} - " + result["failure_report"]["summary"][:120]
+    if t.get("compile_ms") is not None:
         rt = t.get("runtime") or {}
         bench = f", {rt['median_ms']:.3f} ms median of {rt['runs']}" if rt.get("median_ms") is not None else ""
         members = (t.get("compile_batch") or {}).get("members")
         share = f" (share of a batch of {members})" if members else ""
-        extra = f" ({t['compile_ms']:.0f} ms compile{share}, {t.get('run_ms') or 0:.1f} ms run{bench})"
-    return f"[{result['executor']}] {result['layer_id']}: {result['status']}{extra}"
+        notes.append(f"{t['compile_ms']:.0f} ms compile{share}, {t.get('run_ms') or 0:.1f} ms run{bench}")
+    if status == "success" and metrics.get("inconclusive"):
+        status = "success*"
+        notes.append("inconclusive: " + (metrics.get("inconclusive_reasons") or ["the comparison could not fail"])[0][:120])
+    return f"[{result['executor']}] {result['layer_id']}: {status}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _load_model(path: str):

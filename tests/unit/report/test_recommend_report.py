@@ -357,3 +357,20 @@ def test_final_report_text_without_critical_failures():
     # rendering from ops alone (no discovery_report) gives the same text
     stripped = {k: v for k, v in report.items() if k != "discovery_report"}
     assert render_final_report_text(stripped) == report["final_report_text"]
+
+
+def test_status_counts_say_how_many_successes_could_not_have_failed():
+    from torq_gen_config.report.summary import status_counts_line
+
+    constant = np.full(100, 0.001)  # a Softmax over 100 equal logits: one number to check
+    results = _results()
+    results["Add_out"]["llvm-cpu"] = _result("success", compare_outputs({"y": constant}, {"y": constant}, ["y"]))
+    report = _build(results=results)
+    summary = report["discovery_report"]["summary"]
+    assert summary["status_counts"]["success"] == 3 and summary["inconclusive_checks"] == 1
+    assert "  success: 3 (1 of them success*: could not have failed)" in report["final_report_text"].splitlines()
+    line = status_counts_line(summary)
+    assert line.startswith("success 3 (1 of them success*: could not have failed), difference 1, error 4")
+    # none inconclusive: the plain counts
+    plain = status_counts_line(_build()["discovery_report"]["summary"])
+    assert plain.startswith("success 3, difference 1, error 4") and "success*" not in plain

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from ..report.edit import UNSET, edit_report_file, list_layers, load_report, resolve_report_path
 
     from ..report.staleness import staleness
+    from ..report.summary import status_counts_line
 
     path = resolve_report_path(args.report, args.model, args.output_dir)
     report = load_report(path)
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  ({unchanged} layer(s) already as requested: unchanged)")
     summary = result.report["discovery_report"]["summary"]
     crit = result.report["discovery_report"]["critical_failures"]
-    print(f"Status counts: {summary['status_counts']}; critical failures: {len(crit)}")
+    print(f"Status counts: {status_counts_line(summary)}; critical failures: {len(crit)}")
     print(f"Report:        {result.report_path}")
     print(f"Compiler JSON: {result.compiler_path}")
     print(f"User choices:  {result.user_choices_path}")

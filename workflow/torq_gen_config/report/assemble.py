@@ -12,7 +12,7 @@ from .. import __version__
 from ..backends import capabilities
 from ..config import PRECISION_KEYS
 from ..errors import ReportError
-from ..fileio import read_json
+from ..fileio import damaged_work_file, read_json
 from ..layout import layer_result_file
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
 from ..model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
@@ -214,6 +214,5 @@ def _read_result(path: Path) -> dict:
         if not isinstance(result, dict):
             raise ReportError(f"layer result {path} is not a JSON object")
     except ReportError as e:
-        path.unlink(missing_ok=True)
-        raise ReportError(f"{e}; removed it: run the same command again to redo that test") from None
+        raise ReportError(str(damaged_work_file(path, e, redo="redo that test"))) from None
     return result

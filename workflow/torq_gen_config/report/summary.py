@@ -151,6 +151,23 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
     return summary, critical
 
 
+def success_note(summary: Mapping) -> str:
+    """What to add after the ``success`` count of ``summary["status_counts"]``: how many
+    of those successes are ``success*`` (their comparison could not have failed,
+    :func:`trust_lists`), e.g. ``" (6 of them success*: could not have failed)"``; empty
+    when none are."""
+    n = summary.get("inconclusive_checks") or 0
+    return f" ({n} of them success*: could not have failed)" if n else ""
+
+
+def status_counts_line(summary: Mapping) -> str:
+    """``summary["status_counts"]`` as one line, success* counted within success:
+    ``"success 198 (6 of them success*: could not have failed), difference 0, ..."``."""
+    counts = summary.get("status_counts") or {}
+    return ", ".join(f"{status} {n}" + (success_note(summary) if status == "success" else "")
+                     for status, n in counts.items())
+
+
 def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
     """What the verdicts of a report cannot vouch for, per layer, in report order.
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .summary import success_note
+
 __all__ = ["render_final_report_text", "trust_lines", "LAYER_COLUMN_MAX"]
 
 LAYER_COLUMN_MAX = 60
@@ -79,7 +81,7 @@ def render_final_report_text(report: Mapping) -> str:
     lines.append("Status Summary (one verdict per (layer, executor) pair):")
     counts = summary.get("status_counts") or {}
     for status in _STATUS_ORDER:
-        lines.append(f"  {status}: {counts.get(status, 0)}")
+        lines.append(f"  {status}: {counts.get(status, 0)}" + (success_note(summary) if status == "success" else ""))
     lines.append("")
 
     rule = summary.get("recommendation_rule")

@@ -40,6 +40,7 @@ from .edit import (
     report_path_for_model,
 )
 from .recommend import STATUSES, is_inconclusive
+from .summary import success_note
 from .text import LAYER_COLUMN_MAX, trust_lines
 from .view_compiler import render_compiler, sorted_assignments
 from .view_format import (  # noqa: F401 (some re-exported: their old home)
@@ -146,7 +147,7 @@ def render_summary(report: Mapping, console: Console) -> None:
     for status in list(STATUSES) + [s for s in counts if s not in STATUSES]:
         row = Text("  ")
         row.append(f"{status}:", style=STATUS_STYLES.get(status, ""))
-        row.append(f" {counts.get(status, 0)}")
+        row.append(f" {counts.get(status, 0)}" + (success_note(summary) if status == "success" else ""))
         console.print(row)
     _line(console)
 

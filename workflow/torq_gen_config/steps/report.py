@@ -16,6 +16,7 @@ from ..report.assemble import (  # noqa: F401 (re-exported: their old home)
     precision_section,
 )
 from ..report.publish import publish_report
+from ..report.summary import status_counts_line
 
 
 @records_failure
@@ -54,5 +55,5 @@ def aggregate_report(input, output, params, log) -> dict:
     clear_outdated(params.outdated)
     summary = rep["discovery_report"]["summary"]
     print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "
-          f"{summary['status_counts']})")
+          f"{status_counts_line(summary)})")
     return rep
