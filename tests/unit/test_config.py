@@ -71,3 +71,13 @@ def test_tool_options_reach_compiler_backends_only():
     assert got["options"] == {"torq_hw": "SL2610", "torq_hw_type": "hw"}
     assert executor_with_tool_options(ort, ["--y"], ["--r"], {"torq_hw": "SL2610", "torq_hw_type": "hw"}) is ort
     assert iree["options"] == {"compile_flags": ["--x"]}  # the config is not changed in place
+
+
+def test_the_newest_opset_of_the_installed_onnx_is_known_without_importing_it():
+    """config._ONNX_OPSETS spares every Snakemake start the onnx import; it must say what
+    the installed onnx says."""
+    import onnx.defs
+
+    from torq_gen_config.config import _onnx_max_opset
+
+    assert _onnx_max_opset() == onnx.defs.onnx_opset_version()

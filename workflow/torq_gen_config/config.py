@@ -117,12 +117,7 @@ def check_values(config: dict) -> None:
         lo, hi = (config.get("inputs") or {}).get(key, (0, 1))
         if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
             raise ConfigError(f"invalid configuration at inputs/{key}: [{lo}, {hi}] must be finite with low < high")
-    try:
-        import onnx.defs
-
-        max_opset = onnx.defs.onnx_opset_version()
-    except ImportError:  # pragma: no cover
-        max_opset = None
+    max_opset = _onnx_max_opset()
     if max_opset is not None and config.get("target_opset", 17) > max_opset:
         raise ConfigError(f"invalid configuration at target_opset: {config['target_opset']} is newer than the "
                           f"installed onnx supports ({max_opset})")
@@ -138,6 +133,26 @@ def check_values(config: dict) -> None:
             make_backend(ex)
         except ConfigError as e:
             raise ConfigError(f"invalid configuration at executors ({ex['name']}): {e}") from None
+
+
+_ONNX_OPSETS = {"1.23": 28}
+"""The newest opset of an onnx release (``onnx.defs.onnx_opset_version()``), for the pinned
+one (pyproject.toml): importing onnx to ask costs every Snakemake start about 0.5 s."""
+
+
+def _onnx_max_opset() -> int | None:
+    """The newest ONNX opset the installed onnx knows (None: onnx is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = ".".join(version("onnx").split(".")[:2])
+    except PackageNotFoundError:  # pragma: no cover
+        return None
+    if release in _ONNX_OPSETS:
+        return _ONNX_OPSETS[release]
+    import onnx.defs
+
+    return onnx.defs.onnx_opset_version()
 
 
 PRECISION_KEYS = ("auto_convert_bf16", "auto_convert_int32", "quantize", "per_channel", "full_integer",

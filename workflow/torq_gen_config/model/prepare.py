@@ -84,6 +84,25 @@ def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
     return model
 
 
+_LOCATION_ENTRY = b"\x0a\x08location"
+"""How a tensor's ``external_data`` entry ``key: "location"`` is serialized (field 1 of
+``StringStringEntryProto``, length 8): a model file without these bytes names no
+external data file."""
+
+
+def _may_name_external_data(path: Path) -> bool:
+    """False when the model file cannot name an external data file (no
+    :data:`_LOCATION_ENTRY` in it): spares the onnx import and the parse (about 0.6 s)
+    at every Snakemake start, where :func:`model_fingerprint` runs."""
+    import mmap
+
+    try:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            return m.find(_LOCATION_ENTRY) != -1
+    except (OSError, ValueError):  # unreadable, empty: the preparation job says what is wrong
+        return False
+
+
 def model_fingerprint(path: str | os.PathLike, *, parse_limit_bytes: int = 64 << 20) -> dict:
     """Identity of a model file and its external-data files (path, size, mtime in ns).
 
@@ -99,7 +118,7 @@ def model_fingerprint(path: str | os.PathLike, *, parse_limit_bytes: int = 64 <<
     except OSError:
         return {"path": str(p), "size": None, "mtime_ns": None, "external_data": []}
     fp = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "external_data": []}
-    if st.st_size <= parse_limit_bytes:
+    if st.st_size <= parse_limit_bytes and _may_name_external_data(p):
         try:
             import onnx
 
