@@ -354,3 +354,18 @@ def test_narrow_terminal_does_not_cut_table_cells():
     text = re.sub(r"\x1b\[[0-9;]*m", "", buf.getvalue())
     assert _row(text, LONG_ID[:57] + "...")[1:] == ["success", "-", "success", "npu-a"]
     assert _row(text, "Conv_conv1 ")[1:] == ["difference", "success", "success", "gpu-b"]
+
+
+def test_view_says_when_nan_elements_were_equal_and_left_out_of_the_diffs():
+    import numpy as np
+
+    from torq_gen_config.compare import compare_outputs
+    from torq_gen_config.report.view_layer import _nonfinite_equal_text
+
+    r = np.array([1.0, np.nan, 2.0, np.inf], np.float32)
+    m = compare_outputs({"y": r.copy()}, {"y": r}, ["y"])
+    assert m["max_abs_diff"] == 0.0 and not m["inconclusive"]
+    assert _nonfinite_equal_text(m) == ("2 of 4 element(s) NaN/inf in both output and reference (equal); the diffs "
+                                        "above are over the finite ones")
+    clean = compare_outputs({"y": np.ones(3, np.float32)}, {"y": np.ones(3, np.float32) * 2}, ["y"])
+    assert _nonfinite_equal_text(clean) is None

@@ -41,6 +41,19 @@ def _message_lines(message: Any) -> list[str]:
     return out
 
 
+def _nonfinite_equal_text(metrics: Mapping) -> str | None:
+    """What the differences above leave out: NaN/inf elements that output and reference
+    have at the same positions (equal: not a difference; the diffs are over the finite
+    elements only), or None when there are none."""
+    outs = [o for o in metrics.get("outputs") or [] if o.get("num_nonfinite_equal")]
+    if not outs:
+        return None
+    n = sum(o["num_nonfinite_equal"] for o in outs)
+    total = sum(o.get("num_elements") or 0 for o in outs)
+    return (f"{n} of {total} element(s) NaN/inf in both output and reference (equal); the diffs above are over "
+            "the finite ones")
+
+
 def render_layer(report: Mapping, layer: str, console: Console) -> None:
     """Details of one layer (exact ID, else case-insensitive).
 
@@ -136,6 +149,9 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
             over = _over_tolerance_text(metrics, entry.get("tolerance_used"))
             if over is not None:
                 _line(console, f"    over tolerance:    {over}")
+            nonfinite = _nonfinite_equal_text(metrics)
+            if nonfinite:
+                _line(console, f"    non-finite:        {nonfinite}")
         elif entry.get("max_diff"):
             md = entry["max_diff"]
             _line(console, f"    max abs diff:      {_fmt_num(md.get('max_abs_diff'))}")
