@@ -728,3 +728,35 @@ def test_one_million_elements_vectorized(capsys):
     assert m["num_elements"] == 1_048_576
     assert derive_status(m)[0] == "success"
     assert m["outputs"][0]["rel_diff_counts_over"][0] == int(np.count_nonzero(o != r))
+
+
+def test_a_reference_that_repeats_along_an_axis_is_a_blind_spot_not_an_inconclusive_check():
+    """The embedded default model (every weight 0.02) gives Convs whose output channels are
+    all equal: a channel permutation would pass. The values are still compared, so the
+    verdict stands; the metrics say where it cannot see."""
+    from torq_gen_config.compare.elementwise import uniform_axes
+
+    rng = np.random.default_rng(0)
+    row = rng.standard_normal((1, 1, 5, 7)).astype(np.float32)
+    ref = np.repeat(row, 4, axis=1)  # 4 equal channels
+    assert uniform_axes(ref) == [(1, 4)]
+    m = compare_outputs({"y": ref.copy()}, {"y": ref}, ["y"])
+    assert not m["inconclusive"] and m["outputs"][0]["uniform_axes"] == [1]
+    assert m["blind_spots"] == ["the reference repeats along axis 1 (4 equal slices): an output permuted or "
+                                "misindexed along it would match it too"]
+    swapped = ref[:, ::-1].copy()  # what the blind spot means: a permuted output matches exactly
+    assert compare_outputs({"y": swapped}, {"y": ref}, ["y"])["max_abs_diff"] == 0.0
+    wrong = ref.copy()
+    wrong[0, 2] += 1.0  # a wrong value in one channel is still seen
+    assert compare_outputs({"y": wrong}, {"y": ref}, ["y"])["max_abs_diff"] == pytest.approx(1.0)
+    # a reference with distinct slices, a NaN, size-1 axes only, a constant one: no blind spot
+    assert uniform_axes(rng.standard_normal((2, 3))) == []
+    assert uniform_axes(np.array([[np.nan, 1.0], [np.nan, 1.0]])) == []
+    assert uniform_axes(np.ones((1, 1))) == []
+    const = compare_outputs({"y": np.full(8, 2.0)}, {"y": np.full(8, 2.0)}, ["y"])
+    assert const["inconclusive"] and const["blind_spots"] == []
+    # integers too; with two outputs the note names its output
+    two = compare_outputs({"a": np.zeros((2, 3), np.int64) + [1, 2, 3], "b": rng.standard_normal(4)},
+                          {"a": np.zeros((2, 3), np.int64) + [1, 2, 3], "b": rng.standard_normal(4)}, ["a", "b"])
+    assert two["blind_spots"] == ["output 'a': the reference repeats along axis 0 (2 equal slices): an output "
+                                  "permuted or misindexed along it would match it too"]

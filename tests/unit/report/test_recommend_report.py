@@ -374,3 +374,19 @@ def test_status_counts_say_how_many_successes_could_not_have_failed():
     # none inconclusive: the plain counts
     plain = status_counts_line(_build()["discovery_report"]["summary"])
     assert plain.startswith("success 3, difference 1, error 4") and "success*" not in plain
+
+
+def test_layers_whose_reference_repeats_along_an_axis_are_listed_once():
+    ref = np.repeat(np.linspace(1.0, 2.0, 10).reshape(1, 1, 10), 3, axis=1)  # 3 equal channels
+    m = compare_outputs({"y": ref}, {"y": ref}, ["y"])
+    results = _results()
+    results["Add_out"] = {"llvm-cpu": _result("success", m), "vulkan": _result("success", m)}
+    report = _build(results=results)
+    dr = report["discovery_report"]
+    assert dr["blind_spots"] == [{"layer_id": "Add_out", "reason": m["blind_spots"][0]}]  # once, not per executor
+    assert dr["summary"]["blind_spot_layers"] == 1
+    lines = report["final_report_text"].splitlines()
+    k = lines.index("BLIND SPOTS: 1 layer(s) whose reference repeats along an axis (their verdicts cannot see a "
+                    "permutation or a wrong index along it):")
+    assert lines[k + 1].startswith("  - Add_out: the reference repeats along axis 1 (3 equal slices)")
+    assert dr["summary"]["status_counts"]["success"] == 4  # still successes: the values were compared

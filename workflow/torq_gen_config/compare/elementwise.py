@@ -227,6 +227,31 @@ def _constant_value(r: np.ndarray) -> float | None:
     return float(first) if bool(np.all(r == first)) else None
 
 
+def uniform_axes(r: np.ndarray) -> list[tuple[int, int]]:
+    """The axes along which a reference repeats: ``[(axis, size), ...]`` for each axis of
+    size 2 or more along which every slice equals the first one exactly (NaN never
+    equals, so a reference with NaN repeats along no axis). An output permuted, shifted
+    or wrongly indexed along such an axis matches the reference exactly: the comparison
+    is blind there (the embedded default model, every weight 0.02, gives Convs whose
+    output channels are all equal). One pass over ``r`` per axis."""
+    r = np.asarray(r)
+    out = []
+    if r.size < 2:
+        return out
+    for axis, size in enumerate(r.shape):
+        if size >= 2 and bool(np.all(r == r.take([0], axis=axis))):
+            out.append((axis, int(size)))
+    return out
+
+
+def blind_spot_text(axes: list[tuple[int, int]]) -> str:
+    """The note for :func:`uniform_axes`' result, e.g. ``"the reference repeats along axis 1
+    (64 equal slices): an output permuted or misindexed along it would match it too"``."""
+    where = ", ".join(f"axis {a} ({n} equal slices)" for a, n in axes)
+    return (f"the reference repeats along {where}: an output permuted or misindexed along "
+            f"{'it' if len(axes) == 1 else 'them'} would match it too")
+
+
 def _compare_float(o_raw: np.ndarray, r_raw: np.ndarray, ref_dtype: np.dtype) -> dict:
     o = np.asarray(o_raw, dtype=np.float64).reshape(-1)
     r = np.asarray(r_raw, dtype=np.float64).reshape(-1)

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .elementwise import (ABS_DIFF_THRESHOLDS, REL_DIFF_THRESHOLDS, _compare_bool, _compare_float, _compare_int,
-                          _compare_string, _dtype_name, _kind_of, _max_or_none, _min_or_none)
+                          _compare_string, _dtype_name, _kind_of, _max_or_none, _min_or_none, blind_spot_text,
+                          uniform_axes)
 
 FULL_MODEL_MIN_COSINE = 0.99
 """Smallest cosine similarity between an executor's float output and the
@@ -97,7 +98,9 @@ def compare_outputs(
           ``missing_output``, ``output_count_mismatch``, ``metric_overflow``
           (any output), ``inconclusive`` (any output) with
           ``inconclusive_reasons`` (list of str, each naming its output when
-          there are several), ``num_nonfinite_mismatches`` and
+          there are several), ``blind_spots`` (list of str: outputs whose reference
+          repeats along an axis, :func:`~.elementwise.uniform_axes`; per output
+          ``uniform_axes`` and ``blind_spot``), ``num_nonfinite_mismatches`` and
           ``num_elements`` (sums), ``num_outputs``, ``num_actual_outputs``,
           ``missing_outputs``, ``extra_outputs``, ``min_cosine`` and the two
           threshold grids.
@@ -179,6 +182,11 @@ def compare_outputs(
             entry.update(_compare_string(o, r))
         else:
             entry.update(_compare_bool(o, r))
+        if kind in ("float", "int") and not entry["inconclusive_reason"]:
+            axes = uniform_axes(r)
+            if axes:  # a weaker check, not an inconclusive one: the values are still compared
+                entry["uniform_axes"] = [a for a, _ in axes]
+                entry["blind_spot"] = blind_spot_text(axes)
         if entry["num_elements"] == 0:
             entry["inconclusive_reason"] = "no elements to compare"
         elif (min_cosine is not None and kind == "float" and entry.get("inconclusive_reason")
@@ -195,6 +203,8 @@ def compare_outputs(
     float_not_computable = any(e["num_nonfinite_mismatches"] for e in float_outs)
     reasons = [e["inconclusive_reason"] if len(outputs) == 1 else f"output '{e['name']}': {e['inconclusive_reason']}"
                for e in outputs if e["inconclusive_reason"]]
+    blind = [e["blind_spot"] if len(outputs) == 1 else f"output '{e['name']}': {e['blind_spot']}"
+             for e in outputs if e.get("blind_spot")]
 
     def agg(fn, entries, key, none):
         return None if none else fn(e.get(key) for e in entries)
@@ -221,6 +231,7 @@ def compare_outputs(
         "metric_overflow": any(e.get("metric_overflow", False) for e in outputs),
         "inconclusive": bool(reasons),
         "inconclusive_reasons": reasons,
+        "blind_spots": blind,
         "num_elements": sum(e["num_elements"] for e in outputs),
         "rel_diff_thresholds": list(REL_DIFF_THRESHOLDS),
         "abs_diff_thresholds": list(ABS_DIFF_THRESHOLDS),

@@ -121,6 +121,8 @@ def _summary(report: Mapping, warnings: list[str]) -> str:
     parts.append("<h2>Summary</h2>")
     rows = [[_pill(k), v] for k, v in counts.items()]
     trust = [("inconclusive successes (success*)", s.get("inconclusive_checks")),
+             ("layers whose reference repeats along an axis (blind to a permutation along it)",
+              s.get("blind_spot_layers")),
              ("reference disputes (layers)", s.get("reference_disputes")),
              ("reference failures (layers, verdicts unverified)", s.get("reference_failures")),
              ("not testable layers", s.get("not_testable_layers")),

@@ -129,6 +129,7 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
         "reference_failures": len(trust["reference_failures"]),
         "reference_disputes": len(trust["reference_disputes"]),
         "inconclusive_checks": len(trust["inconclusive_checks"]),
+        "blind_spot_layers": len(trust["blind_spots"]),
         "generated_input_layers": len(trust["generated_inputs"]),
         "status_counts": status_counts,
         "executor_counts": executor_counts,
@@ -180,10 +181,12 @@ def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
         implementation disagree), ``"inconclusive_checks": [{layer_id, executor,
         reason}]`` (a success whose comparison could not have failed,
         docs/comparison.md), ``"generated_inputs": [{layer_id, reason}]`` (layers
-        whose inputs could not come from the whole-model run)}``.
+        whose inputs could not come from the whole-model run), ``"blind_spots":
+        [{layer_id, reason}]`` (layers whose reference repeats along an axis: a
+        permutation along it would pass, :func:`torq_gen_config.compare.elementwise.uniform_axes`)}``.
     """
     out: dict[str, list] = {"not_testable": [], "reference_failures": [], "reference_disputes": [],
-                            "inconclusive_checks": [], "generated_inputs": []}
+                            "inconclusive_checks": [], "generated_inputs": [], "blind_spots": []}
     for layer_id, op in report_ops.items():
         if op.get("not_testable_reason"):
             out["not_testable"].append({"layer_id": layer_id, "node_index": op.get("_node_index"),
@@ -203,8 +206,12 @@ def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
         how = ref.get("layer_inputs") or ""
         if how.startswith("generated"):
             out["generated_inputs"].append({"layer_id": layer_id, "reason": how})
+        blind = None
         for name, entry in (op.get("executors") or {}).items():
             if entry.get("status") == "success" and is_inconclusive(entry):
                 reasons = (entry.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
                 out["inconclusive_checks"].append({"layer_id": layer_id, "executor": name, "reason": reasons[0]})
+            blind = blind or ((entry.get("metrics") or {}).get("blind_spots") or [None])[0]
+        if blind:  # a property of the layer's reference: the same for every executor compared with it
+            out["blind_spots"].append({"layer_id": layer_id, "reason": blind})
     return out

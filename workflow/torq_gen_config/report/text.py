@@ -226,6 +226,9 @@ def trust_lines(report: Mapping) -> list[str]:
     section(f"INCONCLUSIVE: {len(trust.get('inconclusive_checks') or [])} success verdict(s) could not have failed "
             "(marked success* below):", trust.get("inconclusive_checks") or [],
             lambda x: f"{x['layer_id']} on {x['executor']}: {_cut(str(x['reason']), 200)}")
+    section(f"BLIND SPOTS: {len(trust.get('blind_spots') or [])} layer(s) whose reference repeats along an axis "
+            "(their verdicts cannot see a permutation or a wrong index along it):", trust.get("blind_spots") or [],
+            lambda x: f"{x['layer_id']}: {_cut(str(x['reason']), 200)}")
     dups = [(lid, op["duplicate_of"]) for lid, op in (report.get("ops") or {}).items() if op.get("duplicate_of")]
     section(f"DEDUPLICATED: {len(dups)} layer(s) copy the verdicts of a layer with the same signature "
             "(--dedup-layers; not tested on their own inputs):", dups, lambda x: f"{x[0]}: copied from {x[1]}")

@@ -152,6 +152,8 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
             nonfinite = _nonfinite_equal_text(metrics)
             if nonfinite:
                 _line(console, f"    non-finite:        {nonfinite}")
+            for spot in metrics.get("blind_spots") or []:
+                _line(console, f"    blind spot:        {_cut(str(spot), _MESSAGE_LINE_CHARS)}", style="yellow")
         elif entry.get("max_diff"):
             md = entry["max_diff"]
             _line(console, f"    max abs diff:      {_fmt_num(md.get('max_abs_diff'))}")
