@@ -306,8 +306,9 @@ def one_line_summary(result: dict) -> str:
     ``success*`` and the reason when the comparison could not have failed
     (``metrics["inconclusive"]``, docs/comparison.md)."""
     t = result.get("timing") or {}
-    metrics = result.get("metrics") or {}
-    status = result["status"]
+    from .compare import shown_status
+
+    status = shown_status(result)
     notes = []
     if result.get("failure_report"):
         return f"[{result['executor']}] {result['layer_id']}: {status} - " + result["failure_report"]["summary"][:120]
@@ -317,9 +318,9 @@ def one_line_summary(result: dict) -> str:
         members = (t.get("compile_batch") or {}).get("members")
         share = f" (share of a batch of {members})" if members else ""
         notes.append(f"{t['compile_ms']:.0f} ms compile{share}, {t.get('run_ms') or 0:.1f} ms run{bench}")
-    if status == "success" and metrics.get("inconclusive"):
-        status = "success*"
-        notes.append("inconclusive: " + (metrics.get("inconclusive_reasons") or ["the comparison could not fail"])[0][:120])
+    if status == "success*":
+        reasons = (result.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
+        notes.append("inconclusive: " + reasons[0][:120])
     return f"[{result['executor']}] {result['layer_id']}: {status}" + (f" ({'; '.join(notes)})" if notes else "")
 
 

@@ -64,7 +64,7 @@ from .levels import (arrays_as_levels, compare_on_model, declared_output_shapes,
 from .metrics import FULL_MODEL_MIN_COSINE, compare_outputs
 from .tolerance import (DEFAULT_TOLERANCE, count_over_tolerance, default_int_atol, float_tolerance_keys,
                         normalize_tolerance)
-from .verdict import Judgement, derive_status, inconclusive_reason, judge, status_details
+from .verdict import Judgement, derive_status, inconclusive_reason, judge, shown_status, status_details
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -81,6 +81,7 @@ __all__ = [
     "count_over_tolerance",
     "default_int_atol",
     "inconclusive_reason",
+    "shown_status",
     "normalize_tolerance",
     "float_tolerance_keys",
     "dequantized_outputs",

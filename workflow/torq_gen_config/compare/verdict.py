@@ -17,6 +17,17 @@ from .elementwise import _max_or_none
 from .levels import _compare_as_levels, declared_output_shapes, dequantized_outputs, quantized_data_outputs
 from .tolerance import _int_atol_for, _output_over, float_tolerance_keys, normalize_tolerance
 
+def shown_status(result: Mapping) -> str | None:
+    """A verdict's status as people see it: ``success*`` for a ``success`` whose comparison
+    could not have failed (``metrics["inconclusive"]``, docs/comparison.md), else
+    ``result["status"]`` (None when it has none). The one place of that rule: the job
+    line, the report text and the HTML cells show it."""
+    status = result.get("status")
+    if status == "success" and (result.get("metrics") or {}).get("inconclusive"):
+        return "success*"
+    return status
+
+
 def inconclusive_reason(metrics: Mapping) -> str | None:
     """Why a comparison cannot tell a wrong output from a right one, or None.
 

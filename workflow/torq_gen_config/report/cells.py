@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .recommend import duration_ms, is_inconclusive, runtime_median_ms
+from ..compare import shown_status
+from .recommend import duration_ms, runtime_median_ms
 
 #: Display statuses in the order of the matrix colour scale (an integer code each).
 CELL_STATUSES = ("success", "success*", "difference", "error", "unverified", "skipped", "not tested")
@@ -30,9 +31,7 @@ def cell_status(entry: Mapping | None) -> str:
     """The display status of one executor entry (None: the executor has no entry)."""
     if not entry:
         return "not tested"
-    status = entry.get("status")
-    if status == "success" and is_inconclusive(entry):
-        return "success*"
+    status = shown_status(entry)
     return status if status in CELL_STATUSES else "error"
 
 

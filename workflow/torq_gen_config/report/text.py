@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..compare import shown_status
 from .summary import success_note
 
 __all__ = ["render_final_report_text", "trust_lines", "LAYER_COLUMN_MAX"]
@@ -241,12 +242,8 @@ def trust_lines(report: Mapping) -> list[str]:
 
 
 def _status_cell(entry: Mapping) -> str:
-    status = entry.get("status")
-    if not status:
-        return "-"
-    if status == "success" and (entry.get("metrics") or {}).get("inconclusive"):
-        return "success*"
-    return str(status)
+    status = shown_status(entry)
+    return str(status) if status else "-"
 
 
 def _recommended_cell(op: Mapping) -> str:
