@@ -369,3 +369,14 @@ def test_view_says_when_nan_elements_were_equal_and_left_out_of_the_diffs():
                                         "above are over the finite ones")
     clean = compare_outputs({"y": np.ones(3, np.float32)}, {"y": np.ones(3, np.float32) * 2}, ["y"])
     assert _nonfinite_equal_text(clean) is None
+
+
+def test_layer_details_mark_a_success_that_could_not_have_failed():
+    """The per-executor head line says success*, as the layer table does (found by a new user)."""
+    rep = make_report()
+    entry = rep["ops"]["Add_out"]["executors"]["host"]
+    const = np.full(8, 0.001, np.float32)
+    entry["metrics"] = compare_outputs({"y": const}, {"y": const}, ["y"])
+    text = render(render_layer, rep, "Add_out")
+    assert "[host] success*" in text and "INCONCLUSIVE:      reference is constant" in text
+    assert "[npu-a] success " in text  # the others unchanged

@@ -130,7 +130,7 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         entry = execs[name] or {}
         _line(console)
         head = Text(f"[{name}] ")
-        head.append_text(_status_text(entry.get("status")))
+        head.append_text(_status_text(entry.get("status"), is_inconclusive(entry)))
         timing = entry.get("timing") or {}
         if timing.get("compile_ms") is not None or timing.get("run_ms") is not None:
             batch = timing.get("compile_batch") or {}
