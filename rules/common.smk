@@ -8,6 +8,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import ExecMode
 
 from torq_gen_config import backends, batch_compile, isolation, layout, run_lock, steps
+from torq_gen_config.steps import units
 import torq_gen_config.steps.full_model
 import torq_gen_config.steps.layer_tests
 import torq_gen_config.steps.prepare
@@ -16,8 +17,9 @@ import torq_gen_config.steps.report
 import torq_gen_config.steps.report_html
 import torq_gen_config.steps.split
 import torq_gen_config.steps.tested_layers
+import torq_gen_config.steps.units
 from torq_gen_config.steps import untracked
-from torq_gen_config.steps.markers import SKIPPED_MARKER, TIMED_OUT_SUFFIX, skipped_rerun_token, timeout_rerun_token
+from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
@@ -114,6 +116,7 @@ COMPILER_JSON = os.path.normpath(os.path.join(OUT, layout.compiler_file(MODEL_NA
 wildcard_constraints:
     layer=r"[A-Za-z0-9._-]+",
     batch=r"[0-9]{4}-[0-9a-f]{10}",
+    unit=r"[0-9]{4}",
     executor="|".join(re.escape(n) for n in EXECUTORS),
 
 
@@ -149,30 +152,6 @@ def manifest_layers():
     return _MANIFEST_CACHE[key]
 
 
-def get_layer(wildcards):
-    """The small manifest record of one layer (ID, slug, op type, node index)."""
-    layers = manifest_layers()
-    if wildcards.layer not in layers:
-        raise WorkflowError(f"unknown layer {wildcards.layer!r}: not in {LAYERS}/manifest.json")
-    l = layers[wildcards.layer]
-    return {k: l[k] for k in ("layer_id", "slug", "op_type", "node_index")}
-
-
-def get_split_model(wildcards):
-    """The layer's ONNX model, written by the split checkpoint."""
-    get_layer(wildcards)
-    return os.path.join(LAYERS, wildcards.layer, "model.onnx")
-
-
-def get_layer_model(wildcards):
-    """The model a layer is tested with: the split's, or with quantize the layer
-    quantized on its own (rule quantize_layer)."""
-    if QUANTIZE:
-        get_layer(wildcards)
-        return os.path.join(LAYERS, wildcards.layer, "quantized.onnx")
-    return get_split_model(wildcards)
-
-
 def input_data_file():
     """The user's model-input .npz (input_data), as a list (empty if none)."""
     if config["input_data"]:
@@ -189,63 +168,6 @@ except TorqGenConfigError as e:
     raise WorkflowError(str(e))
 # which input data file this is (a param: rerun triggers do not include "input")
 INPUT_DATA_FINGERPRINT = file_fingerprint(input_data_file()[0]) if input_data_file() else None
-
-
-def get_reference_inputs(wildcards):
-    """Inputs of a layer's reference job: its model and, with layer_inputs: propagate
-    (the default), its inputs taken from the whole-model run (written by the split)."""
-    inputs = {"model": get_layer_model(wildcards)}
-    if QUANTIZE:
-        inputs["calibration"] = os.path.join(QUANT, "calibration.json")
-    if config["layer_inputs"] == "propagate":  # written by the split checkpoint with the layer's model
-        inputs["inputs"] = os.path.join(LAYERS, wildcards.layer, "inputs.npz")
-    return inputs
-
-
-def get_import_inputs(wildcards):
-    """Inputs of a layer's MLIR import: its model."""
-    return {"model": get_layer_model(wildcards)}
-
-
-def get_timeout_rerun(file):
-    """The rerun param of the per-layer job whose output is LAYERS/<layer>/<file>: a
-    new value when it timed out under a smaller --timeout than now (read-only)."""
-
-    def rerun(wildcards):
-        return timeout_rerun_token(os.path.join(LAYERS, wildcards.layer, file), config["timeout_s"])
-
-    return rerun
-
-
-def get_test_inputs(wildcards):
-    """Inputs of one (layer, executor) test: model, reference and, for backends that
-    compile MLIR, the layer's MLIR and its import status."""
-    inputs = {
-        "model": get_layer_model(wildcards),
-        "reference": os.path.join(LAYERS, wildcards.layer, "reference.npz"),
-    }
-    if NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]]:
-        inputs["mlir"] = os.path.join(LAYERS, wildcards.layer, "model.mlir")
-        inputs["import_status"] = os.path.join(LAYERS, wildcards.layer, "import.json")
-    batch = layer_batch(wildcards.layer, wildcards.executor)
-    if batch:  # docs/compile_batches.md, "Reruns"
-        inputs["batch_module"] = batch_input(wildcards, os.path.join(BATCHES, wildcards.executor, batch, "module.vmfb"))
-        inputs["batch_info"] = batch_input(wildcards, os.path.join(BATCHES, wildcards.executor, batch, "batch.json"))
-    if config["skip_mode"]:
-        # skip mode: the executors of a layer are tested in priority order
-        names = list(EXECUTORS)
-        k = names.index(wildcards.executor)
-        inputs["earlier"] = [os.path.join(LAYERS, wildcards.layer, e, "result.json") for e in names[:k]]
-    return inputs
-
-
-def get_test_rerun(wildcards):
-    """The rerun param of one (layer, executor) test, read-only: new values when its
-    verdict was skipped in an earlier skip-mode run (it is produced now, outside skip
-    mode) or timed out under a smaller --timeout than now."""
-    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
-    return {"skipped": skipped_rerun_token(result_dir, config["skip_mode"]),
-            "timed_out": timeout_rerun_token(os.path.join(result_dir, "result.json"), config["timeout_s"])}
 
 
 def get_executor(wildcards):
@@ -271,7 +193,7 @@ def tested_layers():
     return [slug for slug, layer in layers.items() if plan[layer["layer_id"]][0] == steps.tested_layers.TEST]
 
 
-# Compile batches (rules/layer_tests.smk, rule compile_batch; docs/compile_batches.md)
+# Compile batches (rules/layer_tests.smk, rule test_unit; docs/compile_batches.md)
 BATCHES = os.path.join(WORK, batch_compile.BATCHES_DIR)
 COMPILE_BATCH = config["compile_batch"]
 _BATCH_CACHE = {}
@@ -306,75 +228,6 @@ def layer_batches(executor):
         _BATCH_CACHE[key] = ({b["id"]: b["members"] for b in plan},
                              {slug: b["id"] for b in plan for slug in b["members"]})
     return _BATCH_CACHE[key]
-
-
-def layer_batch(layer, executor):
-    """The id of the batch that compiles ``layer`` for ``executor``, or None (compiled
-    by its own test job)."""
-    return layer_batches(executor)[1].get(layer) if batched(executor) else None
-
-
-def _rerun_due(token, marker):
-    """Whether the rerun param ``token`` names the live ``marker`` (a skip marker or a
-    timeout record): a rerun is due, not one done before (steps.markers)."""
-    try:
-        return token is not None and token == str(os.stat(marker).st_mtime_ns)
-    except FileNotFoundError:
-        return False
-
-
-def batch_input(wildcards, path):
-    """A test's batch input ``path``: ancient (a batch compiled again for another
-    member, or under a larger --timeout, retests no other member), unless the test's
-    own rerun is due (a skipped verdict to produce, a timeout under a smaller limit):
-    Snakemake 9.27 does not look at the params of a job below one that reruns, so
-    that test must be reached through this input."""
-    result_dir = os.path.join(LAYERS, wildcards.layer, wildcards.executor)
-    rerun = get_test_rerun(wildcards)
-    if (_rerun_due(rerun["skipped"], os.path.join(result_dir, SKIPPED_MARKER))
-            or _rerun_due(rerun["timed_out"], os.path.join(result_dir, "result.json") + TIMED_OUT_SUFFIX)):
-        return path
-    return ancient(path)
-
-
-def get_test_batch(wildcards):
-    """True when the test runs its function from a batch, else None (the value one-layer
-    tests always had: no rerun of their verdicts). A param: switching between batches
-    and one-layer compiles retests. Not the batch id: the ids' keys follow settings
-    that are params of the test anyway, and a membership change must not retest."""
-    return True if layer_batch(wildcards.layer, wildcards.executor) else None
-
-
-def _batch_slugs(wildcards):
-    members = layer_batches(wildcards.executor)[0].get(wildcards.batch) if batched(wildcards.executor) else None
-    if members is None:
-        raise WorkflowError(f"unknown compile batch {wildcards.batch!r} of executor {wildcards.executor!r}")
-    return members
-
-
-def get_batch_inputs(wildcards):
-    """The members' MLIRs and import statuses, in batch order."""
-    slugs = _batch_slugs(wildcards)
-    return {"mlir": [os.path.join(LAYERS, s, "model.mlir") for s in slugs],
-            "import_status": [os.path.join(LAYERS, s, "import.json") for s in slugs]}
-
-
-def get_batch_rerun(wildcards):
-    """The batch job's rerun param: new when it timed out under a smaller --timeout (read-only)."""
-    return timeout_rerun_token(os.path.join(BATCHES, wildcards.executor, wildcards.batch, "batch.json"),
-                               config["timeout_s"])
-
-
-def get_batch_members(wildcards):
-    """The members (slug, layer ID) in batch order: a param of the batch job (another
-    membership of its slot recompiles it)."""
-    layers = manifest_layers()
-    return [{"slug": s, "layer_id": layers[s]["layer_id"]} for s in _batch_slugs(wildcards)]
-
-
-def all_layer_results(wildcards):
-    """Every (layer, executor) result file to produce; known once the split ran."""
-    return [layout.layer_result_file(LAYERS, slug, name) for slug in tested_layers() for name in EXECUTORS]
 
 
 def get_timing(wildcards):
@@ -555,3 +408,164 @@ def assignment_digest(wildcards):
 def run_input_data():
     """`run --input-data` other than discovery's (full-model reference only), as a list."""
     return [str(resolve_model_path(config["run_input_data"]))] if config["run_input_data"] else []
+
+
+# Units of work (steps/units.py, docs/scale.md): ~32 tested layers per job, a whole
+# number of compile batches; rules prepare_unit (rules/split.smk) and test_unit
+# (rules/layer_tests.smk) write each member's files and keep what is up to date.
+UNITS = os.path.join(WORK, units.UNITS_DIR)
+# whether any executor compiles the layers' MLIR (else no layer is imported)
+IMPORT_MLIR = any(NEEDS_MLIR[e["backend"]] for e in EXECUTORS.values())
+_UNIT_CACHE = {}
+
+
+def layer_units():
+    """The units of the tested layers: ``({unit id: [slug, ...]}, {slug: unit id})``,
+    cached per manifest (units.plan_units)."""
+    layers = manifest_layers()
+    key = (id(layers), COMPILE_BATCH)
+    if key not in _UNIT_CACHE:
+        _UNIT_CACHE.clear()
+        plan = units.plan_units(tested_layers(), COMPILE_BATCH)
+        _UNIT_CACHE[key] = ({u["id"]: u["members"] for u in plan}, {s: u["id"] for u in plan for s in u["members"]})
+    return _UNIT_CACHE[key]
+
+
+def unit_of(slug):
+    """The unit id of a tested layer (a WorkflowError for another name)."""
+    unit = layer_units()[1].get(slug)
+    if unit is None:
+        why = "not a tested layer (skip_ops, dedup_layers or not testable)" if slug in manifest_layers() else \
+            f"not in {LAYERS}/manifest.json"
+        raise WorkflowError(f"unknown layer {slug!r}: {why}")
+    return unit
+
+
+def _unit(wildcards):
+    """The unit of a unit job (wildcard unit) or of a one-layer job (wildcard layer)."""
+    return wildcards.unit if "unit" in wildcards.keys() else unit_of(wildcards.layer)
+
+
+def _unit_slugs(wildcards):
+    unit = _unit(wildcards)
+    slugs = layer_units()[0].get(unit)
+    if slugs is None:
+        raise WorkflowError(f"unknown unit {unit!r}: the tested layers of {LAYERS}/manifest.json make "
+                            f"{len(layer_units()[0])} unit(s)")
+    return slugs
+
+
+def get_unit_members(wildcards):
+    """The unit's layers, ``[{"layer_id", "slug", "op_type", "node_index"}]`` in order (a param)."""
+    layers = manifest_layers()
+    return [{k: layers[s][k] for k in ("layer_id", "slug", "op_type", "node_index")} for s in _unit_slugs(wildcards)]
+
+
+def get_prepare_inputs(wildcards):
+    """The unit's layer models and (layer_inputs: propagate) their inputs, written by
+    the split checkpoint; with quantize the calibration ranges and the full model's
+    quantization info."""
+    slugs = _unit_slugs(wildcards)
+    inputs = {"models": [os.path.join(LAYERS, s, "model.onnx") for s in slugs]}
+    if config["layer_inputs"] == "propagate":
+        inputs["inputs"] = [os.path.join(LAYERS, s, "inputs.npz") for s in slugs]
+    if QUANTIZE:
+        inputs["ranges"] = os.path.join(QUANT, "calibration.json")
+        inputs["full"] = os.path.join(QUANT, "quantize.json")
+    return inputs
+
+
+def get_prepare_rerun(wildcards):
+    """The prepare job's rerun param (read-only): per member that timed out under a
+    smaller --timeout than now, new tokens (steps.markers.timeout_rerun_token)."""
+    out = {}
+    for s in _unit_slugs(wildcards):
+        tokens = [timeout_rerun_token(os.path.join(LAYERS, s, f), config["timeout_s"])
+                  for f in ("reference.npz", "import.json")]
+        if any(tokens):
+            out[s] = tokens
+    return out
+
+
+def _earlier_executors(executor):
+    """Skip mode: the executors before ``executor`` in priority order (else none)."""
+    if not config["skip_mode"]:
+        return []
+    names = list(EXECUTORS)
+    return names[:names.index(executor)]
+
+
+def get_unit_test_inputs(wildcards):
+    """The unit's prepare record and, in skip mode, its records of the executors
+    before this one (a layer's executors are tested in priority order)."""
+    inputs = {"prepared": os.path.join(UNITS, wildcards.unit, units.PREPARED_FILE)}
+    earlier = _earlier_executors(wildcards.executor)
+    if earlier:
+        inputs["earlier"] = [os.path.join(UNITS, wildcards.unit, f"{e}.json") for e in earlier]
+    return inputs
+
+
+def get_layer_test_inputs(wildcards):
+    """One layer's test asked for on its own: its unit's prepare record and, in skip
+    mode, its results of the executors before this one."""
+    inputs = {"prepared": os.path.join(UNITS, unit_of(wildcards.layer), units.PREPARED_FILE)}
+    earlier = _earlier_executors(wildcards.executor)
+    if earlier:
+        inputs["earlier"] = [layout.layer_result_file(LAYERS, wildcards.layer, e) for e in earlier]
+    return inputs
+
+
+def get_unit_batches(wildcards):
+    """The compile batches of the unit for the executor, ``[{"id", "members"}]``, or
+    None when its layers are compiled in their own tests (a param: another membership
+    or other settings recompile; the members' keys decide what is tested again)."""
+    if not batched(wildcards.executor):
+        return None
+    slugs = set(_unit_slugs(wildcards))
+    return [{"id": b, "members": m} for b, m in layer_batches(wildcards.executor)[0].items() if m[0] in slugs]
+
+
+def get_unit_test_rerun(wildcards):
+    """The test job's rerun param (read-only): the members' skip-mode placeholders
+    (outside skip mode) and timeout records under a smaller --timeout, and the
+    batches' timeout records (steps.markers)."""
+    out = {}
+    for s in _unit_slugs(wildcards):
+        d = os.path.join(LAYERS, s, wildcards.executor)
+        tokens = [skipped_rerun_token(d, config["skip_mode"]),
+                  timeout_rerun_token(os.path.join(d, "result.json"), config["timeout_s"])]
+        if any(tokens):
+            out[s] = tokens
+    for b in get_unit_batches(wildcards) or []:
+        token = timeout_rerun_token(os.path.join(BATCHES, wildcards.executor, b["id"], "batch.json"), config["timeout_s"])
+        if token:
+            out[b["id"]] = token
+    return out
+
+
+# The params of rules test_unit and test_layer (rules/layer_tests.smk).
+UNIT_TEST_PARAMS = dict(
+    unit=_unit,
+    members=get_unit_members,
+    executor=get_executor,
+    batches=get_unit_batches,
+    needs_mlir=lambda wildcards: NEEDS_MLIR[EXECUTORS[wildcards.executor]["backend"]],
+    timing=get_timing,
+    precision=LAYER_PRECISION,
+    rerun=get_unit_test_rerun,
+    tolerance=untracked(config["tolerance"]),
+    timeout_s=TIMEOUT,
+    skip_mode=untracked(config["skip_mode"]),
+    earlier=lambda wildcards: untracked(_earlier_executors(wildcards.executor)),
+    log_file=untracked(config["log_file"] or None),
+    verbose=untracked(config["verbose"]),
+    layers_dir=untracked(LAYERS),
+    logs_dir=untracked(LOGS),
+    batches_dir=untracked(BATCHES),
+    outdated=REPORT_OUTDATED,
+)
+
+
+def all_unit_results(wildcards):
+    """Every (unit, executor) record to produce; known once the split ran."""
+    return [os.path.join(UNITS, u, f"{e}.json") for u in layer_units()[0] for e in EXECUTORS]

@@ -1,6 +1,7 @@
 # --quantize (docs/precision.md): calibrate on the FP32 prepared model, quantize the
 # whole model once (its MLIR gives the compiler JSON's line:col, `run` partitions it),
-# quantize each layer on its own with the same ranges (its tests), and map the layers
+# quantize each layer on its own with the same ranges (its tests: rule prepare_unit,
+# rules/split.smk), and map the layers
 # onto the quantized model's compute ops (LCS over op types; fused activations drop
 # out of the compiler JSON). Only part of the DAG when quantize is on.
 
@@ -45,26 +46,6 @@ rule quantize_full_model:
         os.path.join(LOGS, "quantize_full_model.log"),
     run:
         steps.quantize.quantize_full_model(input, output, params, log)
-
-
-# each layer in the format the whole model got (hybrid decides once, for the model)
-rule quantize_layer:
-    input:
-        model=get_split_model,
-        ranges=rules.calibrate_model.output.ranges,
-        full=rules.quantize_full_model.output.info,
-    output:
-        model=os.path.join(LAYERS, "{layer}", "quantized.onnx"),
-        info=os.path.join(LAYERS, "{layer}", "quantize.json"),
-    params:
-        settings=QUANT_SETTINGS,
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
-    log:
-        os.path.join(LOGS, "quantize_layer", "{layer}.log"),
-    threads: 1
-    run:
-        steps.quantize.quantize_layer(input, output, params, log)
 
 
 rule map_quantized_layers:

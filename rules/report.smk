@@ -9,7 +9,7 @@ rule aggregate_report:
         manifest=os.path.join(LAYERS, "manifest.json"),
         info=rules.prepare_model.output.info,
         locations=rules.import_full_model.output.locations,
-        results=all_layer_results,
+        units=all_unit_results,
         quant=quantize_report_inputs,
         user_choices=user_choices_input,
     output:

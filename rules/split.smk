@@ -22,44 +22,34 @@ checkpoint split_layers:
         steps.split.split_layers(input, output, params, log)
 
 
-# Both reference engines (onnxruntime and onnx's reference implementation); the
-# configured one (reference) is what the verdicts are computed against.
-rule layer_reference:
+# Per unit of layers (steps/units.py: ~32 layers, a whole number of compile batches):
+# each member's quantized model (--quantize), its inputs and both reference engines'
+# outputs (the configured one, reference, is what the verdicts are computed against),
+# and its MLIR import when an executor compiles MLIR. The per-layer files are written
+# beside the layer's model; a member whose files are up to date (its key) is kept.
+rule prepare_unit:
     input:
-        unpack(get_reference_inputs),
+        unpack(get_prepare_inputs),
     output:
-        reference=os.path.join(LAYERS, "{layer}", "reference.npz"),
+        prepared=os.path.join(UNITS, "{unit}", "prepared.json"),
     params:
+        unit=lambda wildcards: wildcards.unit,
+        members=get_unit_members,
         inputs=config["inputs"],
         layer_inputs=config["layer_inputs"],
         engine=config["reference"],
         precision=LAYER_PRECISION,
-        rerun=get_timeout_rerun("reference.npz"),
+        quantize=QUANT_SETTINGS,
+        import_mlir=IMPORT_MLIR,
+        rerun=get_prepare_rerun,
         timeout_s=TIMEOUT,
+        layers_dir=untracked(LAYERS),
+        logs_dir=untracked(LOGS),
         outdated=REPORT_OUTDATED,
     log:
-        os.path.join(LOGS, "layer_reference", "{layer}.log"),
+        os.path.join(LOGS, "prepare_unit", "{unit}.log"),
     threads: 1
-    run:
-        steps.split.layer_reference(input, output, params, log)
-
-
-rule import_layer:
-    input:
-        unpack(get_import_inputs),
-    output:
-        mlir=os.path.join(LAYERS, "{layer}", "model.mlir"),
-        status=os.path.join(LAYERS, "{layer}", "import.json"),
-    params:
-        precision=LAYER_PRECISION,
-        rerun=get_timeout_rerun("import.json"),
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
-    log:
-        os.path.join(LOGS, "import_layer", "{layer}.log"),
-    threads: 1
-    # before the references and tests that are ready too: the compile batches wait for
-    # all their members' imports, and they are the longest jobs
+    # before the tests that are ready too: each unit's tests wait for all of its members
     priority: 10
     run:
-        steps.split.import_layer(input, output, params, log)
+        steps.split.prepare_unit(input, output, params, log)

@@ -1,4 +1,6 @@
-"""Job of rules/layer_tests.smk: compile, run and compare one layer on one executor."""
+"""Jobs of rules/layer_tests.smk: per unit of layers (:mod:`.units`) and executor, the
+unit's compile batches, then compile, run and compare each layer; the same for one
+layer when its result file is asked for."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ import time
 from pathlib import Path
 
 from ..errors import DamagedWorkFile
-from ..fileio import read_json
+from ..fileio import read_json, write_json
 from ..job_support import _log, append_to_shared_log, records_failure
 from ..layout import mark_outdated
-from .markers import SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
+from .markers import (SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller,
+                      was_skipped)
+from .units import drop_key, file_identity, is_current, make_key, newer_than, record_key
 from .quantize import quantize_failure
 
 @records_failure
@@ -117,23 +121,6 @@ def _log_batch_compile(log: str | None, batch_file: str) -> None:
                        f"layers compiled together" + (f"): $ {shlex.join(argv)}" if argv else ")"))
 
 
-def test_layer(input, output, params, log) -> None:
-    """Rule ``test_layer``: one (layer, executor) result.json (:func:`test_layer_job`).
-    Params: ``layer``, ``executor``, ``timing``, ``batch`` (bool: runs from its compile
-    batch), ``outdated``, ``rerun`` (``{"skipped",
-    "timed_out"}``: the rerun params of steps.markers); untracked ``tolerance``,
-    ``timeout_s``, ``log_file`` (None: no shared log) and ``verbose``."""
-    mark_outdated(params.outdated)
-    consume_rerun_marker(os.path.join(os.path.dirname(output.result), SKIPPED_MARKER), params.rerun["skipped"])
-    consume_rerun_marker(output.result + TIMED_OUT_SUFFIX, params.rerun["timed_out"])
-    test_layer_job(layer=params.layer, executor=params.executor, layer_onnx=input.model, reference=input.reference,
-                   mlir=input.get("mlir"), import_status=input.get("import_status"), result=output.result,
-                   tolerance=params.tolerance.value, timeout_s=params.timeout_s.value, log=log[0],
-                   log_file=params.log_file.value, verbose=params.verbose.value,
-                   earlier_results=input.get("earlier") or [], timing=params.timing,
-                   batch={"module": input.batch_module, "info": input.batch_info} if params.batch else None)
-
-
 @records_failure
 def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, timeout_s: float,
                       log: str | None = None) -> None:
@@ -175,15 +162,158 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
                      + (f", {alone} to compile alone" if alone else "") + f" in {time.perf_counter() - t0:.1f} s\n")
 
 
-def compile_batch(input, output, params, log) -> None:
-    """Rule ``compile_batch``: ``module.vmfb`` and ``batch.json`` of one (batch,
-    executor) (:func:`compile_batch_job`). Params: ``executor`` (effective),
-    ``members`` (``[{"slug", "layer_id"}]`` in batch order), ``outdated``, ``rerun``
-    (:func:`~torq_gen_config.steps.markers.timeout_rerun_token` of ``batch.json``);
-    untracked ``timeout_s``. Inputs ``mlir`` and ``import_status``: the members' files, in order."""
+def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir: str, logs_dir: str,
+                  batches_dir: str, batches: list[dict] | None, needs_mlir: bool, quantized: bool,
+                  timing: dict | None, precision: dict, tolerance: dict, timeout_s: float, skip_mode: bool = False,
+                  earlier: list[str] = (), log_file: str | None = None, verbose: bool = False,
+                  only: list[str] | None = None, out: str | None = None, prepared: str | None = None) -> dict:
+    """Rule ``test_unit``: the unit's layers on one executor.
+
+    First each compile batch of the unit (``batches``: ``[{"id", "members": [slug]}]``,
+    None when the executor compiles each layer in its own test) is compiled
+    (:func:`compile_batch_job`) unless its key (the executor and the members' MLIR
+    and import status, :mod:`.units`) still matches and it did not time out under a
+    smaller limit. Then each member (``members``: ``[{"layer_id", "slug", "op_type",
+    "node_index"}]``) is tested (:func:`test_layer_job`) unless its ``result.json``
+    key (executor, ``timing``, ``precision``, batch or alone, and its model,
+    reference, MLIR and import status) still matches and no rerun is due: a
+    ``skipped`` verdict outside skip mode, a timeout under a smaller limit than
+    ``timeout_s`` (s), in skip mode a result of an ``earlier`` executor (priority
+    order) newer than its own. ``only``: test only these slugs (a layer's result
+    file asked for on its own); ``out``: the unit's record, written last.
+    ``prepared``: the unit's prepare record, removed when a member's prepared file
+    turns out damaged or gone, so that the next run prepares the unit again.
+
+    Files: ``layers_dir/<slug>/<executor>/result.json`` (+ ``.key``), logs
+    ``logs_dir/test_layer/<slug>.<executor>.log`` and
+    ``logs_dir/compile_batch/<executor>.<batch id>.log``, batches
+    ``batches_dir/<executor>/<batch id>/``. Every member gets its verdict; a bug on
+    one layer is its ``internal`` error verdict (:func:`test_layer_job`).
+
+    Returns:
+        ``{"unit", "executor", "members": [{"slug", "status", "tested" (bool),
+        "result": [size, mtime_ns]}]}`` (the identities: a retested member changes the
+        record's content, which is what reruns the report; Snakemake compares the
+        checksums of small inputs, not only their mtimes).
+
+    Raises:
+        DamagedWorkFile: a member's prepared file was damaged or gone (after the others
+            are tested; the first such message).
+    """
+    name = executor["name"]
+    wanted = set(only) if only is not None else None
+    batch_of: dict[str, dict] = {}
+    for b in batches or []:
+        bdir = os.path.join(batches_dir, name, b["id"])
+        paths = {"module": os.path.join(bdir, "module.vmfb"), "info": os.path.join(bdir, "batch.json")}
+        for slug in b["members"]:
+            batch_of[slug] = paths
+        if wanted is not None and not wanted.intersection(b["members"]):
+            continue
+        by_slug = {m["slug"]: m for m in members}
+        full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": os.path.join(layers_dir, s, "model.mlir"),
+                 "import_status": os.path.join(layers_dir, s, "import.json")} for s in b["members"]]
+        key = make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
+                       [p for m in full for p in (m["mlir"], m["import_status"])])
+        if timed_out_under_smaller(paths["info"], timeout_s) or not is_current(paths["info"], key, paths["module"]):
+            drop_key(paths["info"])
+            consume_marker(paths["info"] + TIMED_OUT_SUFFIX)
+            compile_batch_job(executor=executor, members=full, out_dir=bdir, timeout_s=timeout_s,
+                              log=os.path.join(logs_dir, "compile_batch", f"{name}.{b['id']}.log"))
+            record_key(paths["info"], key)
+    record, damaged = [], []
+    for m in members:
+        slug = m["slug"]
+        d = os.path.join(layers_dir, slug)
+        result = os.path.join(d, name, "result.json")
+        if wanted is not None and slug not in wanted:
+            continue
+        model = os.path.join(d, "quantized.onnx" if quantized else "model.onnx")
+        mlir = os.path.join(d, "model.mlir") if needs_mlir else None
+        status = os.path.join(d, "import.json") if needs_mlir else None
+        earlier_results = [os.path.join(d, e, "result.json") for e in earlier] if skip_mode else []
+        batch = batch_of.get(slug)
+        key = make_key({"executor": executor, "timing": timing, "precision": precision, "batch": bool(batch)},
+                       [model, os.path.join(d, "reference.npz"), mlir, status])
+        due = ((not skip_mode and was_skipped(os.path.dirname(result)))
+               or timed_out_under_smaller(result, timeout_s)
+               or (skip_mode and newer_than(earlier_results, result)))
+        if not due and is_current(result, key):
+            record.append({"slug": slug, "status": _status_of(result), "tested": False, "result": file_identity(result)})
+            continue
+        drop_key(result)
+        os.makedirs(os.path.dirname(result), exist_ok=True)
+        if not skip_mode:
+            consume_marker(os.path.join(os.path.dirname(result), SKIPPED_MARKER))
+        consume_marker(result + TIMED_OUT_SUFFIX)
+        try:
+            test_layer_job(layer=m, executor=executor, layer_onnx=model, reference=os.path.join(d, "reference.npz"),
+                           mlir=mlir, import_status=status, result=result, tolerance=tolerance, timeout_s=timeout_s,
+                           log=os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log"), log_file=log_file,
+                           verbose=verbose, earlier_results=earlier_results, timing=timing, batch=batch)
+        except DamagedWorkFile as e:  # removed: the unit's preparation must run again
+            damaged.append(e)
+            continue
+        record_key(result, key)
+        record.append({"slug": slug, "status": _status_of(result), "tested": True, "result": file_identity(result)})
+    if damaged:
+        if prepared:
+            Path(prepared).unlink(missing_ok=True)
+        raise damaged[0]
+    res = {"unit": unit, "executor": name, "members": record}
+    if out:
+        write_json(out, res)
+    return res
+
+
+def _status_of(result: str) -> str | None:
+    """The status in a layer's result.json (None when it cannot be read)."""
+    try:
+        return read_json(result, "layer result").get("status")
+    except Exception:  # noqa: BLE001 - a record, not a verdict: the report reads the file again
+        return None
+
+
+def _unit_params(input, params) -> dict:
+    return dict(unit=params.unit, members=params.members, executor=params.executor,
+                layers_dir=params.layers_dir.value, logs_dir=params.logs_dir.value,
+                batches_dir=params.batches_dir.value, batches=params.batches, needs_mlir=params.needs_mlir,
+                quantized=params.precision.get("quantize") is not None, timing=params.timing,
+                precision=params.precision, tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
+                skip_mode=params.skip_mode.value, earlier=params.earlier.value, log_file=params.log_file.value,
+                verbose=params.verbose.value)
+
+
+def test_unit(input, output, params, log) -> None:
+    """Rule ``test_unit``: the unit's ``<executor>.json`` (:func:`test_unit_job`).
+    Params: ``unit``, ``members``, ``executor`` (effective), ``batches``, ``needs_mlir``,
+    ``timing``, ``precision``, ``rerun`` (the members' skip and timeout records and the
+    batches' timeout records: their rerun tokens, steps.markers), ``outdated``;
+    untracked ``tolerance``, ``timeout_s``, ``skip_mode``, ``earlier``, ``log_file``,
+    ``verbose`` and the directories."""
     mark_outdated(params.outdated)
-    consume_rerun_marker(output.info + TIMED_OUT_SUFFIX, params.rerun)
-    members = [{**m, "mlir": mlir, "import_status": status}
-               for m, mlir, status in zip(params.members, input.mlir, input.import_status)]
-    compile_batch_job(executor=params.executor, members=members, out_dir=os.path.dirname(output.module),
-                      timeout_s=params.timeout_s.value, log=log[0])
+    test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared)
+
+
+def test_layer(input, output, params, log) -> None:
+    """Rule ``test_layer``: one layer's ``result.json`` asked for on its own (a
+    re-target): its unit's compile batch compiled again if it is out of date, then
+    this layer tested (:func:`test_unit_job` with ``only``). The unit's record gets
+    the new entry (:func:`update_unit_record`), so the next run makes the report again."""
+    mark_outdated(params.outdated)
+    slug = os.path.basename(os.path.dirname(os.path.dirname(output.result)))
+    res = test_unit_job(**_unit_params(input, params), only=[slug], prepared=input.prepared)
+    update_unit_record(params.unit_record.value, res["members"])
+
+
+def update_unit_record(path: str, entries: list[dict]) -> None:
+    """Put ``entries`` (members of :func:`test_unit_job`'s record) into the unit's
+    record at ``path``, if it exists: its content changes, so the next run makes the
+    report again with the re-targeted verdict."""
+    try:
+        rec = read_json(path, "unit record")
+    except Exception:  # noqa: BLE001 - none yet, or damaged: the unit job makes it (again)
+        return
+    new = {e["slug"]: e for e in entries}
+    rec["members"] = [new.get(m.get("slug"), m) for m in rec.get("members", [])]
+    write_json(path, rec)

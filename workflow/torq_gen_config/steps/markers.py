@@ -80,3 +80,19 @@ def consume_rerun_marker(marker: str, token: str | None) -> None:
     ``<marker>.done``; its mtime stays, so the next run computes the same param."""
     if token is not None and _token(marker) == token:
         os.replace(marker, marker + DONE_SUFFIX)
+
+
+def timed_out_under_smaller(output: str, timeout_s: float | None) -> bool:
+    """Whether ``output`` records a timeout under a smaller limit than ``timeout_s``
+    (seconds) now: the job that made it must run again (read-only)."""
+    try:
+        return float(Path(output + TIMED_OUT_SUFFIX).read_text().strip()) < float(timeout_s or DEFAULT_TIMEOUT_S)
+    except (OSError, ValueError):
+        return False
+
+
+def consume_marker(marker: str) -> None:
+    """Rename a live ``marker`` to ``<marker>.done`` (its mtime, the rerun param's
+    value, stays): the rerun it asked for is being done (:func:`consume_rerun_marker`
+    when the token is the marker's own)."""
+    consume_rerun_marker(marker, _token(marker))

@@ -1,8 +1,10 @@
 """Jobs of rules/split.smk: split the model into layers (checkpoint, with each layer's
-inputs from the whole-model run), each layer's reference outputs and MLIR import."""
+inputs from the whole-model run), then per unit of layers (:mod:`.units`) each
+layer's quantized model (``--quantize``), reference outputs and MLIR import."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,8 +12,9 @@ from pathlib import Path
 from ..fileio import atomic_write_text, read_json, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
-from .markers import TIMED_OUT_SUFFIX, consume_rerun_marker, record_timeout
-from .quantize import quantized_input_ranges
+from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
+from .quantize import quantize_layer_job, quantized_input_ranges
+from .units import drop_key, file_identity, is_current, make_key, record_key
 from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
 
 @records_failure
@@ -132,6 +135,108 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
 
 
+#: the per-layer files of a prepared layer (their identities are in the unit's record)
+PREPARED_LAYER_FILES = ("quantized.onnx", "reference.npz", "model.mlir", "import.json")
+
+
+def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_dir: str, prepared: str,
+                     input_settings: dict, layer_inputs: str, engine: str, precision: dict, import_mlir: bool,
+                     quantize: dict | None = None, ranges: str | None = None, full_quant_info: str | None = None,
+                     timeout_s: float | None = None) -> dict:
+    """Rule ``prepare_unit``: for each member layer of the unit, in order, what its
+    tests need, each step redone only when its key (:mod:`.units`) no longer matches
+    or it timed out under a smaller limit than ``timeout_s`` (s):
+
+    - with ``quantize`` (the quantization settings; ``ranges``: calibration.json,
+      ``full_quant_info``: the whole model's quantize.json): ``quantized.onnx`` and
+      ``quantize.json`` (:func:`~.quantize.quantize_layer_job`);
+    - ``reference.npz``: its inputs and both references' outputs
+      (:func:`reference_job`; ``input_settings``, ``layer_inputs``, ``engine``);
+    - with ``import_mlir``: ``model.mlir`` and ``import.json`` (:func:`import_layer_job`).
+
+    Files per layer under ``layers_dir/<slug>/``, logs under
+    ``logs_dir/{quantize_layer,layer_reference,import_layer}/<slug>.log``. A member
+    that fails unexpectedly does not stop the others; the job then raises after all
+    of them, naming the layers, and the next run redoes only those.
+
+    Returns:
+        The ``prepared`` record written last: ``{"unit", "members": [{"slug",
+        "redone": [step, ...], "files": {name: [size, mtime_ns] or None}}]}``.
+
+    Raises:
+        RuntimeError: a member failed (a bug; the message names the layers and errors).
+    """
+    import traceback
+
+    record, failed = [], []
+    for m in members:
+        slug = m["slug"]
+        d = os.path.join(layers_dir, slug)
+        redone: list[str] = []
+        try:
+            model = os.path.join(d, "model.onnx")
+            if quantize is not None:
+                quantized, qinfo = os.path.join(d, "quantized.onnx"), os.path.join(d, "quantize.json")
+                key = make_key({"quantize": quantize}, [model, ranges, full_quant_info])
+                if not is_current(qinfo, key, quantized):
+                    drop_key(qinfo)
+                    log = _fresh_log(logs_dir, "quantize_layer", slug)
+                    quantize_layer_job(layer_onnx=model, ranges=ranges, quantized=quantized, info=qinfo,
+                                       settings=quantize, full_model_info=full_quant_info, timeout_s=timeout_s,
+                                       log=log)
+                    record_key(qinfo, key)
+                    redone.append("quantize")
+                model = quantized
+            reference = os.path.join(d, "reference.npz")
+            inputs = os.path.join(d, "inputs.npz") if layer_inputs == "propagate" else None
+            key = make_key({"inputs": input_settings, "layer_inputs": layer_inputs, "engine": engine,
+                            "precision": precision}, [model, inputs, ranges if quantize is not None else None])
+            if timed_out_under_smaller(reference, timeout_s) or not is_current(reference, key):
+                drop_key(reference)
+                consume_marker(reference + TIMED_OUT_SUFFIX)
+                reference_job(layer_onnx=model, reference=reference, input_settings=input_settings,
+                              inputs_path=inputs, calibration=ranges if quantize is not None else None,
+                              engine=engine, timeout_s=timeout_s, log=_fresh_log(logs_dir, "layer_reference", slug))
+                record_key(reference, key)
+                redone.append("reference")
+            if import_mlir:
+                mlir, status = os.path.join(d, "model.mlir"), os.path.join(d, "import.json")
+                key = make_key({"precision": precision}, [model])
+                if timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir):
+                    drop_key(status)
+                    consume_marker(status + TIMED_OUT_SUFFIX)
+                    import_layer_job(layer_onnx=model, mlir=mlir, status=status, timeout_s=timeout_s,
+                                     log=_fresh_log(logs_dir, "import_layer", slug))
+                    record_key(status, key)
+                    redone.append("import")
+        except Exception as e:  # noqa: BLE001 - one layer's bug must not stop the unit's others
+            failed.append(f"{m['layer_id']}: {type(e).__name__}: {str(e)[:300]}")
+            _log(os.path.join(logs_dir, "prepare_unit", f"{unit}.log"), traceback.format_exc())
+        # the files' identities: a redone member changes this record's content (Snakemake
+        # compares the checksums of small inputs, so a rewrite with the same text would
+        # not rerun the unit's tests)
+        record.append({"slug": slug, "redone": redone,
+                       "files": {f: file_identity(os.path.join(d, f)) for f in PREPARED_LAYER_FILES}})
+    if failed:
+        raise RuntimeError(f"preparing {len(failed)} layer(s) of unit {unit} failed (the others are done; "
+                           f"the next run redoes these): " + "; ".join(failed))
+    res = {"unit": unit, "members": record}
+    write_json(prepared, res)
+    n = sum(1 for r in record if r["redone"])
+    print(f"unit {unit}: {len(record)} layers prepared" + (f" ({n} redone)" if n != len(record) else ""),
+          file=sys.stderr)
+    return res
+
+
+def _fresh_log(logs_dir: str, step: str, slug: str) -> str:
+    """The per-layer log of ``step`` (``logs_dir/<step>/<slug>.log``), emptied: each
+    redo writes it anew, as a job per layer did."""
+    path = Path(logs_dir, step, f"{slug}.log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    return str(path)
+
+
 def split_layers(input, output, params, log) -> None:
     """Checkpoint ``split_layers``: the manifest, the layer models and (``layer_inputs``:
     propagate) their inputs (:func:`split_layers_job`)."""
@@ -141,20 +246,16 @@ def split_layers(input, output, params, log) -> None:
                      timeout_s=params.timeout_s.value, log=log[0])
 
 
-def layer_reference(input, output, params, log) -> None:
-    """Rule ``layer_reference``: the layer's inputs and reference outputs (:func:`reference_job`);
-    param ``rerun``: see :func:`~torq_gen_config.steps.markers.timeout_rerun_token`."""
+def prepare_unit(input, output, params, log) -> None:
+    """Rule ``prepare_unit``: the unit's layers prepared (:func:`prepare_unit_job`).
+    Inputs: ``models`` (the split's), ``inputs`` (propagated inputs), with quantize
+    ``ranges`` and ``full``. Params: ``unit``, ``members``, ``inputs``, ``layer_inputs``,
+    ``engine``, ``precision``, ``quantize``, ``import_mlir``, ``rerun`` (the members'
+    timeout records: :func:`~.markers.timeout_rerun_token`), ``outdated``; untracked
+    ``timeout_s``, ``layers_dir``, ``logs_dir``."""
     mark_outdated(params.outdated)
-    consume_rerun_marker(output.reference + TIMED_OUT_SUFFIX, params.rerun)
-    reference_job(layer_onnx=input.model, reference=output.reference, input_settings=params.inputs,
-                  inputs_path=input.get("inputs"), calibration=input.get("calibration"), engine=params.engine,
-                  timeout_s=params.timeout_s.value, log=log[0])
-
-
-def import_layer(input, output, params, log) -> None:
-    """Rule ``import_layer``: the layer's MLIR and import status (:func:`import_layer_job`);
-    param ``rerun``: see :func:`~torq_gen_config.steps.markers.timeout_rerun_token`."""
-    mark_outdated(params.outdated)
-    consume_rerun_marker(output.status + TIMED_OUT_SUFFIX, params.rerun)
-    import_layer_job(layer_onnx=input.model, mlir=output.mlir, status=output.status,
-                     timeout_s=params.timeout_s.value, log=log[0])
+    prepare_unit_job(unit=params.unit, members=params.members, layers_dir=params.layers_dir.value,
+                     logs_dir=params.logs_dir.value, prepared=output.prepared, input_settings=params.inputs,
+                     layer_inputs=params.layer_inputs, engine=params.engine, precision=params.precision,
+                     import_mlir=params.import_mlir, quantize=params.quantize, ranges=input.get("ranges"),
+                     full_quant_info=input.get("full"), timeout_s=params.timeout_s.value)
