@@ -20,17 +20,11 @@ def test_the_slurm_profile_names_the_slurm_executor_and_its_settings():
     settings = cluster.read_profile(REPO / "profiles" / "slurm")
     assert settings["executor"] == "slurm"
     assert settings["slurm-status-command"] == "squeue"  # no accounting database, no sacct
-    assert {c.split("=")[0] for c in settings["group-components"]} == {"layer_imports", "layer_tests"}
-    # the per-layer rules are grouped (imports apart from tests: the compile batches sit
-    # between them, docs/compile_batches.md); the rules named exist in rules/*.smk
+    # no groups: the jobs are units of layers already (steps/units.py); every rule with
+    # resources set exists in rules/*.smk, and the unit rules have theirs
+    assert "groups" not in settings and "group-components" not in settings
     rules = "".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))
-    groups = {}
-    for item in settings["groups"]:
-        rule, group = item.split("=")
-        assert group in ("layer_imports", "layer_tests") and f"rule {rule}:" in rules, item
-        groups[rule] = group
-    assert groups["import_layer"] == "layer_imports" and groups["test_layer"] == "layer_tests"
-    assert "compile_batch" not in groups
+    assert {"prepare_unit", "test_unit"} <= {item.split(":")[0] for item in settings["set-resources"]}
     for item in settings.get("set-resources", []):
         assert f"rule {item.split(':')[0]}:" in rules or f"checkpoint {item.split(':')[0]}:" in rules, item
 
