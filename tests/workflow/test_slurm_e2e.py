@@ -76,22 +76,21 @@ def _kinds(jobs: dict[int, str]) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
-    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers, 15 per-layer jobs, 2 batch jobs
+    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers: one unit (steps/units.py)
     local = run_cli("discover", "--model", model, "--output-dir", tmp_path / "local", "-j", "2", "-q")
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     expected = comparable(json.loads((tmp_path / "local" / "torq_gen_config_cnn.json").read_text()))
 
-    # the CLI form, two groups of layers (the profile's 11 layers a group would make one)
+    # the CLI form
     t0 = time.perf_counter()
-    r = run_cli("discover", "--profile", PROFILE, "--model", model, "--output-dir", tmp_path / "cli", "-q",
-                "--", "--group-components", "layer_imports=11", "layer_tests=2")  # the flag replaces the list
+    r = run_cli("discover", "--profile", PROFILE, "--model", model, "--output-dir", tmp_path / "cli", "-q")
     wall = time.perf_counter() - t0
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     jobs = submissions(out)
-    # compile batches (the default): the imports in their group, one batch per iree executor
+    # one unit: its preparation, and its compile batch and tests per executor (3)
     assert _kinds(jobs) == {"rule_prepare_model": 1, "rule_import_full_model": 1, "rule_split_layers": 1,
-                            "group:layer_imports": 1, "rule_compile_batch": 2, "group:layer_tests": 2}, out[-4000:]
+                            "rule_prepare_unit": 1, "rule_test_unit": 3}, out[-4000:]
     # they ran in SLURM: the controller completed each of them
     log = slurm.controller_log()
     for jobid in jobs:
@@ -108,7 +107,7 @@ def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
     report = json.loads((tmp_path / "cli" / "torq_gen_config_cnn.json").read_text())
     assert report["full_model"]["status"] == "success"
 
-    # the Snakemake form from the repository root (profiles/default is read too; one group)
+    # the Snakemake form from the repository root (profiles/default is read too)
     r = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "--profile", "profiles/slurm", "--config",
                         f"model={model}", f"output_dir={tmp_path / 'smk'}"],
                        cwd=REPO, capture_output=True, text=True, timeout=900)
@@ -116,7 +115,7 @@ def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
     assert r.returncode == 0, out[-4000:]
     jobs = submissions(out)
     assert _kinds(jobs) == {"rule_prepare_model": 1, "rule_import_full_model": 1, "rule_split_layers": 1,
-                            "group:layer_imports": 1, "rule_compile_batch": 2, "group:layer_tests": 1}, out[-4000:]
+                            "rule_prepare_unit": 1, "rule_test_unit": 3}, out[-4000:]
     log = slurm.controller_log()
     assert all(f"_job_complete: JobId={jobid} done" in log for jobid in jobs), log[-3000:]
     assert comparable(json.loads((tmp_path / "smk" / "torq_gen_config_cnn.json").read_text())) == expected
