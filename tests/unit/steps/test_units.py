@@ -1,0 +1,80 @@
+"""steps/units.py: the unit plan (about 32 layers, whole compile batches) and the
+per-layer keys that keep what is up to date inside a unit job."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from torq_gen_config.batch_compile import plan_batches
+from torq_gen_config.steps import units
+
+
+@pytest.mark.parametrize("compile_batch,size", [(1, 32), (8, 32), (5, 35), (32, 32), (64, 64), (100, 100)])
+def test_unit_size_is_about_32_layers_and_whole_batches(compile_batch, size):
+    assert units.unit_size(compile_batch) == size
+    assert units.unit_size(compile_batch) % compile_batch == 0
+
+
+def test_unit_size_refuses_a_batch_below_one():
+    with pytest.raises(ValueError, match="compile_batch"):
+        units.unit_size(0)
+
+
+@pytest.mark.parametrize("n,compile_batch", [(0, 32), (1, 32), (66, 32), (100, 5), (70, 1), (1000, 32), (5000, 64)])
+def test_units_cover_the_layers_in_order_and_nest_the_batches(n, compile_batch):
+    slugs = [f"L{i}" for i in range(n)]
+    plan = units.plan_units(slugs, compile_batch)
+    assert [s for u in plan for s in u["members"]] == slugs
+    assert [u["id"] for u in plan] == [f"{k:04d}" for k in range(len(plan))]
+    assert all(len(u["members"]) <= units.unit_size(compile_batch) for u in plan)
+    # every compile batch of the same layers lies in one unit (a unit job compiles its own)
+    unit_of = {s: u["id"] for u in plan for s in u["members"]}
+    for b in plan_batches(slugs, compile_batch, "k"):
+        assert len({unit_of[s] for s in b["members"]}) == 1, b
+
+
+def test_a_5000_layer_model_is_a_few_hundred_jobs():
+    plan = units.plan_units([f"L{i}" for i in range(5000)], 32)
+    jobs = len(plan) * (1 + 3)  # prepare + a test job per executor (the default three)
+    assert len(plan) == 157 and jobs < 700
+
+
+def test_key_follows_settings_and_file_identity(tmp_path):
+    f = tmp_path / "model.onnx"
+    f.write_bytes(b"abc")
+    k = units.make_key({"a": 1}, [f, None])
+    assert k == units.make_key({"a": 1}, [f, None])
+    assert k != units.make_key({"a": 2}, [f, None])
+    st = os.stat(f)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert k != units.make_key({"a": 1}, [f, None])  # rewritten (mtime), even with the same bytes
+    f.unlink()
+    assert units.make_key({"a": 1}, [f]) != k  # gone
+
+
+def test_is_current_needs_the_output_its_companions_and_the_same_key(tmp_path):
+    out, other = tmp_path / "result.json", tmp_path / "model.mlir"
+    assert not units.is_current(out, "k")
+    out.write_text("{}")
+    assert not units.is_current(out, "k")  # no key file: made by a job killed before its key
+    units.record_key(out, "k")
+    assert units.is_current(out, "k") and not units.is_current(out, "k2")
+    assert not units.is_current(out, "k", other)
+    other.write_text("")
+    assert units.is_current(out, "k", other)
+    units.drop_key(out)
+    units.drop_key(out)  # twice is fine
+    assert not units.is_current(out, "k")
+
+
+def test_newer_than(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert units.newer_than([a], b)  # a missing output is older than anything
+    b.write_text("")
+    assert not units.newer_than([a], b)  # a missing input is not newer
+    time.sleep(0.01)
+    a.write_text("")
+    assert units.newer_than([a], b) and not units.newer_than([b], a)
