@@ -497,7 +497,13 @@ def _earlier_executors(executor):
 
 def get_unit_test_inputs(wildcards):
     """The unit's prepare record and, in skip mode, its records of the executors
-    before this one (a layer's executors are tested in priority order)."""
+    before this one (a layer's executors are tested in priority order).
+
+    The unit's members are looked up here too, not only in the params: that asks for the
+    split checkpoint, so a job run on its own (a cluster node: --target-jobs with
+    --allowed-rules test_unit) has the checkpoint in its DAG before the params read the
+    manifest (Snakemake refuses a param that depends on a checkpoint outside the inputs)."""
+    _unit_slugs(wildcards)
     inputs = {"prepared": os.path.join(UNITS, wildcards.unit, units.PREPARED_FILE)}
     earlier = _earlier_executors(wildcards.executor)
     if earlier:
