@@ -199,17 +199,25 @@ COMPILE_BATCH = config["compile_batch"]
 _BATCH_CACHE = {}
 
 
+# Both are the same for the whole parse and asked for by every unit job (cached: a
+# backend lookup each cost 0.1 s of a 1,000-layer no-op; docs/scale.md).
+BATCHED = {name: COMPILE_BATCH > 1 and backends.capabilities(e["backend"]).batch_compile for name, e in EXECUTORS.items()}
+_EFFECTIVE = {}
+
+
 def batched(executor):
     """Whether the executor's layers are compiled in batches (compile_batch > 1 and
     its backend has batch_compile)."""
-    return COMPILE_BATCH > 1 and backends.capabilities(EXECUTORS[executor]["backend"]).batch_compile
+    return BATCHED[executor]
 
 
 def effective_executor(name):
-    """The executor ``name`` with the run-wide tool options applied, keys sorted."""
-    executor = backends.executor_with_tool_options(EXECUTORS[name], config["compiler_options"],
-                                                   config["runtime_options"], backends.run_wide_overrides(config))
-    return canonical(executor)
+    """The executor ``name`` with the run-wide tool options applied, keys sorted (a
+    fresh copy: params must not share mutable values)."""
+    if name not in _EFFECTIVE:
+        _EFFECTIVE[name] = json.dumps(canonical(backends.executor_with_tool_options(
+            EXECUTORS[name], config["compiler_options"], config["runtime_options"], backends.run_wide_overrides(config))))
+    return json.loads(_EFFECTIVE[name])
 
 
 def layer_batches(executor):
@@ -462,17 +470,27 @@ def get_unit_members(wildcards):
 
 
 def get_prepare_inputs(wildcards):
-    """The unit's layer models and (layer_inputs: propagate) their inputs, written by
-    the split checkpoint; with quantize the calibration ranges and the full model's
-    quantization info."""
-    slugs = _unit_slugs(wildcards)
-    inputs = {"models": [os.path.join(LAYERS, s, "model.onnx") for s in slugs]}
-    if config["layer_inputs"] == "propagate":
-        inputs["inputs"] = [os.path.join(LAYERS, s, "inputs.npz") for s in slugs]
+    """The split's manifest (its checkpoint wrote the layers' models and inputs before
+    it) and, with quantize, the calibration ranges and the full model's quantization
+    info. The layers' own files are not inputs but a param (get_prepare_files): one
+    stat each, where Snakemake's matching of an input file to the rules costs ~0.1 ms
+    a file at every start (docs/scale.md)."""
+    _unit_slugs(wildcards)  # the checkpoint, before the params read the manifest
+    inputs = {"manifest": os.path.join(LAYERS, "manifest.json")}
     if QUANTIZE:
         inputs["ranges"] = os.path.join(QUANT, "calibration.json")
         inputs["full"] = os.path.join(QUANT, "quantize.json")
     return inputs
+
+
+def get_prepare_files(wildcards):
+    """The identity (size, mtime ns) of each member's split model and propagated inputs
+    (a param: the split rewrites only the files that changed, so another value reruns
+    the unit, whose keys redo only those layers)."""
+    propagate = config["layer_inputs"] == "propagate"
+    return {s: [units.file_identity(os.path.join(LAYERS, s, "model.onnx")),
+                units.file_identity(os.path.join(LAYERS, s, "inputs.npz")) if propagate else None]
+            for s in _unit_slugs(wildcards)}
 
 
 def get_prepare_rerun(wildcards):
@@ -480,8 +498,8 @@ def get_prepare_rerun(wildcards):
     smaller --timeout than now, new tokens (steps.markers.timeout_rerun_token)."""
     out = {}
     for s in _unit_slugs(wildcards):
-        tokens = [timeout_rerun_token(os.path.join(LAYERS, s, f), config["timeout_s"])
-                  for f in ("reference.npz", "import.json")]
+        d = os.path.join(LAYERS, s)
+        tokens = [timeout_rerun_token(os.path.join(d, f), config["timeout_s"]) for f in ("reference.npz", "import.json")]
         if any(tokens):
             out[s] = tokens
     return out
@@ -549,6 +567,56 @@ def get_unit_test_rerun(wildcards):
     return out
 
 
+_RECORD_CACHE = {}
+
+
+def _unit_record(path):
+    """A unit's record (prepared.json or <executor>.json) as ``{slug: member}``, cached
+    per mtime; None when there is none (or it cannot be read: the unit job makes it)."""
+    try:
+        key = (path, os.stat(path).st_mtime_ns)
+    except OSError:
+        return None
+    if key not in _RECORD_CACHE:
+        if len(_RECORD_CACHE) > 4 * (len(EXECUTORS) + 1) * max(1, len(layer_units()[0])):
+            _RECORD_CACHE.clear()
+        try:
+            _RECORD_CACHE[key] = {m["slug"]: m for m in read_json(path, "unit record")["members"]}
+        except (ReportError, KeyError, TypeError):
+            _RECORD_CACHE[key] = None
+    return _RECORD_CACHE[key]
+
+
+def get_unit_drift(wildcards):
+    """Members whose files changed outside the workflow since the unit's records were
+    written (read-only; a param of the test jobs, so such a change reruns the unit):
+    ``prepared``: a layer's reference, MLIR, import status or quantized model differs
+    from what its preparation recorded (edited, damaged, deleted: its test key no longer
+    matches, so it is tested again); ``results``: its verdict file differs from what
+    the last test job recorded (deleted or edited: tested again). Empty lists when a
+    record is missing (its job runs first). A stat per file: ~7,000 at 1,000 layers
+    and 3 executors."""
+    unit = _unit(wildcards)
+    prepared = _unit_record(os.path.join(UNITS, unit, units.PREPARED_FILE)) or {}
+    results = _unit_record(os.path.join(UNITS, unit, f"{wildcards.executor}.json")) or {}
+    return {
+        "prepared": sorted(s for s, m in prepared.items()
+                           if any(units.file_identity(os.path.join(LAYERS, s, f)) != ident
+                                  for f, ident in (m.get("files") or {}).items())),
+        "results": sorted(s for s, m in results.items()
+                          if "result" in m and units.file_identity(
+                              layout.layer_result_file(LAYERS, s, wildcards.executor)) != m["result"]),
+    }
+
+
+def forced(rule):
+    """Whether this run recomputes the jobs of ``rule`` whatever the members' keys say
+    (Snakemake's --forceall, i.e. `discover --recompute-cache`, or --forcerun RULE): an
+    untracked param of the unit jobs, which then redo every member."""
+    settings = getattr(workflow, "dag_settings", None)  # set after the parse: ask in a param function
+    return bool(settings and (settings.forceall or rule in settings.forcerun))
+
+
 # The params of rules test_unit and test_layer (rules/layer_tests.smk).
 UNIT_TEST_PARAMS = dict(
     unit=_unit,
@@ -559,6 +627,7 @@ UNIT_TEST_PARAMS = dict(
     timing=get_timing,
     precision=LAYER_PRECISION,
     rerun=get_unit_test_rerun,
+    drift=get_unit_drift,
     tolerance=untracked(config["tolerance"]),
     timeout_s=TIMEOUT,
     skip_mode=untracked(config["skip_mode"]),
@@ -568,6 +637,7 @@ UNIT_TEST_PARAMS = dict(
     layers_dir=untracked(LAYERS),
     logs_dir=untracked(LOGS),
     batches_dir=untracked(BATCHES),
+    force=lambda wildcards: untracked(forced("test_unit")),
     outdated=REPORT_OUTDATED,
 )
 

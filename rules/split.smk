@@ -35,6 +35,7 @@ rule prepare_unit:
     params:
         unit=lambda wildcards: wildcards.unit,
         members=get_unit_members,
+        files=get_prepare_files,
         inputs=config["inputs"],
         layer_inputs=config["layer_inputs"],
         engine=config["reference"],
@@ -45,6 +46,7 @@ rule prepare_unit:
         timeout_s=TIMEOUT,
         layers_dir=untracked(LAYERS),
         logs_dir=untracked(LOGS),
+        force=lambda wildcards: untracked(forced("prepare_unit")),
         outdated=REPORT_OUTDATED,
     log:
         os.path.join(LOGS, "prepare_unit", "{unit}.log"),

@@ -36,7 +36,7 @@ def test_dry_run_writes_nothing(tmp_path):
     before = snapshot(out)
     r = run_snakemake("-n", "--config", f"model={model}", f"output_dir={out}", "timeout_s=60", "--quiet", "rules")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert "test_layer" in r.stdout, r.stdout[-3000:]  # the reruns are planned...
+    assert "test_unit" in r.stdout, r.stdout[-3000:]  # the reruns are planned (the unit of the timed-out test)...
     assert snapshot(out) == before  # ...without touching a file
 
 
@@ -58,8 +58,8 @@ def test_discover_dry_run_lists_the_jobs_and_writes_nothing(tmp_path):
     r = run_cli("discover", "--model", model, "--output-dir", out, "--timeout", "60", "-n")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     text = r.stdout + r.stderr
-    assert "test_layer" in text and "aggregate_report" in text, text[-3000:]
+    assert "test_unit" in text and "aggregate_report" in text, text[-3000:]
     assert results() == before
     r = run_cli("discover", "--model", model, "--output-dir", out, "--timeout", "1", "-n")  # same limit: nothing
-    assert r.returncode == 0 and "test_layer" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0 and "test_unit" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
     assert results() == before

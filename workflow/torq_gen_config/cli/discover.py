@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from ..errors import TorqGenConfigError
-    from ..fileio import read_json
+    from ..report.publish import read_report_summary
     from ..layout import OUTDATED_MARKER, compiler_file, report_file
     from ..workflow_api import run_workflow
 
@@ -142,9 +142,8 @@ def run(args: argparse.Namespace) -> int:
             section = None
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
         status = 0 if section is not None else 1
-    report = read_json(out / report_file(name), "report JSON")
-    print(report["final_report_text"])
-    summary = report["discovery_report"]["summary"]
+    text, summary = read_report_summary(out / report_file(name))
+    print(text)
     if config["dedup_layers"] and summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
         print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
     print(f"\nReport:        {out / report_file(name)}")

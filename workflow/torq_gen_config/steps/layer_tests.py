@@ -166,7 +166,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
                   batches_dir: str, batches: list[dict] | None, needs_mlir: bool, quantized: bool,
                   timing: dict | None, precision: dict, tolerance: dict, timeout_s: float, skip_mode: bool = False,
                   earlier: list[str] = (), log_file: str | None = None, verbose: bool = False,
-                  only: list[str] | None = None, out: str | None = None, prepared: str | None = None) -> dict:
+                  only: list[str] | None = None, out: str | None = None, prepared: str | None = None,
+                  force: bool = False, redo: list[str] = ()) -> dict:
     """Rule ``test_unit``: the unit's layers on one executor.
 
     First each compile batch of the unit (``batches``: ``[{"id", "members": [slug]}]``,
@@ -183,6 +184,9 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     file asked for on its own); ``out``: the unit's record, written last.
     ``prepared``: the unit's prepare record, removed when a member's prepared file
     turns out damaged or gone, so that the next run prepares the unit again.
+    ``force`` (``--recompute-cache``): every batch compiled and every member tested;
+    ``redo``: members tested again whatever their keys (their verdict file was deleted
+    or edited outside the workflow).
 
     Files: ``layers_dir/<slug>/<executor>/result.json`` (+ ``.key``), logs
     ``logs_dir/test_layer/<slug>.<executor>.log`` and
@@ -215,7 +219,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
                  "import_status": os.path.join(layers_dir, s, "import.json")} for s in b["members"]]
         key = make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
                        [p for m in full for p in (m["mlir"], m["import_status"])])
-        if timed_out_under_smaller(paths["info"], timeout_s) or not is_current(paths["info"], key, paths["module"]):
+        if (force or timed_out_under_smaller(paths["info"], timeout_s)
+                or not is_current(paths["info"], key, paths["module"])):
             drop_key(paths["info"])
             consume_marker(paths["info"] + TIMED_OUT_SUFFIX)
             compile_batch_job(executor=executor, members=full, out_dir=bdir, timeout_s=timeout_s,
@@ -235,10 +240,11 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         batch = batch_of.get(slug)
         key = make_key({"executor": executor, "timing": timing, "precision": precision, "batch": bool(batch)},
                        [model, os.path.join(d, "reference.npz"), mlir, status])
-        due = ((not skip_mode and was_skipped(os.path.dirname(result)))
+        due = (slug in redo
+               or (not skip_mode and was_skipped(os.path.dirname(result)))
                or timed_out_under_smaller(result, timeout_s)
                or (skip_mode and newer_than(earlier_results, result)))
-        if not due and is_current(result, key):
+        if not (due or force) and is_current(result, key):
             record.append({"slug": slug, "status": _status_of(result), "tested": False, "result": file_identity(result)})
             continue
         drop_key(result)
@@ -281,16 +287,17 @@ def _unit_params(input, params) -> dict:
                 quantized=params.precision.get("quantize") is not None, timing=params.timing,
                 precision=params.precision, tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
                 skip_mode=params.skip_mode.value, earlier=params.earlier.value, log_file=params.log_file.value,
-                verbose=params.verbose.value)
+                verbose=params.verbose.value, force=params.force.value, redo=params.drift["results"])
 
 
 def test_unit(input, output, params, log) -> None:
     """Rule ``test_unit``: the unit's ``<executor>.json`` (:func:`test_unit_job`).
     Params: ``unit``, ``members``, ``executor`` (effective), ``batches``, ``needs_mlir``,
-    ``timing``, ``precision``, ``rerun`` (the members' skip and timeout records and the
+    ``timing``, ``precision``, ``drift`` (members whose files changed outside the
+    workflow, rules/common.smk get_unit_drift), ``rerun`` (the members' skip and timeout records and the
     batches' timeout records: their rerun tokens, steps.markers), ``outdated``;
     untracked ``tolerance``, ``timeout_s``, ``skip_mode``, ``earlier``, ``log_file``,
-    ``verbose`` and the directories."""
+    ``verbose``, ``force`` and the directories."""
     mark_outdated(params.outdated)
     test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared)
 

@@ -96,3 +96,4 @@ def consume_marker(marker: str) -> None:
     value, stays): the rerun it asked for is being done (:func:`consume_rerun_marker`
     when the token is the marker's own)."""
     consume_rerun_marker(marker, _token(marker))
+

@@ -142,7 +142,7 @@ PREPARED_LAYER_FILES = ("quantized.onnx", "reference.npz", "model.mlir", "import
 def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_dir: str, prepared: str,
                      input_settings: dict, layer_inputs: str, engine: str, precision: dict, import_mlir: bool,
                      quantize: dict | None = None, ranges: str | None = None, full_quant_info: str | None = None,
-                     timeout_s: float | None = None) -> dict:
+                     timeout_s: float | None = None, force: bool = False) -> dict:
     """Rule ``prepare_unit``: for each member layer of the unit, in order, what its
     tests need, each step redone only when its key (:mod:`.units`) no longer matches
     or it timed out under a smaller limit than ``timeout_s`` (s):
@@ -153,6 +153,8 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     - ``reference.npz``: its inputs and both references' outputs
       (:func:`reference_job`; ``input_settings``, ``layer_inputs``, ``engine``);
     - with ``import_mlir``: ``model.mlir`` and ``import.json`` (:func:`import_layer_job`).
+
+    ``force`` (``--recompute-cache``): every step of every member is redone.
 
     Files per layer under ``layers_dir/<slug>/``, logs under
     ``logs_dir/{quantize_layer,layer_reference,import_layer}/<slug>.log``. A member
@@ -178,7 +180,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
             if quantize is not None:
                 quantized, qinfo = os.path.join(d, "quantized.onnx"), os.path.join(d, "quantize.json")
                 key = make_key({"quantize": quantize}, [model, ranges, full_quant_info])
-                if not is_current(qinfo, key, quantized):
+                if force or not is_current(qinfo, key, quantized):
                     drop_key(qinfo)
                     log = _fresh_log(logs_dir, "quantize_layer", slug)
                     quantize_layer_job(layer_onnx=model, ranges=ranges, quantized=quantized, info=qinfo,
@@ -191,7 +193,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
             inputs = os.path.join(d, "inputs.npz") if layer_inputs == "propagate" else None
             key = make_key({"inputs": input_settings, "layer_inputs": layer_inputs, "engine": engine,
                             "precision": precision}, [model, inputs, ranges if quantize is not None else None])
-            if timed_out_under_smaller(reference, timeout_s) or not is_current(reference, key):
+            if force or timed_out_under_smaller(reference, timeout_s) or not is_current(reference, key):
                 drop_key(reference)
                 consume_marker(reference + TIMED_OUT_SUFFIX)
                 reference_job(layer_onnx=model, reference=reference, input_settings=input_settings,
@@ -202,7 +204,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
             if import_mlir:
                 mlir, status = os.path.join(d, "model.mlir"), os.path.join(d, "import.json")
                 key = make_key({"precision": precision}, [model])
-                if timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir):
+                if force or timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir):
                     drop_key(status)
                     consume_marker(status + TIMED_OUT_SUFFIX)
                     import_layer_job(layer_onnx=model, mlir=mlir, status=status, timeout_s=timeout_s,
@@ -248,14 +250,14 @@ def split_layers(input, output, params, log) -> None:
 
 def prepare_unit(input, output, params, log) -> None:
     """Rule ``prepare_unit``: the unit's layers prepared (:func:`prepare_unit_job`).
-    Inputs: ``models`` (the split's), ``inputs`` (propagated inputs), with quantize
-    ``ranges`` and ``full``. Params: ``unit``, ``members``, ``inputs``, ``layer_inputs``,
+    Inputs: ``manifest``, with quantize ``ranges`` and ``full``. Params: ``unit``,
+    ``members``, ``files`` (the members' split files' identities), ``inputs``, ``layer_inputs``,
     ``engine``, ``precision``, ``quantize``, ``import_mlir``, ``rerun`` (the members'
     timeout records: :func:`~.markers.timeout_rerun_token`), ``outdated``; untracked
-    ``timeout_s``, ``layers_dir``, ``logs_dir``."""
+    ``timeout_s``, ``layers_dir``, ``logs_dir``, ``force``."""
     mark_outdated(params.outdated)
     prepare_unit_job(unit=params.unit, members=params.members, layers_dir=params.layers_dir.value,
                      logs_dir=params.logs_dir.value, prepared=output.prepared, input_settings=params.inputs,
                      layer_inputs=params.layer_inputs, engine=params.engine, precision=params.precision,
                      import_mlir=params.import_mlir, quantize=params.quantize, ranges=input.get("ranges"),
-                     full_quant_info=input.get("full"), timeout_s=params.timeout_s.value)
+                     full_quant_info=input.get("full"), timeout_s=params.timeout_s.value, force=params.force.value)
