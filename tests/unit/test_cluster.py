@@ -128,3 +128,84 @@ def test_a_profile_setting_snakemake_does_not_know_is_one_line(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines == [f"torq-gen-config: error: Snakemake rejected the settings of --profile {profile}: "
                      "unrecognized arguments: --nosuchoption=3"], lines
+
+
+def test_a_local_run_imports_the_slurm_plugin_without_its_controller_probe(tmp_path, monkeypatch):
+    """The slurm plugin runs `scontrol show config` at import (9 s for a controller that
+    does not answer); a local run imports it with SLURM_CONF naming an empty file, so that
+    the call fails at once, and the environment is as it was afterwards."""
+    seen = {}
+    fake = tmp_path / "snakemake_executor_plugin_slurm.py"
+    fake.write_text("import os\nSEEN_SLURM_CONF = os.environ.get('SLURM_CONF')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, cluster.SLURM_PLUGIN, raising=False)
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
+    assert cluster.import_slurm_plugin_without_probe() is True
+    seen["conf"] = sys.modules[cluster.SLURM_PLUGIN].SEEN_SLURM_CONF
+    assert seen["conf"] == cluster.NO_SLURM_CONF and Path(seen["conf"]).read_bytes() == b""
+    import os
+
+    assert os.environ["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+    assert cluster.import_slurm_plugin_without_probe() is False  # imported already: nothing to do
+    monkeypatch.delitem(sys.modules, cluster.SLURM_PLUGIN)
+
+
+def test_no_slurm_plugin_installed_is_nothing_to_do(monkeypatch):
+    monkeypatch.delitem(sys.modules, cluster.SLURM_PLUGIN, raising=False)
+    monkeypatch.setattr(cluster.importlib.util, "find_spec", lambda name: None)
+    assert cluster.import_slurm_plugin_without_probe() is False
+
+
+@pytest.mark.parametrize("profile, expected", [(None, True), ("local", True), ("slurm", False)])
+def test_only_local_runs_skip_the_probe(tmp_path, monkeypatch, profile, expected):
+    import argparse
+
+    from torq_gen_config.cli import options
+
+    calls = []
+    monkeypatch.setattr(cluster, "import_slurm_plugin_without_probe", lambda: calls.append(1))
+    monkeypatch.setattr(cluster, "slurm_controller_problem", lambda: None)
+    monkeypatch.setattr(cluster.importlib.util, "find_spec", lambda name: object())
+    path = None
+    if profile:
+        path = tmp_path / "p"
+        path.mkdir()
+        (path / "config.yaml").write_text(f"executor: {profile}\n")
+    options.resolve_execution_options(argparse.Namespace(cores=None, profile=str(path) if path else None))
+    assert bool(calls) is expected
+
+
+@pytest.mark.slow
+def test_a_local_run_does_not_wait_for_a_slurm_controller_that_is_down(tmp_path):
+    """Through the console script, with the plugin installed and a slurm.conf whose
+    controller does not answer (SLURM_CONF: a file naming a port nothing listens on): a
+    local dry run takes no longer than with no slurm.conf at all, where the probe fails at
+    once (skipped without the plugin or scontrol, or where that probe is fast anyway)."""
+    import importlib.util
+    import os
+    import shutil
+
+    if importlib.util.find_spec(cluster.SLURM_PLUGIN) is None or shutil.which("scontrol") is None:
+        pytest.skip("needs snakemake-executor-plugin-slurm and SLURM's scontrol")
+    from conftest import SQUEEZENET
+
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=down\nSlurmctldHost=localhost(127.0.0.1)\nSlurmctldPort=1\n"
+                    "NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=localhost Default=YES\n")
+    down = {**os.environ, "SLURM_CONF": str(conf)}
+    t0 = time.perf_counter()
+    subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, env=down, timeout=60)
+    probe_s = time.perf_counter() - t0
+    if probe_s < 2:
+        pytest.skip(f"`scontrol show config` gives up in {probe_s:.1f} s here: nothing to save")
+    exe = str(Path(sys.executable).parent / "torq-gen-config")
+    walls = {}
+    for label, env in (("no slurm.conf", {**os.environ, "SLURM_CONF": cluster.NO_SLURM_CONF}),
+                       ("controller down", down)):
+        t0 = time.perf_counter()
+        r = subprocess.run([exe, "discover", "--model", str(SQUEEZENET), "--output-dir", str(tmp_path / "out"), "-n"],
+                           capture_output=True, text=True, env=env, timeout=300)
+        walls[label] = time.perf_counter() - t0
+        assert r.returncode == 0, r.stderr[-2000:]
+    print(f"scontrol show config, controller down: {probe_s:.1f} s; discover -n: {walls}")
+    assert walls["controller down"] < walls["no slurm.conf"] + probe_s / 2, (probe_s, walls)

@@ -5,7 +5,8 @@ A cluster profile is a Snakemake profile with an ``executor`` key; Snakemake and
 plugin do the submitting. What is left to us: a missing plugin or an unreachable SLURM
 controller is a one-line error before Snakemake starts (the slurm plugin runs
 ``scontrol show config`` when it is imported, which waits ~9 s for a controller that
-does not answer, and submitting then fails).
+does not answer, and submitting then fails); and a local run does not pay for that
+call when the plugin is installed (:func:`import_slurm_plugin_without_probe`).
 """
 
 from __future__ import annotations
@@ -92,6 +93,51 @@ def check_profile(profile: str | os.PathLike) -> str:
         if reason:
             raise ConfigError(f"--profile {profile}: {reason}")
     return executor
+
+
+#: The slurm executor plugin's module; importing it runs ``scontrol show config``
+#: (:func:`import_slurm_plugin_without_probe`).
+SLURM_PLUGIN = "snakemake_executor_plugin_slurm"
+#: What ``SLURM_CONF`` names while the plugin is imported for a local run: an empty file, so
+#: ``scontrol`` stops at once ("Unable to process configuration file") instead of asking a
+#: controller. (Not a missing file: SLURM 22.05 then looks for a configless controller,
+#: measured 59 s here.)
+NO_SLURM_CONF = os.devnull
+
+
+def import_slurm_plugin_without_probe() -> bool:
+    """Import the slurm executor plugin, when it is installed and not imported yet, with
+    ``SLURM_CONF`` naming an empty file (:data:`NO_SLURM_CONF`); returns whether it was
+    imported here.
+
+    Snakemake imports every installed executor plugin when a run starts (to find the one
+    it needs), and this plugin runs ``scontrol show config`` at import, for the help text
+    of its ``--slurm-status-command`` option (the MinJobAge it reports). Where a
+    slurm.conf names a controller that does not answer (a login node's client set up
+    for a cluster that is down, or daemons stopped on a test host), that call waits
+    ~9 s before it gives up: 9 s at every local ``discover`` that used no cluster at all.
+    Imported this way, the call fails in milliseconds. Nothing else is lost: the plugin
+    asks SLURM again at run time (the status command's default when its executor is
+    used, MinJobAge at every status check), so only that help text differs, which no
+    torq-gen-config command shows. For local runs only (no profile, or a profile whose
+    executor is local): a cluster run keeps the plugin's own import.
+    """
+    import sys
+
+    if SLURM_PLUGIN in sys.modules or importlib.util.find_spec(SLURM_PLUGIN) is None:
+        return False
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = NO_SLURM_CONF
+    try:
+        importlib.import_module(SLURM_PLUGIN)
+    except Exception:  # a broken plugin: Snakemake reports it at its own import, as before
+        return False
+    finally:
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved
+    return True
 
 
 def slurm_controller_problem() -> str | None:

@@ -59,24 +59,30 @@ def resolve_execution_options(args: argparse.Namespace) -> None:
     whose controller does not answer is a one-line error now (not a 9 s wait and a failed
     submission later). Without a profile, -j defaults to the number of CPU cores. A profile
     of the workflow's (``profiles/slurm``) is found from any directory, also in a wheel
-    (``args.profile`` becomes its path: :func:`workflow_files.resolve_preset`).
+    (``args.profile`` becomes its path: :func:`workflow_files.resolve_preset`). A local run
+    imports the slurm executor plugin, when installed, without its import-time probe of
+    the SLURM controller (:func:`cluster.import_slurm_plugin_without_probe`: up to 9 s).
 
     Raises:
         ConfigError: -j below 1, or the profile cannot be used.
     """
     import os
 
+    from ..cluster import check_profile, import_slurm_plugin_without_probe, is_local
+
     if args.cores is not None and args.cores < 1:
         raise ConfigError("--jobs must be at least 1")
+    executor = "local"
     if getattr(args, "profile", None):
-        from ..cluster import check_profile
         from ..workflow_files import resolve_preset
 
         # profiles/slurm is also found from another directory, or in an installed wheel
         args.profile = str(resolve_preset(args.profile))
-        check_profile(args.profile)
+        executor = check_profile(args.profile)
     elif args.cores is None:
         args.cores = os.cpu_count() or 1
+    if is_local(executor):  # the slurm plugin's `scontrol show config` at import: not for a local run
+        import_slurm_plugin_without_probe()
 
 
 def add_precision_options(p: argparse.ArgumentParser) -> None:
