@@ -207,6 +207,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     name = executor["name"]
     wanted = set(only) if only is not None else None
     batch_of: dict[str, dict] = {}
+    by_slug = {m["slug"]: m for m in members}
     for b in batches or []:
         bdir = os.path.join(batches_dir, name, b["id"])
         paths = {"module": os.path.join(bdir, "module.vmfb"), "info": os.path.join(bdir, "batch.json")}
@@ -214,7 +215,6 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             batch_of[slug] = paths
         if wanted is not None and not wanted.intersection(b["members"]):
             continue
-        by_slug = {m["slug"]: m for m in members}
         full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": os.path.join(layers_dir, s, "model.mlir"),
                  "import_status": os.path.join(layers_dir, s, "import.json")} for s in b["members"]]
         key = make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
@@ -281,6 +281,7 @@ def _status_of(result: str) -> str | None:
 
 
 def _unit_params(input, params) -> dict:
+    """The keyword arguments of :func:`test_unit_job` from a unit rule's params."""
     return dict(unit=params.unit, members=params.members, executor=params.executor,
                 layers_dir=params.layers_dir.value, logs_dir=params.logs_dir.value,
                 batches_dir=params.batches_dir.value, batches=params.batches, needs_mlir=params.needs_mlir,
