@@ -11,7 +11,7 @@ import sys
 import pytest
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from torq_gen_config import progress
+from torq_gen_config import cluster, progress
 from torq_gen_config.progress import ProgressDisplay, display_mode
 
 
@@ -210,3 +210,94 @@ def test_a_success_that_could_not_have_failed_is_counted_apart(streams):
         print(plain)
         assert d.counts == {"success*": 1, "success": 1}
         assert d.counts_text() == "success 1, success* 1"
+
+
+def _unit_dir(tmp_path, slugs=("Conv_a", "Relu_b", "Add_c")):
+    import json
+
+    unit = tmp_path / "work" / "m" / "units" / "0001"
+    unit.mkdir(parents=True)
+    (unit / "prepared.json").write_text(json.dumps({"unit": "0001", "members": [{"slug": s} for s in slugs]}))
+    return unit
+
+
+def job_error(rule, inputs, outputs, logs, rule_msg=None, aux=None):
+    return rec(f"Error in rule {rule}, jobid: 8", level=logging.ERROR, event=LogEvent.JOB_ERROR, rule_name=rule,
+               rule_msg=rule_msg, jobid=8, input=inputs, output=outputs, log=logs, conda_env=None,
+               container_img=None, aux=aux or {}, indent=False, shellcmd=None)
+
+
+def test_a_failed_unit_job_names_its_layers_and_its_slurm_job(tmp_path):
+    """The line of a SLURM job cancelled mid-run: the unit, its layers (from the unit's
+    prepared.json), the SLURM job id and state, and the SLURM job's log."""
+    unit = _unit_dir(tmp_path)
+    slurm_log = ".snakemake/slurm_logs/rule_test_unit/0001_vmvx/57.log"
+    line = progress.short_error(job_error(
+        "test_unit", [str(unit / "prepared.json")], [str(unit / "vmvx.json")], ["work/m/logs/test_unit/0001.vmvx.log",
+                                                                                 slurm_log],
+        rule_msg="SLURM-job '57' failed, SLURM status is: 'CANCELLED'. Detailed failure reason unavailable "
+                 "(status command is not 'sacct').For further error details see the cluster/cloud log",
+        aux={"external_jobid": "57"}))
+    assert line == (f"job failed: rule test_unit, unit 0001 on vmvx (layers Conv_a .. Add_c (3)): SLURM job 57 "
+                    f"CANCELLED, cancelled (scancel, or an administrator) (log: {slurm_log})")
+    # past its time limit; a unit's preparation; a local failure (no SLURM job)
+    line = progress.short_error(job_error("test_unit", [str(unit / "prepared.json")], [str(unit / "ort.json")],
+                                           ["l.log", "58.log"], rule_msg="SLURM status is: 'TIMEOUT'.",
+                                           aux={"external_jobid": "58"}))
+    assert "unit 0001 on ort (layers Conv_a .. Add_c (3)): SLURM job 58 TIMEOUT, past its time limit (log: 58.log)" \
+        in line
+    assert progress.short_error(job_error("prepare_unit", ["manifest.json"], [str(unit / "prepared.json")],
+                                           ["p.log"])) == \
+        "job failed: rule prepare_unit, unit 0001 (layers Conv_a .. Add_c (3)) (log: p.log)"
+    # no prepared.json yet: the unit without its layers
+    assert progress.short_error(job_error("prepare_unit", [], ["work/m/units/0009/prepared.json"], [])) == \
+        "job failed: rule prepare_unit, unit 0009"
+
+
+def test_layers_text():
+    assert progress.layers_text(["a"]) == "layer a"
+    assert progress.layers_text(["a", "b"]) == "layers a, b"
+    assert progress.layers_text(["a", "b", "c", "d"]) == "layers a .. d (4)"
+
+
+def test_job_failure_lines_sees_snakemakes_records_past_its_console_filter(tmp_path):
+    """Installed on the `snakemake` logger: a JOB_ERROR logged on `snakemake.logging`
+    (whose own handler may drop it: quiet rules) becomes one line."""
+    out = io.StringIO()
+    child = logging.getLogger("snakemake.logging")
+    dropped = logging.Handler()
+    dropped.emit = lambda record: None
+    child.addHandler(dropped)
+    try:
+        with cluster.job_failure_lines(out):
+            child.error("Error in rule prepare_model, jobid: 3", extra=dict(
+                event=LogEvent.JOB_ERROR, rule_name="prepare_model", rule_msg=None, jobid=3, input=["m.onnx"],
+                output=["p.onnx"], log=["l.log"], conda_env=None, container_img=None, aux={}, indent=False,
+                shellcmd=None))
+        assert out.getvalue() == "job failed: rule prepare_model for p.onnx (log: l.log)\n"
+        assert not [h for h in logging.getLogger("snakemake").handlers if isinstance(h, cluster.JobFailureLines)]
+    finally:
+        child.removeHandler(dropped)
+
+
+def test_a_job_pending_on_a_drained_node_gets_one_line(tmp_path, monkeypatch):
+    unit = _unit_dir(tmp_path)
+    out = io.StringIO()
+    lines = cluster.JobFailureLines(out, check_s=3600)
+    job = job_info(7, rule="test_unit")
+    job.input, job.output = [str(unit / "prepared.json")], [str(unit / "llvm-cpu.json")]
+    lines.emit(job)
+    lines.emit(rec("Job 7 has been submitted with SLURM jobid 61 (log: /o/.snakemake/slurm_logs/61.log)."))
+    lines.emit(rec("Job 9 has been submitted with SLURM jobid 62 (log: /o/.snakemake/slurm_logs/62.log)."))
+    assert lines.submitted == {"61": 7, "62": 9}
+    monkeypatch.setattr(cluster, "_node_states_text", lambda: "; node(s) drain: localhost (reason: test)")
+    squeue = lambda ids: [("61", "PENDING", "ReqNodeNotAvail, UnavailableNodes:localhost"),  # noqa: E731
+                          ("62", "PENDING", "Priority")]
+    lines.check_pending(squeue)
+    lines.check_pending(squeue)  # said once
+    assert out.getvalue() == ("waiting: SLURM job 61 (rule test_unit, unit 0001 on llvm-cpu (layers Conv_a .. Add_c "
+                              "(3))) is pending: ReqNodeNotAvail, UnavailableNodes:localhost; node(s) drain: "
+                              "localhost (reason: test)\n")
+    lines.check_pending(lambda ids: [("62", "COMPLETED", "None")])
+    assert lines.finished == {"62"}
+    lines.close()

@@ -23,6 +23,7 @@ formatted as Snakemake formats them; its per-job blocks only go to ``log_file`` 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -162,14 +163,53 @@ def _job_label(rule: str, wildcards: dict) -> str:
     return rule
 
 
-def _short_error(record: logging.LogRecord) -> str:
-    """A failed job in one line: its rule, its first output and its log (Snakemake's block
-    lists every input: 200 paths for the report job; the block is in the log file)."""
-    outputs = list(getattr(record, "output", None) or [])
-    logs = list(getattr(record, "log", None) or [])
-    what = f" for {outputs[0]}" if outputs else ""
-    where = f" (log: {logs[0]})" if logs else ""
-    return f"job failed: rule {getattr(record, 'rule_name', '?')}{what}{where}"
+#: A unit job's record (steps/units.py): ``.../units/<unit>/prepared.json`` or ``<executor>.json``.
+_UNIT_RECORD_RE = re.compile(r"(?:^|/)units/(?P<unit>[^/]+)/(?P<name>[^/]+)\.json$")
+#: The slurm plugin's message of a failed job: ``SLURM-job '57' failed, SLURM status is: 'CANCELLED'. ...``
+_SLURM_STATE_RE = re.compile(r"SLURM status is: '(?P<state>[A-Z_]+)'")
+#: What a SLURM job state means, for the one line of a failed job.
+SLURM_STATE_WORDS = {"CANCELLED": "cancelled (scancel, or an administrator)", "TIMEOUT": "past its time limit",
+                     "NODE_FAIL": "its node failed", "OUT_OF_MEMORY": "out of memory (its mem_mb)", "FAILED": "failed",
+                     "PREEMPTED": "preempted", "BOOT_FAIL": "its node did not boot", "DEADLINE": "past its deadline"}
+
+
+def layers_text(slugs: list[str]) -> str:
+    """``layer A``, ``layers A, B`` or ``layers A .. Z (32)``."""
+    return (f"layer {slugs[0]}" if len(slugs) == 1 else f"layers {slugs[0]}, {slugs[1]}" if len(slugs) == 2
+            else f"layers {slugs[0]} .. {slugs[-1]} ({len(slugs)})")
+
+
+def unit_label(outputs: list[str]) -> str | None:
+    """``unit 0001 on vmvx (layers A .. Z (32))`` for a unit job (its record among ``outputs``;
+    the layers from the unit's prepared.json when it is there), else None."""
+    for path in outputs:
+        m = _UNIT_RECORD_RE.search(str(path))
+        if m:
+            try:
+                members = json.loads((Path(str(path)).parent / "prepared.json").read_text())["members"]
+                layers = f" ({layers_text([str(member['slug']) for member in members])})" if members else ""
+            except (OSError, ValueError, KeyError, TypeError):
+                layers = ""
+            return f"unit {m['unit']}" + ("" if m["name"] == "prepared" else f" on {m['name']}") + layers
+    return None
+
+
+def short_error(record: logging.LogRecord) -> str:
+    """A failed job in one line: its rule, its unit and the unit's layers (else its first output),
+    the SLURM job id and state when it ran on a cluster, and its log (then the SLURM job's, which
+    the plugin adds last). Snakemake's block (every input: 200 for the report) is in the log file."""
+    outputs = [str(f) for f in (getattr(record, "output", None) or [])]
+    logs = [str(f) for f in (getattr(record, "log", None) or []) if f]
+    label = unit_label(outputs)
+    text = f"job failed: rule {getattr(record, 'rule_name', '?')}" + (
+        f", {label}" if label else f" for {outputs[0]}" if outputs else "")
+    external = (getattr(record, "aux", None) or {}).get("external_jobid")
+    if external:
+        m = _SLURM_STATE_RE.search(str(getattr(record, "rule_msg", None) or ""))
+        state = f" {m['state']}, {SLURM_STATE_WORDS.get(m['state'], 'failed')}" if m else ""
+        text += f": SLURM job {external}{state}"
+    log = (logs[-1] if external else logs[0]) if logs else None
+    return text + (f" (log: {log})" if log else "")
 
 
 def _without_traceback(text: str) -> str:
@@ -414,7 +454,7 @@ class ProgressDisplay(logging.Handler):
         if record.levelno >= logging.WARNING or event in (LogEvent.JOB_ERROR, LogEvent.GROUP_ERROR, LogEvent.ERROR):
             if self._stopping():
                 return  # the jobs being stopped: their blocks are in the log file only
-            text = _short_error(record) if event == LogEvent.JOB_ERROR else _without_traceback(
+            text = short_error(record) if event == LogEvent.JOB_ERROR else _without_traceback(
                 self._formatter.format(record))
             if text and text.strip():
                 self._print(text.rstrip("\n"))

@@ -397,8 +397,11 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
             raise WorkflowFailed(f"Snakemake rejected {given}: {reason}") from None
         except Exception as e:  # Snakemake's own checks of the values (e.g. a malformed --resources)
             raise WorkflowFailed(f"Snakemake rejected {given}: {_one_line(e)}") from None
+        from .cluster import job_failure_lines
+
         try:
-            ok = args_to_api(args, parser)
+            with job_failure_lines():  # a failed job in one line (the profile's quiet hides Snakemake's block)
+                ok = args_to_api(args, parser)
         except Exception as e:
             raise WorkflowFailed(_one_line(e)) from None
         if not ok:
