@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SLURM   discover --profile {args.profile.name} ({len(nodes)} node(s): {', '.join(nodes)}; {cpus} CPUs): "
           f"{slurm_wall:7.1f} s ({slurm_load}), {len(jobs)} submissions, {len(calls.get('sbatch', []))} sbatch calls"
           + (f"; extra Snakemake args: {' '.join(smk_extra)}" if smk_extra else ""))
-    print(f"        CPU: {slurm_cpu:.1f} s ({jobs_cpu:.1f} in the SLURM jobs, {submit_cpu:.1f} in the submitting process)")
+    print(f"        CPU: {slurm_cpu:.1f} s ({jobs_cpu:.1f} in the SLURM jobs, {submit_cpu:.1f} in the submitting "
+          "process)")
     if ratio:
         print(f"ratio SLURM / local: {ratio:.2f} (goal <= 1.3)")
         extra_cpu = (slurm_cpu - local_cpu) / max(1, len(jobs))
@@ -448,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         result.update(cpu_per_submission_s=round(extra_cpu, 2))
     work = root / "slurm" / "work" / name
     a = analyse(jobs, events, calls, sampler, work, cpus)
-    print(f"\n{'submissions per rule':28} {'jobs':>4} {'peak MB':>8} {'max s':>6} {'median run':>11} {'median CPU':>11}")
+    print(f"\n{'submissions per rule':28} {'jobs':>4} {'peak MB':>8} {'max s':>6} {'median run':>11} "
+          f"{'median CPU':>11}")
     for kind, ids in sorted(by_kind.items()):
         peak = max(sampler.peak_mb.get(i, 0) for i in ids)
         life = max((sampler.seen[i][1] - sampler.seen[i][0]) if i in sampler.seen else 0 for i in ids)
@@ -467,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     la = json.loads((root / "local" / f"torq_gen_config_{name}.json").read_text()) if local_wall else None
     lb = json.loads((root / "slurm" / f"torq_gen_config_{name}.json").read_text())
     if la is not None:
-        print("reports equal (minus timings, provenance, paths):", local_slurm.comparable(la) == local_slurm.comparable(lb))
+        equal = local_slurm.comparable(la) == local_slurm.comparable(lb)
+        print("reports equal (minus timings, provenance, paths):", equal)
     if killed:
         print("daemons that needed SIGKILL:", killed)
     print(f"outputs in {root}")
