@@ -1224,6 +1224,177 @@ def sc_edit_bad_args(ctx: Ctx) -> None:
 
 
 # --------------------------------------------------------------------------------------
+# Cluster faults, through a real SLURM (profiles/slurm)
+# --------------------------------------------------------------------------------------
+
+#: The SLURM this run brought up (tests/workflow/local_slurm.py), stopped at the end of main().
+_SLURM: list = []
+SLURM_PROFILE = REPO / "profiles" / "slurm"
+#: A discovery of a 2-layer model through SLURM: 5 submissions one after the other (model
+#: steps, the unit's preparation, its tests), ~10 s of floor each (benchmarks/cluster_overhead.py).
+SLURM_RUN_S = 240.0
+#: What a job past its time limit adds: it is stopped 60 s after it started at runtime=1, then
+#: its processes get KillWait (30 s) to end, and the plugin notices within ~10 s.
+SLURM_TIME_LIMIT_S = 120.0
+#: Seconds the drained node stays drained at most (the run's "waiting:" line comes within
+#: progress.PENDING_CHECK_S = 15 s).
+DRAIN_S = 40.0
+_SLURM_JOBID = re.compile(r"submitted with SLURM jobid (\d+)")
+
+
+def slurm_up() -> None:
+    """A SLURM controller answers here, one already up (the SLURM e2e test's) or the local
+    one brought up now for the rest of the run (as root, with Debian's slurm-wlm); else
+    the row is not measured."""
+    import importlib.util
+
+    from torq_gen_config.cluster import slurm_controller_problem
+
+    if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
+        raise NotMeasured("not measured here: snakemake-executor-plugin-slurm is not installed (pip install -e "
+                          "'.[cluster]')")
+    if shutil.which("scontrol") and slurm_controller_problem() is None:
+        return
+    sys.path.insert(0, str(REPO / "tests" / "workflow"))
+    import local_slurm
+
+    reason = local_slurm.unavailable_reason()
+    if reason:
+        raise NotMeasured(f"not measured here: no SLURM ({reason})")
+    try:
+        _SLURM.append(local_slurm.start(Path(tempfile.mkdtemp(prefix="tgc-faults-slurm-"))))
+    except RuntimeError as e:
+        raise NotMeasured(f"not measured here: SLURM did not come up ({str(e).splitlines()[0]})") from None
+
+
+def stop_slurm() -> None:
+    """Stop the SLURM :func:`slurm_up` brought up (by PID), if any."""
+    while _SLURM:
+        import local_slurm
+
+        local_slurm.stop(_SLURM.pop())
+
+
+def _slurm_nodes() -> list[str]:
+    r = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N"], capture_output=True, text=True, timeout=30)
+    return sorted(set(r.stdout.split()))
+
+
+def fault_slow_compile_in_job(d: Path, pattern: str, seconds: float = 300) -> Path:
+    """The real iree-compile, after appending ``$SLURM_JOB_ID <arguments>`` to
+    ``d/compile-started`` and sleeping ``seconds`` when the command line matches ``pattern``
+    (a shell case pattern, e.g. ``*=llvm-cpu*``): a compile inside a SLURM job that stays
+    there until the job is cancelled or past its time limit."""
+    marker = d / "compile-started"
+    real = real_iree_compile()
+    return fault_tool(d, "fault_slow_iree_compile_in_job",
+                      f'case "$1" in --version) exec "{real}" --version;; esac\n'
+                      f'case "$*" in {pattern}) echo "$SLURM_JOB_ID $*" >> "{marker}"; sleep {seconds};; esac\n'
+                      f'exec "{real}" "$@"\n')
+
+
+def _slowed_job(d: Path, executor: str) -> str | None:
+    """The SLURM job id whose compile for ``executor`` started (fault_slow_compile_in_job)."""
+    try:
+        lines = (d / "compile-started").read_text().splitlines()
+    except OSError:
+        return None
+    for ln in lines:
+        job, _, args = ln.partition(" ")
+        if f"backends={executor}" in args and job.isdigit():
+            return job
+    return None
+
+
+def sc_slurm(*, drain: bool = False, cancel: str | None = None, time_limit: str | None = None):
+    """discover --profile profiles/slurm on a 2-layer model (one unit: one prepare_unit job,
+    one test_unit job per executor) with faults on the real SLURM: ``drain``: the node(s)
+    drained when the unit's preparation is written (its test jobs then wait), resumed once
+    the run said so or after :data:`DRAIN_S`; ``cancel``: that executor's test_unit job gets
+    ``scancel`` while its (slow) compile runs; ``time_limit``: that executor's test_unit job
+    runs past its time limit (``--set-resources test_unit:runtime=1``, a compile of 300 s).
+
+    Checked: each fault gives its one line naming the unit's layers and the SLURM job id
+    (``job failed: ... SLURM job N CANCELLED`` / ``TIMEOUT``; ``waiting: SLURM job N ...
+    pending``); the finished verdicts are all there after a rerun through SLURM with the
+    real compiler (same status), which completes with every verdict a success."""
+    def scenario(ctx: Ctx) -> None:
+        slurm_up()
+        model = m_convrelu(ctx.d / "models")
+        name = _name(model)
+        out = ctx.d / "out"
+        slowed = [e for e in (cancel, time_limit) if e]
+        env = {"IREE_COMPILE": str(fault_slow_compile_in_job(
+            ctx.d / "tools", "|".join(f"*backends={e}*" for e in slowed)))} if slowed else None
+        extra = ["--", "--set-resources", "test_unit:runtime=1"] if time_limit else []
+        argv = [TGC, "discover", "--profile", SLURM_PROFILE, "--model", model, "--output-dir", out, "-q", *extra]
+        r = ctx.start(argv, label="discover --profile slurm", env=env)
+        nodes, drained, cancelled, expired = _slurm_nodes(), False, None, None
+        prepared = out / "work" / name / "units" / "0000" / "prepared.json"
+        try:
+            if drain and ctx.wait_for(prepared.exists, SLURM_RUN_S, "the unit's preparation", r):
+                for node in nodes:
+                    subprocess.run(["scontrol", "update", f"nodename={node}", "state=drain", "reason=tgc-faults"],
+                                   capture_output=True, timeout=30)
+                drained = True
+                t0 = time.monotonic()
+                while time.monotonic() - t0 < DRAIN_S and r.alive() and \
+                        "waiting: SLURM job" not in r.err_path.read_text(errors="replace"):
+                    time.sleep(0.5)
+            if drained:
+                for node in nodes:
+                    subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True,
+                                   timeout=30)
+                drained = False
+            if cancel and ctx.wait_for(lambda: _slowed_job(ctx.d / "tools", cancel), SLURM_RUN_S,
+                                       f"the {cancel} compile in its SLURM job", r):
+                cancelled = _slowed_job(ctx.d / "tools", cancel)
+                time.sleep(1)
+                subprocess.run(["scancel", cancelled], capture_output=True, timeout=30)
+            if time_limit and ctx.wait_for(lambda: _slowed_job(ctx.d / "tools", time_limit), SLURM_RUN_S,
+                                           f"the {time_limit} compile in its SLURM job", r):
+                expired = _slowed_job(ctx.d / "tools", time_limit)
+            step = r.wait(bound=SLURM_RUN_S + (SLURM_TIME_LIMIT_S if time_limit else 0))
+        finally:
+            for node in nodes if drained else []:
+                subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True,
+                               timeout=30)
+            ours = _SLURM_JOBID.findall(r.err_path.read_text(errors="replace") + r.out_path.read_text(errors="replace"))
+            if ours and r.alive():
+                subprocess.run(["scancel", *ours], capture_output=True, timeout=30)
+        ctx.expect_exit(step, (1, 2) if (cancel or time_limit) else 0)
+        failed = [ln for ln in step.stderr.splitlines() if ln.startswith("job failed:")]
+        waiting = [ln for ln in step.stderr.splitlines() if ln.startswith("waiting:")]
+        members = json.loads(prepared.read_text())["members"] if prepared.is_file() else []
+        layers = [m["slug"] for m in members]
+        for what, job, state in (("scancel", cancelled, "CANCELLED"), ("time limit", expired, "TIMEOUT")):
+            if job is None:
+                continue
+            mine = [ln for ln in failed if f"SLURM job {job} " in ln]
+            if len(mine) != 1:
+                ctx.problems.append(f"{what}: {len(mine)} 'job failed' line(s) for SLURM job {job}: {failed}")
+            elif state not in mine[0] or not all(slug in mine[0] for slug in layers[:1] + layers[-1:]):
+                ctx.problems.append(f"{what}: the line does not say {state} or name the layers {layers}: {mine[0]}")
+        if drain:
+            if len(waiting) < 1 or not all("SLURM job " in ln and "pending" in ln and layers[0] in ln
+                                           for ln in waiting if "unit" in ln):
+                ctx.problems.append(f"drain: no 'waiting: SLURM job ... pending' line naming the layers: {waiting}")
+        if len(failed) != len([j for j in (cancelled, expired) if j]):
+            ctx.problems.append(f"{len(failed)} 'job failed' line(s), expected one per fault: {failed}")
+        ctx.message = " | ".join(failed + waiting)[:300] or step.last_line()[:200]
+        ctx.check_dir(out)
+        before = results(out, name)
+        if cancel or time_limit:  # the next run resumes: through SLURM, with the real compiler
+            step2 = ctx.run([TGC, "discover", "--profile", SLURM_PROFILE, "--model", model, "--output-dir", out, "-q"],
+                            bound=SLURM_RUN_S, expect=0, label="rerun --profile slurm")
+            del step2
+            ctx.expect_resume(before, results(out, name))
+        ctx.expect_report(out, name, [("*", "*", "success", None)])
+        ctx.check_dir(out, report=True, name=name)
+    return scenario
+
+
+# --------------------------------------------------------------------------------------
 # The table: one entry per kind
 # --------------------------------------------------------------------------------------
 
@@ -1328,6 +1499,12 @@ KINDS: list[Kind] = [
     Kind("read-only output dir: edit", "disk", sc_readonly_edit),
     Kind("full output dir: discover", "disk", sc_full_discover),
     Kind("full output dir: edit", "disk", sc_full_edit),
+    # cluster faults (a real SLURM: "not measured here" where it cannot be brought up)
+    Kind("SLURM: scancel of a unit job mid-run", "cluster", sc_slurm(cancel="llvm-cpu")),
+    Kind("SLURM: a unit job past its time limit", "cluster", sc_slurm(time_limit="llvm-cpu")),
+    Kind("SLURM: node drained while jobs wait", "cluster", sc_slurm(drain=True)),
+    Kind("SLURM: drain, scancel and time limit in one run", "cluster",
+         sc_slurm(drain=True, cancel="vmvx", time_limit="llvm-cpu")),
 ]
 KINDS_BY_NAME = {k.name: k for k in KINDS}
 
@@ -1434,6 +1611,7 @@ def main(argv: list[str] | None = None) -> int:
             state = "n/a" if o.not_measured else ("clear" if o.clear else "FAIL")
             print(f"[{i}/{len(kinds)}] {k.name}: {state} ({time.monotonic() - t:.0f} s)", file=sys.stderr, flush=True)
     finally:
+        stop_slurm()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     seconds = time.monotonic() - t0

@@ -120,3 +120,36 @@ def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
     assert all(f"_job_complete: JobId={jobid} done" in log for jobid in jobs), log[-3000:]
     assert comparable(json.loads((tmp_path / "smk" / "torq_gen_config_cnn.json").read_text())) == expected
     assert _queue_empty(), "jobs left in the SLURM queue"
+
+
+def _faults_benchmark():
+    """benchmarks/faults.py as a module (its SLURM rows)."""
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("tgc_faults_benchmark_slurm", REPO / "benchmarks" / "faults.py")
+    module = iu.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_cluster_faults_each_give_one_line_and_the_rerun_resumes(slurm, tmp_path):
+    """benchmarks/faults.py's row that puts the three cluster faults in one run (~3 min: a
+    time limit takes SLURM 60-90 s to enforce): the node drained while the unit's test jobs
+    wait (then resumed), the vmvx test job cancelled with scancel while it compiles, the
+    llvm-cpu one past its time limit (runtime=1). Each gives its one line naming the unit's
+    layers and the SLURM job id; the finished verdicts (ort's) are all there after the
+    rerun through SLURM, which completes with every verdict a success; nothing is left in
+    the queue."""
+    faults = _faults_benchmark()
+    outcome = faults.run_kind(faults.KINDS_BY_NAME["SLURM: drain, scancel and time limit in one run"], tmp_path)
+    assert outcome.not_measured is None, outcome.not_measured
+    details = "\n".join(outcome.problems + [f"corrupt: {c}" for c in outcome.corrupt]
+                        + [f"left: {s}" for s in outcome.stale])
+    print(f"cluster faults: {outcome.message} ({outcome.wall:.0f} s)")
+    assert outcome.clear, f"exit {outcome.exit}, {outcome.message}\n{details}"
+    assert outcome.tracebacks == 0 and outcome.leftovers == 0 and not outcome.lost, details
+    assert _queue_empty(), "jobs left in the SLURM queue"
+    r = subprocess.run(["sinfo", "--noheader", "--Node", "--format=%N %t"], capture_output=True, text=True)
+    assert all(ln.split()[1].rstrip("*") in ("idle", "mix", "alloc") for ln in r.stdout.splitlines()), r.stdout
