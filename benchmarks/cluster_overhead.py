@@ -32,10 +32,11 @@ Measures, on a SLURM on localhost (tests/workflow/local_slurm.py brings it up wi
 The load average (1 min) is sampled all along; each wall time is printed with the mean
 and max load it ran under. The per-rule figures size the resources of profiles/slurm.
 
-Usage: python benchmarks/cluster_overhead.py [--model PATH | --stack-blocks N] [--jobs 2]
+Usage: python benchmarks/cluster_overhead.py [--model PATH | --stack-blocks N] [--jobs 2] [--compile-batch N]
            [--nodes N --cpus-per-node C] [--keep DIR] [--json FILE] [-- SNAKEMAKE_ARGS]
   --stack-blocks 26: tests/fixtures/models.py's transformer_encoder_stack (26 * 39 + 2 =
-  1,016 layers) instead of light_squeezenet (66 layers).
+  1,016 layers) instead of light_squeezenet (66 layers); --compile-batch 128: units of 128
+  layers in both runs.
   --nodes 2 --cpus-per-node 1: two slurmd on this host (local_slurm.start); with --local-jobs
   the local run uses that many jobs (default --jobs).
   Arguments after -- go to the SLURM run (e.g. -- --slurm-array-jobs=test_unit).
@@ -383,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", type=Path, default=REPO / "profiles" / "slurm")
     ap.add_argument("--nodes", type=int, default=1, help="SLURM nodes on this host (default 1)")
     ap.add_argument("--cpus-per-node", type=int, help="CPUs of each node (default: this machine's, shared out)")
+    ap.add_argument("--compile-batch", type=int, help="discover --compile-batch N in both runs (the unit of work is "
+                                                      "about 32 layers, a whole number of batches: 128 -> units of 128)")
     ap.add_argument("--skip-local", action="store_true", help="only the SLURM run (no ratio)")
     ap.add_argument("--keep", type=Path, help="keep the outputs here (default: a temporary directory)")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON")
@@ -397,13 +400,14 @@ def main(argv: list[str] | None = None) -> int:
 
     name = model_name(model)
     result: dict = {"model": str(model), "jobs": args.jobs, "nodes": args.nodes, "cpus_per_node": args.cpus_per_node,
-                    "snakemake_args": smk_extra}
+                    "compile_batch": args.compile_batch, "snakemake_args": smk_extra}
+    both = ["--compile-batch", str(args.compile_batch)] if args.compile_batch else []
     print(f"model {name}; this machine: {os.cpu_count()} CPUs; load at start {os.getloadavg()[0]:.1f}", flush=True)
     local_wall = None
     if not args.skip_local:
         meter = LoadMeter()
         meter.start()
-        local_wall, local_cpu, _ = discover(model, root / "local", "-j", str(args.jobs))
+        local_wall, local_cpu, _ = discover(model, root / "local", "-j", str(args.jobs), *both)
         local_load = meter.done()
         result.update(local_wall_s=round(local_wall, 1), local_cpu_s=round(local_cpu, 1), local_load=local_load)
         print(f"local   discover -j {args.jobs}: {local_wall:7.1f} s, {local_cpu:.1f} CPU s ({local_load})", flush=True)
@@ -418,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sampler = JobSampler()
         sampler.start()
-        slurm_wall, submit_cpu, output = discover(model, root / "slurm", "--profile", str(args.profile), "--",
+        slurm_wall, submit_cpu, output = discover(model, root / "slurm", *both, "--profile", str(args.profile),
+                                                  "--",
                                       "--slurm-keep-successful-logs", *smk_extra, env=env)
         sampler.stop_flag.set()
         sampler.join()
