@@ -31,6 +31,9 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     ("work/*/layers/*/quantize.json", "layer_quantize.schema.yaml"),
     ("work/*/layers/*/*/result.json", "layer_result.schema.yaml"),
     ("work/*/batches/*/*/batch.json", "compile_batch.schema.yaml"),
+    ("work/*/units/*/prepared.json", "unit_prepared.schema.yaml"),  # before the executors' records
+    ("work/*/units/*/*.json", "unit_tests.schema.yaml"),
+    ("work/*/report_summary.json", "report_summary.schema.yaml"),
     ("work/*/quant/calibration.json", "calibration.schema.yaml"),
     ("work/*/quant/quantize.json", "quantize.schema.yaml"),
     ("work/*/quant/manifest.json", "quantized_manifest.schema.yaml"),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping
 
 from ..fileio import atomic_write_files, atomic_write_text, json_bytes, read_json
+from ..layout import REPORT_PREFIX, work_dir
 from .build import render_report
 
 __all__ = ["publish_report", "read_report_summary"]
@@ -55,8 +56,14 @@ def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathL
     return compiler
 
 
-def _summary_path(report_path: Path) -> Path:
-    return report_path.with_name(f".{report_path.name}.summary")
+def _summary_path(report_path: Path) -> Path | None:
+    """``work/<model>/report_summary.json`` beside the report of ``<model>`` (None for a
+    report elsewhere, e.g. a copy: then the report itself is read)."""
+    name = report_path.name
+    if not (name.startswith(REPORT_PREFIX) and name.endswith(".json")):
+        return None
+    work = report_path.parent / work_dir(name[len(REPORT_PREFIX):-len(".json")])
+    return work / SUMMARY_FILE if work.is_dir() else None
 
 
 def _identity(path: Path) -> list[int] | None:
@@ -67,28 +74,36 @@ def _identity(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns]
 
 
+#: the report's final text and summary, in its model's work directory (schema report_summary)
+SUMMARY_FILE = "report_summary.json"
+
+
 def _write_summary(report_path: Path, report: dict) -> None:
-    """Beside the report, its final text and summary with the report's identity (size,
+    """In the model's work directory, the report's final text and summary with the report's identity (size,
     mtime): what `discover` prints after every run, without parsing the whole report
     (about 50 KB per layer: 0.5 s at 1,000 layers, the largest cost of a no-op that
     grew with the model; docs/scale.md). Made again, or not used, when it does not
     match the report."""
+    path = _summary_path(report_path)
+    if path is None:
+        return
     rec = {"report": _identity(report_path), "final_report_text": report.get("final_report_text") or "",
            "summary": (report.get("discovery_report") or {}).get("summary") or {}}
-    atomic_write_text(_summary_path(report_path), json_bytes(rec).decode())
+    atomic_write_text(path, json_bytes(rec).decode())
 
 
 def read_report_summary(report_path: str | os.PathLike) -> tuple[str, dict]:
     """The final report text and ``discovery_report.summary`` of the report at
-    ``report_path``: from the summary file :func:`publish_report` wrote beside it when
+    ``report_path``: from the summary file :func:`publish_report` wrote with it when
     that still matches the report (size and mtime), else from the report itself.
 
     Raises:
         ReportError: the report is missing or not valid JSON (read_json's one line).
     """
     path = Path(report_path)
+    summary = _summary_path(path)
     try:
-        rec = read_json(_summary_path(path), "report summary")
+        rec = read_json(summary, "report summary") if summary else {}
         if rec.get("report") is not None and rec["report"] == _identity(path):
             return rec["final_report_text"], rec["summary"]
     except Exception:  # noqa: BLE001 - a cache: missing or damaged, the report itself is read
