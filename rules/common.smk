@@ -137,8 +137,18 @@ def subgraph_range():
 _MANIFEST_CACHE = {}
 
 
-def manifest_layers():
-    """Layers of the split (after the checkpoint ran), cached per manifest mtime."""
+def manifest_layers(known=False):
+    """Layers of the split (after the checkpoint ran), cached per manifest mtime.
+    ``known``: for params only (a job's input functions have asked the checkpoint
+    already): the manifest the checkpoint gave before, by one stat, without asking it
+    again (0.2 ms a call, thousands of calls at 5,000 layers)."""
+    if known and _MANIFEST_CACHE:
+        (path, mtime), layers = next(iter(_MANIFEST_CACHE.items()))
+        try:
+            if os.stat(path).st_mtime_ns == mtime:
+                return layers
+        except OSError:
+            pass
     path = checkpoints.split_layers.get().output.manifest
     key = (path, os.stat(path).st_mtime_ns)
     if key not in _MANIFEST_CACHE:
@@ -226,7 +236,7 @@ def layer_batches(executor):
     batched executor; the ids are slots keyed by the executor's settings
     (batch_compile.plan_batches: another membership keeps the directories, other
     settings retest)."""
-    layers = manifest_layers()
+    layers = manifest_layers(known=True)  # a param's (get_unit_batches)
     key = (id(layers), COMPILE_BATCH, executor)
     if key not in _BATCH_CACHE:
         if len(_BATCH_CACHE) > 2 * len(EXECUTORS):  # another manifest: drop the old plans
@@ -427,10 +437,10 @@ IMPORT_MLIR = any(NEEDS_MLIR[e["backend"]] for e in EXECUTORS.values())
 _UNIT_CACHE = {}
 
 
-def layer_units():
+def layer_units(known=False):
     """The units of the tested layers: ``({unit id: [slug, ...]}, {slug: unit id})``,
-    cached per manifest (units.plan_units)."""
-    layers = manifest_layers()
+    cached per manifest (units.plan_units); ``known``: see manifest_layers."""
+    layers = manifest_layers(known)
     key = (id(layers), COMPILE_BATCH)
     if key not in _UNIT_CACHE:
         _UNIT_CACHE.clear()
@@ -439,9 +449,9 @@ def layer_units():
     return _UNIT_CACHE[key]
 
 
-def unit_of(slug):
+def unit_of(slug, known=False):
     """The unit id of a tested layer (a WorkflowError for another name)."""
-    unit = layer_units()[1].get(slug)
+    unit = layer_units(known)[1].get(slug)
     if unit is None:
         why = "not a tested layer (skip_ops, dedup_layers or not testable)" if slug in manifest_layers() else \
             f"not in {LAYERS}/manifest.json"
@@ -449,14 +459,16 @@ def unit_of(slug):
     return unit
 
 
-def _unit(wildcards):
+def _unit(wildcards, known=True):
     """The unit of a unit job (wildcard unit) or of a one-layer job (wildcard layer)."""
-    return wildcards.unit if "unit" in wildcards.keys() else unit_of(wildcards.layer)
+    return wildcards.unit if "unit" in wildcards.keys() else unit_of(wildcards.layer, known)
 
 
-def _unit_slugs(wildcards):
-    unit = _unit(wildcards)
-    slugs = layer_units()[0].get(unit)
+def _unit_slugs(wildcards, known=True):
+    """The unit's members; ``known`` (params): see manifest_layers. Input functions
+    pass False: they are what asks the split checkpoint."""
+    unit = _unit(wildcards, known)
+    slugs = layer_units(known)[0].get(unit)
     if slugs is None:
         raise WorkflowError(f"unknown unit {unit!r}: the tested layers of {LAYERS}/manifest.json make "
                             f"{len(layer_units()[0])} unit(s)")
@@ -465,7 +477,7 @@ def _unit_slugs(wildcards):
 
 def get_unit_members(wildcards):
     """The unit's layers, ``[{"layer_id", "slug", "op_type", "node_index"}]`` in order (a param)."""
-    layers = manifest_layers()
+    layers = manifest_layers(known=True)
     return [{k: layers[s][k] for k in ("layer_id", "slug", "op_type", "node_index")} for s in _unit_slugs(wildcards)]
 
 
@@ -475,7 +487,7 @@ def get_prepare_inputs(wildcards):
     info. The layers' own files are not inputs but a param (get_prepare_files): one
     stat each, where Snakemake's matching of an input file to the rules costs ~0.1 ms
     a file at every start (docs/scale.md)."""
-    _unit_slugs(wildcards)  # the checkpoint, before the params read the manifest
+    _unit_slugs(wildcards, known=False)  # the checkpoint, before the params read the manifest
     inputs = {"manifest": os.path.join(LAYERS, "manifest.json")}
     if QUANTIZE:
         inputs["ranges"] = os.path.join(QUANT, "calibration.json")
@@ -521,7 +533,7 @@ def get_unit_test_inputs(wildcards):
     split checkpoint, so a job run on its own (a cluster node: --target-jobs with
     --allowed-rules test_unit) has the checkpoint in its DAG before the params read the
     manifest (Snakemake refuses a param that depends on a checkpoint outside the inputs)."""
-    _unit_slugs(wildcards)
+    _unit_slugs(wildcards, known=False)
     inputs = {"prepared": os.path.join(UNITS, wildcards.unit, units.PREPARED_FILE)}
     earlier = _earlier_executors(wildcards.executor)
     if earlier:
@@ -587,6 +599,24 @@ def _unit_record(path):
     return _RECORD_CACHE[key]
 
 
+_DRIFT_CACHE = {}
+
+
+def _prepared_drift(unit):
+    """Members of ``unit`` whose prepared files differ from what its preparation
+    recorded (cached per record: the executors' test jobs share it)."""
+    path = os.path.join(UNITS, unit, units.PREPARED_FILE)
+    record = _unit_record(path)
+    if not record:
+        return []
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _DRIFT_CACHE:
+        _DRIFT_CACHE[key] = sorted(s for s, m in record.items()
+                                   if any(units.file_identity(os.path.join(LAYERS, s, f)) != ident
+                                          for f, ident in (m.get("files") or {}).items()))
+    return _DRIFT_CACHE[key]
+
+
 def get_unit_drift(wildcards):
     """Members whose files changed outside the workflow since the unit's records were
     written (read-only; a param of the test jobs, so such a change reruns the unit):
@@ -594,15 +624,12 @@ def get_unit_drift(wildcards):
     from what its preparation recorded (edited, damaged, deleted: its test key no longer
     matches, so it is tested again); ``results``: its verdict file differs from what
     the last test job recorded (deleted or edited: tested again). Empty lists when a
-    record is missing (its job runs first). A stat per file: ~7,000 at 1,000 layers
-    and 3 executors."""
+    record is missing (its job runs first). A stat per file: 4 per layer, once, and one
+    per (layer, executor)."""
     unit = _unit(wildcards)
-    prepared = _unit_record(os.path.join(UNITS, unit, units.PREPARED_FILE)) or {}
     results = _unit_record(os.path.join(UNITS, unit, f"{wildcards.executor}.json")) or {}
     return {
-        "prepared": sorted(s for s, m in prepared.items()
-                           if any(units.file_identity(os.path.join(LAYERS, s, f)) != ident
-                                  for f, ident in (m.get("files") or {}).items())),
+        "prepared": _prepared_drift(unit),
         "results": sorted(s for s, m in results.items()
                           if "result" in m and units.file_identity(
                               layout.layer_result_file(LAYERS, s, wildcards.executor)) != m["result"]),

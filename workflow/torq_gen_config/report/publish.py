@@ -56,6 +56,10 @@ def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathL
     return compiler
 
 
+#: the report's final text and summary, in its model's work directory (schema report_summary)
+SUMMARY_FILE = "report_summary.json"
+
+
 def _summary_path(report_path: Path) -> Path | None:
     """``work/<model>/report_summary.json`` beside the report of ``<model>`` (None for a
     report elsewhere, e.g. a copy: then the report itself is read)."""
@@ -66,28 +70,24 @@ def _summary_path(report_path: Path) -> Path | None:
     return work / SUMMARY_FILE if work.is_dir() else None
 
 
-def _identity(path: Path) -> list[int] | None:
+def _size(path: Path) -> int | None:
     try:
-        st = path.stat()
+        return path.stat().st_size
     except OSError:
         return None
-    return [st.st_size, st.st_mtime_ns]
-
-
-#: the report's final text and summary, in its model's work directory (schema report_summary)
-SUMMARY_FILE = "report_summary.json"
 
 
 def _write_summary(report_path: Path, report: dict) -> None:
-    """In the model's work directory, the report's final text and summary with the report's identity (size,
-    mtime): what `discover` prints after every run, without parsing the whole report
-    (about 50 KB per layer: 0.5 s at 1,000 layers, the largest cost of a no-op that
-    grew with the model; docs/scale.md). Made again, or not used, when it does not
-    match the report."""
+    """In the model's work directory, the report's final text and summary with the
+    report's size: what `discover` prints after every run, without parsing the whole
+    report (about 50 KB per layer: 0.5 s at 1,000 layers and 7 s at 5,000, the largest
+    cost of a no-op that grew with the model; docs/scale.md). Written after the report
+    (and an output of the report job after it, so Snakemake's touch of the outputs keeps
+    that order); not used when the report is newer or of another size."""
     path = _summary_path(report_path)
     if path is None:
         return
-    rec = {"report": _identity(report_path), "final_report_text": report.get("final_report_text") or "",
+    rec = {"report_bytes": _size(report_path), "final_report_text": report.get("final_report_text") or "",
            "summary": (report.get("discovery_report") or {}).get("summary") or {}}
     atomic_write_text(path, json_bytes(rec).decode())
 
@@ -95,7 +95,8 @@ def _write_summary(report_path: Path, report: dict) -> None:
 def read_report_summary(report_path: str | os.PathLike) -> tuple[str, dict]:
     """The final report text and ``discovery_report.summary`` of the report at
     ``report_path``: from the summary file :func:`publish_report` wrote with it when
-    that still matches the report (size and mtime), else from the report itself.
+    that still matches the report (the report's size, and not newer than the summary),
+    else from the report itself.
 
     Raises:
         ReportError: the report is missing or not valid JSON (read_json's one line).
@@ -103,9 +104,10 @@ def read_report_summary(report_path: str | os.PathLike) -> tuple[str, dict]:
     path = Path(report_path)
     summary = _summary_path(path)
     try:
-        rec = read_json(summary, "report summary") if summary else {}
-        if rec.get("report") is not None and rec["report"] == _identity(path):
-            return rec["final_report_text"], rec["summary"]
+        if summary and summary.stat().st_mtime_ns >= path.stat().st_mtime_ns:
+            rec = read_json(summary, "report summary")
+            if rec.get("report_bytes") is not None and rec["report_bytes"] == _size(path):
+                return rec["final_report_text"], rec["summary"]
     except Exception:  # noqa: BLE001 - a cache: missing or damaged, the report itself is read
         pass
     report = read_json(path, "report JSON")
