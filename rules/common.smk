@@ -623,16 +623,22 @@ def get_unit_drift(wildcards):
     ``prepared``: a layer's reference, MLIR, import status or quantized model differs
     from what its preparation recorded (edited, damaged, deleted: its test key no longer
     matches, so it is tested again); ``results``: its verdict file differs from what
-    the last test job recorded (deleted or edited: tested again). Empty lists when a
-    record is missing (its job runs first). A stat per file: 4 per layer, once, and one
+    the last test job recorded ({slug: identity now}; deleted or edited: the job finds
+    the file is not the one its key was recorded for, and tests it again). Empty when
+    a record is missing (its job runs first). The value is only a trigger: the job
+    decides from the files (Snakemake evaluates params again when the job starts,
+    after it removed the unit record), and the run after a drift reruns the unit once
+    more without testing anything (the value goes back to empty). A stat per file: 4 per layer, once, and one
     per (layer, executor)."""
     unit = _unit(wildcards)
     results = _unit_record(os.path.join(UNITS, unit, f"{wildcards.executor}.json")) or {}
     return {
         "prepared": _prepared_drift(unit),
-        "results": sorted(s for s, m in results.items()
-                          if "result" in m and units.file_identity(
-                              layout.layer_result_file(LAYERS, s, wildcards.executor)) != m["result"]),
+        # with the current identity: a second change of the same file (damaged, then
+        # removed by the report job) gives another value, hence another rerun
+        "results": {s: now for s, m in sorted(results.items())
+                    if "result" in m and (now := units.file_identity(
+                        layout.layer_result_file(LAYERS, s, wildcards.executor))) != m["result"]},
     }
 
 

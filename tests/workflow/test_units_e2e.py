@@ -141,3 +141,31 @@ def test_a_unit_stopped_half_way_keeps_what_it_finished(tmp_path):
     # the resumed run printed a verdict line for the others only
     tested = [ln for ln in r.stdout.splitlines() if ln.startswith("[llvm-cpu] ")]
     assert len(tested) == 41 - len(done), (len(tested), len(done))
+
+
+def test_a_verdict_file_edited_damaged_or_deleted_is_tested_again(tmp_path):
+    """Found by the fresh-user test: a result.json edited by hand stayed in the report,
+    and one damaged, then removed by the report job, was never tested again."""
+    from test_e2e import small_cnn
+
+    model = small_cnn(tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    args = ("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert run_cli(*args).returncode == 0
+    layers = work(out, "cnn") / "layers"
+    edited, damaged = sorted(layers.glob("*/ort/result.json"))[:2]
+    rec = json.loads(edited.read_text())
+    edited.write_text(json.dumps({**rec, "status": "error"}, indent=2))
+    damaged.write_text(damaged.read_text()[:100])
+    r = run_cli(*args)  # the unit reruns: both are tested again
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(edited.read_text())["status"] == "success"
+    assert json.loads(damaged.read_text())["status"] == "success"
+    report = json.loads((out / "torq_gen_config_cnn.json").read_text())
+    assert {e["status"] for op in report["ops"].values() for e in op["executors"].values()} == {"success"}
+    damaged.unlink()
+    r = run_cli(*args)
+    assert r.returncode == 0 and damaged.is_file(), r.stderr[-2000:]
+    run_cli(*args)  # the unit's drift param goes back to empty: one rerun that tests nothing
+    r = run_cli(*args[:-1])
+    assert "Nothing to be done" in r.stderr, r.stderr[-2000:]

@@ -65,6 +65,10 @@ def test_is_current_needs_the_output_its_companions_and_the_same_key(tmp_path):
     assert not units.is_current(out, "k", other)
     other.write_text("")
     assert units.is_current(out, "k", other)
+    out.write_text('{"status": "error"}')  # edited (or damaged) outside the workflow
+    assert not units.is_current(out, "k")
+    units.record_key(out, "k")
+    assert units.is_current(out, "k")
     units.drop_key(out)
     units.drop_key(out)  # twice is fine
     assert not units.is_current(out, "k")

@@ -167,7 +167,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
                   timing: dict | None, precision: dict, tolerance: dict, timeout_s: float, skip_mode: bool = False,
                   earlier: list[str] = (), log_file: str | None = None, verbose: bool = False,
                   only: list[str] | None = None, out: str | None = None, prepared: str | None = None,
-                  force: bool = False, redo: list[str] = ()) -> dict:
+                  force: bool = False) -> dict:
     """Rule ``test_unit``: the unit's layers on one executor.
 
     First each compile batch of the unit (``batches``: ``[{"id", "members": [slug]}]``,
@@ -184,9 +184,9 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     file asked for on its own); ``out``: the unit's record, written last.
     ``prepared``: the unit's prepare record, removed when a member's prepared file
     turns out damaged or gone, so that the next run prepares the unit again.
-    ``force`` (``--recompute-cache``): every batch compiled and every member tested;
-    ``redo``: members tested again whatever their keys (their verdict file was deleted
-    or edited outside the workflow).
+    ``force`` (``--recompute-cache``): every batch compiled and every member tested.
+    A verdict file edited, damaged or deleted outside the workflow no longer matches
+    its key (:func:`.units.is_current`) and is tested again.
 
     Files: ``layers_dir/<slug>/<executor>/result.json`` (+ ``.key``), logs
     ``logs_dir/test_layer/<slug>.<executor>.log`` and
@@ -240,8 +240,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         batch = batch_of.get(slug)
         key = make_key({"executor": executor, "timing": timing, "precision": precision, "batch": bool(batch)},
                        [model, os.path.join(d, "reference.npz"), mlir, status])
-        due = (slug in redo
-               or (not skip_mode and was_skipped(os.path.dirname(result)))
+        due = ((not skip_mode and was_skipped(os.path.dirname(result)))
                or timed_out_under_smaller(result, timeout_s)
                or (skip_mode and newer_than(earlier_results, result)))
         if not (due or force) and is_current(result, key):
@@ -267,6 +266,11 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             Path(prepared).unlink(missing_ok=True)
         raise damaged[0]
     res = {"unit": unit, "executor": name, "members": record}
+    # the unit's log says what it did; each layer's tool output is in its own log
+    _log(os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log"),
+         "\n".join(f"{r['slug']}: {r['status']} ({'tested' if r['tested'] else 'up to date, kept'})"
+                   for r in record) + f"\n(tool output per layer: {os.path.join(logs_dir, 'test_layer')}/"
+                                     f"<slug>.{name}.log)")
     if out:
         write_json(out, res)
     return res
@@ -288,7 +292,7 @@ def _unit_params(input, params) -> dict:
                 quantized=params.precision.get("quantize") is not None, timing=params.timing,
                 precision=params.precision, tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
                 skip_mode=params.skip_mode.value, earlier=params.earlier.value, log_file=params.log_file.value,
-                verbose=params.verbose.value, force=params.force.value, redo=params.drift["results"])
+                verbose=params.verbose.value, force=params.force.value)
 
 
 def test_unit(input, output, params, log) -> None:

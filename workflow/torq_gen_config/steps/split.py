@@ -225,8 +225,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     res = {"unit": unit, "members": record}
     write_json(prepared, res)
     n = sum(1 for r in record if r["redone"])
-    print(f"unit {unit}: {len(record)} layers prepared" + (f" ({n} redone)" if n != len(record) else ""),
-          file=sys.stderr)
+    print(f"unit {unit}: {len(record)} layers, {n} prepared anew ({len(record) - n} up to date)", file=sys.stderr)
     return res
 
 

@@ -12,8 +12,8 @@ holds :func:`unit_size` layers (about 32, a whole number of compile batches), so
 Reruns stay per layer. Snakemake reruns a unit job when one of its inputs, params or
 rules changed; inside it, each per-layer output has a key file beside it
 (``<output>.key``: :func:`make_key` of the settings it was made with and of the
-identity, size and mtime, of the files it was made from), and a member whose key
-still matches keeps its files. So a changed layer recomputes only itself, a job
+identity, size and mtime, of the files it was made from, then the identity of the
+output itself), and a member whose key still matches keeps its files. So a changed layer recomputes only itself, a job
 killed half-way resumes with the members it finished, and a membership change (a
 layer added) retests nobody else.
 """
@@ -80,21 +80,42 @@ def make_key(settings: Any, files: Iterable[str | os.PathLike | None]) -> str:
 
 
 def is_current(output: str | os.PathLike, key: str, *others: str | os.PathLike) -> bool:
-    """Whether ``output`` (and the ``others`` written with it) exist and its key file
-    holds ``key``: the output was made from what ``key`` describes."""
+    """Whether ``output`` (and the ``others`` written with it) exist, its key file holds
+    ``key`` (it was made from what ``key`` describes) and ``output`` is still the file
+    the key was recorded for (same content up to :data:`CONTENT_ID_BYTES`, else same
+    size and mtime: one edited, damaged or replaced outside the workflow is made again)."""
     if not all(os.path.exists(p) for p in (output, *others)):
         return False
     try:
         with open(f"{output}{KEY_SUFFIX}") as f:
-            return f.read().strip() == key
+            recorded = f.read().split()
     except OSError:
         return False
+    return recorded[:1] == [key] and recorded[1:] == [_identity_text(output)]
+
+
+#: outputs up to this size are identified by their content in a key file, larger ones by
+#: size and mtime (Snakemake touches a job's declared outputs after it: a re-targeted
+#: result.json must still match the key its job recorded)
+CONTENT_ID_BYTES = 4 * 1024 * 1024
+
+
+def _identity_text(path: str | os.PathLike) -> str:
+    """``size:sha1`` of a small file, ``size:mtime_ns`` of a large one, ``missing``."""
+    ident = file_identity(path)
+    if ident is None:
+        return "missing"
+    if ident[0] <= CONTENT_ID_BYTES:
+        with open(path, "rb") as f:
+            return f"{ident[0]}:sha1-{hashlib.sha1(f.read()).hexdigest()}"
+    return f"{ident[0]}:{ident[1]}"
 
 
 def record_key(output: str | os.PathLike, key: str) -> None:
-    """Write the key file of ``output`` (atomically, after ``output`` itself: an
-    output whose job was killed before this has no key and is made again)."""
-    atomic_write_text(f"{output}{KEY_SUFFIX}", key + "\n")
+    """Write the key file of ``output`` with the identity of ``output`` as it is now
+    (atomically, after ``output`` itself: an output whose job was killed before this
+    has no key and is made again)."""
+    atomic_write_text(f"{output}{KEY_SUFFIX}", f"{key} {_identity_text(output)}\n")
 
 
 def drop_key(output: str | os.PathLike) -> None:
