@@ -9,11 +9,12 @@ partial write.
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import DamagedWorkFile, ReportError
 
@@ -78,10 +79,16 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def atomic_write_files(files: dict[str | os.PathLike, bytes]) -> None:
+def atomic_write_files(files: Mapping[str | os.PathLike, bytes | Iterable[bytes]], *,
+                       keep_unchanged: bool = False) -> None:
     """Write several files so that a failure leaves all of them as they were: every
     temporary file is written and synced first (a full disk or a read-only directory
     fails here, before any file is replaced), then each is renamed into place.
+
+    A file's content is bytes, or an iterable of bytes chunks written one after the other
+    (a large file is then never held whole in memory: :func:`json_chunks`).
+    ``keep_unchanged``: a file whose new bytes equal what is on disk is left untouched,
+    its mtime too (so Snakemake reruns nothing that consumes it).
 
     Raises:
         OSError: a directory cannot be created or written (no file was replaced).
@@ -97,12 +104,19 @@ def atomic_write_files(files: dict[str | os.PathLike, bytes]) -> None:
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             staged.append((tmp, path))
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                if isinstance(data, (bytes, bytearray)):
+                    f.write(data)
+                else:
+                    for chunk in data:
+                        f.write(chunk)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, _FILE_MODE)
         for tmp, path in staged:
-            os.replace(tmp, path)
+            if keep_unchanged and _same_bytes(tmp, path):
+                os.unlink(tmp)
+            else:
+                os.replace(tmp, path)
     except BaseException:
         for tmp, _ in staged:
             try:
@@ -110,6 +124,13 @@ def atomic_write_files(files: dict[str | os.PathLike, bytes]) -> None:
             except FileNotFoundError:
                 pass
         raise
+
+
+def _same_bytes(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return os.path.getsize(a) == os.path.getsize(b) and filecmp.cmp(a, b, shallow=False)
+    except FileNotFoundError:
+        return False
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -121,6 +142,34 @@ def json_bytes(data: Any) -> bytes:
     """The bytes :func:`write_json` writes for ``data`` (indented JSON, keys in
     insertion order, UTF-8), e.g. for :func:`write_bytes_if_changed`."""
     return (json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n").encode("utf-8")
+
+
+def json_chunks(data: Mapping[str, Any], *, one_line: str) -> Iterator[bytes]:
+    """The JSON of ``data`` as :func:`json_bytes` writes it, except that each entry of
+    the mapping ``data[one_line]`` is on one line of its own (compact, made by the C
+    encoder), yielded a line at a time.
+
+    For the report JSON, whose ``ops`` are ~50 KB of indented JSON per layer: indenting
+    250 MB of JSON (5,000 layers) takes Python's pure-Python encoder and about 1 GB of
+    temporary strings; one op per line takes the C encoder and one op's string at a time,
+    and is still read line by line (``grep '"Conv_3"'``) and by any JSON reader.
+    """
+    keys = list(data)
+    yield b"{\n"
+    for i, key in enumerate(keys):
+        tail = ",\n" if i < len(keys) - 1 else "\n"
+        value = data[key]
+        if key == one_line and isinstance(value, Mapping) and value:
+            yield f"  {json.dumps(key)}: {{\n".encode("utf-8")
+            last = len(value) - 1
+            for j, (k, v) in enumerate(value.items()):
+                line = json.dumps(v, allow_nan=False, default=_json_default)
+                yield f"    {json.dumps(k)}: {line}{',' if j < last else ''}\n".encode("utf-8")
+            yield f"  }}{tail}".encode("utf-8")
+        else:
+            text = json.dumps(value, indent=2, allow_nan=False, default=_json_default).replace("\n", "\n  ")
+            yield f"  {json.dumps(key)}: {text}{tail}".encode("utf-8")
+    yield b"}\n"
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

@@ -69,3 +69,22 @@ def test_stale_reason_names_the_moved_layers():
     publish_copy["ops"][lid]["recommended_executor"] = placed[lid]
     render_report(publish_copy)
     assert "stale" not in publish_copy["full_model"] and "OUT OF DATE" not in publish_copy["final_report_text"]
+
+
+def test_the_report_has_one_op_per_line_and_no_other_line_changes(tmp_path):
+    report, compiler = tmp_path / "r.json", tmp_path / "r_compiler.json"
+    rep = make_report()
+    publish_report(report, compiler, rep, rederive=False)
+    lines = report.read_text().splitlines()
+    op_lines = [l for l in lines if l.startswith("    ") and not l.startswith("     ")
+                and l.lstrip().split(":", 1)[0].strip('"') in rep["ops"]]
+    assert len(op_lines) == len(rep["ops"])
+    for line, (lid, op) in zip(op_lines, rep["ops"].items()):
+        key, value = line.strip().rstrip(",").split(": ", 1)
+        assert json.loads(key) == lid and json.loads(value) == op
+    # everything but the ops is indented as every other JSON file of the tool
+    without_ops = {k: v for k, v in rep.items() if k != "ops"}
+    text = report.read_text()
+    head, tail = text.split('  "ops": {\n', 1)
+    assert json.loads(head + tail.split("\n  },\n", 1)[1]) == without_ops
+    assert json_bytes(without_ops).decode().splitlines()[1:3] == lines[1:3]

@@ -16,7 +16,7 @@ from ..fileio import damaged_work_file, read_json
 from ..layout import layer_result_file
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
 from ..model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
-from .build import build_report
+from .build import build_op, check_report_settings, finish_report
 from .text import render_final_report_text
 
 __all__ = ["assemble_report", "build_provenance", "precision_section"]
@@ -54,48 +54,65 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
     man = read_json(manifest, "layer manifest")
     info = read_json(prepare_info, "preparation info")
     locs = read_json(locations, "MLIR locations")
-    names = [e["name"] for e in executors]
     plan = plan_layer_tests(man["layers"], skip_ops, dedup_layers)
     qlayers = {}
     if quantized_manifest:
         qlayers = {l["layer_id"]: l for l in read_json(quantized_manifest, "quantized layer map")["layers"]}
-    layers, results = [], {}
-    duplicate_of: dict[str, str] = {}
+    names, default_tol = check_report_settings(executors, tolerance)
+    prev_ops = ((read_json(user_choices, "user choices") if user_choices and Path(user_choices).exists() else None)
+                or {}).get("ops") or {}
+    # One layer's results at a time: read, turned into its op (sharing the result's dicts),
+    # dropped; only the layers whose verdicts duplicates copy keep theirs. The report's ops
+    # are then the one copy of the results in memory (docs/scale.md, "The report").
+    sources = {src for d, src in plan.values() if d == DUPLICATE}
+    kept: dict[str, dict] = {}
+    ops: dict[str, dict] = {}
+    ort_versions: set[str] = set()
+    tools: dict[str, dict] = {}
+    tested = 0
     for layer in man["layers"]:
-        decision, src = plan[layer["layer_id"]]
+        lid = layer["layer_id"]
+        if lid in ops:
+            raise ReportError(f"build_report: duplicate layer id {lid!r}")
+        decision, src = plan[lid]
         skipped = decision == SKIP_OPS
-        layers.append({
-            "layer_id": layer["layer_id"], "slug": layer["slug"], "op_type": layer["op_type"],
+        row = {
+            "layer_id": lid, "slug": layer["slug"], "op_type": layer["op_type"],
             "node_index": layer["node_index"],
-            "mlir_location": layer_location(qlayers.get(layer["layer_id"], layer) if quantized_manifest else layer, locs),
+            "mlir_location": layer_location(qlayers.get(lid, layer) if quantized_manifest else layer, locs),
             "mac_count": layer.get("mac_count"),
             "skipped_reason": f"op type {layer['op_type']} skipped (skip_ops)" if skipped else None,
             "not_testable": None if skipped else layer.get("not_testable"),
-        })
-        if decision in (SKIP_OPS, NOT_TESTABLE):
-            results[layer["layer_id"]] = {}
-            continue
+        }
+        per: dict[str, dict] = {}
         if decision == DUPLICATE:
-            duplicate_of[layer["layer_id"]] = src
-            results[layer["layer_id"]] = {n: {**r, "duplicate_of": src} for n, r in results[src].items()}
-            continue
-        per = {}
-        for name in names:
-            p = Path(layer_result_file(results_root, layer["slug"], name))
-            if p.exists():
-                per[name] = _read_result(p)
-        results[layer["layer_id"]] = per
+            per = kept[src]
+        elif decision not in (SKIP_OPS, NOT_TESTABLE):
+            for name in names:
+                p = Path(layer_result_file(results_root, layer["slug"], name))
+                if p.exists():
+                    per[name] = _read_result(p)
+            for name, r in per.items():
+                version = (r.get("reference") or {}).get("ort_version")
+                if version:
+                    ort_versions.add(version)
+                if name not in tools and r.get("tool"):
+                    tools[name] = r["tool"]
+            if lid in sources:
+                kept[lid] = per
+            tested += bool(per)
+        ops[lid] = build_op(row, per, names, default_tol, prev_ops.get(lid), recommend_by_timing=recommend_by_timing,
+                            copy_results=lid not in sources and decision != DUPLICATE)
+        if decision == DUPLICATE:
+            ops[lid]["duplicate_of"] = src
+    del kept
     mlir_file = os.path.relpath(Path(locations).parent / locs["mlir_file"], output_dir) if locs.get("status") == "ok" else None
     provenance = build_provenance(info=info, locations=locs, executors=executors, options=options,
-                                  tool_version=__version__, results=results)
+                                  tool_version=__version__, ort_versions=sorted(ort_versions), executor_tools=tools)
     if man.get("layer_inputs"):  # the whole-model run that gave the layers their inputs
         provenance["layer_inputs_run"] = man["layer_inputs"]
-    previous = read_json(user_choices, "user choices") if user_choices and Path(user_choices).exists() else None
-    rep = build_report(model_name=model_name, layers=layers, results=results, executors=executors,
-                       default_tolerance=tolerance, mlir_file=mlir_file, provenance=provenance,
-                       previous_report=previous, recommend_by_timing=recommend_by_timing)
-    for lid, src in duplicate_of.items():
-        rep["ops"][lid]["duplicate_of"] = src
+    rep = finish_report(model_name=model_name, ops=ops, names=names, default_tolerance=default_tol,
+                        mlir_file=mlir_file, provenance=provenance, recommend_by_timing=recommend_by_timing)
     rep["precision"] = precision_section(options, info, quantize_info, Path(results_root))
     rep["folded_nodes"] = man.get("folded_nodes") or []  # constant nodes: values of the layers, not layers
     for layer in man["layers"]:
@@ -109,9 +126,9 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
         rep["subgraph"] = {**info["subgraph"],
                            "work_dir": os.path.relpath(Path(prepare_info).parent, output_dir).replace(os.sep, "/")}
     rep["discovery_report"]["summary"]["distinct_layers_tested"] = (
-        sum(1 for d, _ in plan.values() if d == TEST) if dedup_layers else sum(1 for per in results.values() if per))
+        sum(1 for d, _ in plan.values() if d == TEST) if dedup_layers else tested)
     rep["unavailable_executors"] = [dict(u) for u in unavailable]
-    if duplicate_of or rep["folded_nodes"] or unavailable:  # the text shows copied verdicts, folded nodes
+    if sources or rep["folded_nodes"] or unavailable:  # the text shows copied verdicts, folded nodes
         # and unavailable executors
         rep["final_report_text"] = render_final_report_text(rep)
     return rep
@@ -144,8 +161,10 @@ def precision_section(options: dict, prepare_info: dict, quantize_info: str | No
 
 
 def build_provenance(*, info: dict, locations: dict, executors: list[dict], options: dict, tool_version: str,
-                     results: dict) -> dict:
-    """Versions, options and inputs that produced a report (JSON-safe)."""
+                     ort_versions: list[str], executor_tools: dict[str, dict]) -> dict:
+    """Versions, options and inputs that produced a report (JSON-safe): ``ort_versions``
+    are the ONNX Runtime versions the layers' references were computed with,
+    ``executor_tools`` each executor's tool record (the first of its results)."""
     import platform
 
     versions = {"torq-gen-config": tool_version, "python": platform.python_version()}
@@ -155,13 +174,6 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
     packages = [IMPORTER_PACKAGE, *(p for e in executors for p in capabilities(e.get("backend")).packages)]
     for dist in dict.fromkeys(packages):
         versions.setdefault(dist, _dist_version(dist))
-    ref_versions = sorted({(r.get("reference") or {}).get("ort_version") for per in results.values()
-                           for r in per.values() if (r.get("reference") or {}).get("ort_version")})
-    tools = {}
-    for per in results.values():
-        for name, r in per.items():
-            if name not in tools and r.get("tool"):
-                tools[name] = r["tool"]
     return {
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "versions": versions,
@@ -169,10 +181,10 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
                       "second_opinion": "onnx" if (options.get("reference") or "onnxruntime") == "onnxruntime"
                       else "onnxruntime",
                       "execution_provider": "CPUExecutionProvider",
-                      "graph_optimization_level": "disabled", "ort_versions": ref_versions,
+                      "graph_optimization_level": "disabled", "ort_versions": list(ort_versions),
                       "onnx_version": versions.get("onnx")},
         "executors": executors,
-        "executor_tools": tools,
+        "executor_tools": dict(executor_tools),
         "options": options,
         "model": {"source": info.get("source"), "sha256": _model_digest(info.get("source")),
                   "opset": info.get("opset"), "fixed_dims": info.get("fixed_dims"),

@@ -32,7 +32,7 @@ from .recommend import (
 from .summary import summarize, trust_lists  # noqa: F401 (re-exported: their old home)
 from .text import render_final_report_text
 
-__all__ = ["build_report", "build_compiler_json", "summarize"]
+__all__ = ["build_op", "build_report", "build_compiler_json", "finish_report", "summarize"]
 
 _LOCATION_RE = re.compile(r"^(\d+):(\d+)$")
 
@@ -59,8 +59,11 @@ def _default_failure_report(status: str, result: Mapping) -> dict:
     return {"type": "error", "stage": None, "summary": "no failure report recorded", "message": None}
 
 
-def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance: dict) -> dict:
-    """Report entry of one (layer, executor) result dict (layout: module docstring)."""
+def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance: dict, *,
+                    copy_results: bool = True) -> dict:
+    """Report entry of one (layer, executor) result dict (layout: module docstring);
+    ``copy_results=False``: shares the result's dicts (:func:`build_op`)."""
+    dup = copy.deepcopy if copy_results else (lambda value: value)
     if not isinstance(result, Mapping):
         raise ReportError(f"layer {layer_id}, executor {name}: result must be a JSON object")
     status = result.get("status")
@@ -74,7 +77,7 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
         "status": status,
         "backend": result.get("backend"),
         "tolerance_used": dict(tolerance_used),
-        "metrics": copy.deepcopy(metrics) if metrics else None,
+        "metrics": dup(metrics) if metrics else None,
     }
     if metrics:
         entry["max_diff"] = {
@@ -85,13 +88,13 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
         entry["failure_report"] = None
     else:
         report = result.get("failure_report")
-        entry["failure_report"] = copy.deepcopy(report) if report else _default_failure_report(status, result)
+        entry["failure_report"] = dup(report) if report else _default_failure_report(status, result)
     entry["timing"] = _timing_entry(result.get("timing") or {})
     reference = result.get("reference") or {}
     entry["reference_status"] = reference.get("status")
     entry["reference_engine"] = reference.get("engine")
     if result.get("reference_check"):
-        entry["reference_check"] = copy.deepcopy(result["reference_check"])
+        entry["reference_check"] = dup(result["reference_check"])
     return entry
 
 
@@ -209,72 +212,105 @@ def build_report(
         ReportError: no or duplicate executors, duplicate layer ids, an invalid
             status, or an invalid tolerance (default or previous override).
     """
+    names, default_tol = check_report_settings(executors, default_tolerance)
+    prev_ops = (previous_report or {}).get("ops") or {}
+    ops: dict[str, dict] = {}
+    for layer in layers:
+        layer_id = layer["layer_id"]
+        if layer_id in ops:
+            raise ReportError(f"build_report: duplicate layer id {layer_id!r}")
+        ops[layer_id] = build_op(layer, results.get(layer_id) or {}, names, default_tol, prev_ops.get(layer_id),
+                                 recommend_by_timing=recommend_by_timing)
+    return finish_report(model_name=model_name, ops=ops, names=names, default_tolerance=default_tol,
+                         mlir_file=mlir_file, provenance=provenance, recommend_by_timing=recommend_by_timing)
+
+
+def check_report_settings(executors: list[dict], default_tolerance: Mapping) -> tuple[list[str], dict]:
+    """The executor names (priority order) and the normalized default tolerance of a
+    report to build.
+
+    Raises:
+        ReportError: no or duplicate executor names, or an invalid tolerance.
+    """
     names = [e.get("name") for e in executors]
     if not names or not all(isinstance(n, str) and n for n in names):
         raise ReportError("build_report: executors must be a non-empty list of dicts with a 'name'")
     if len(set(names)) != len(names):
         raise ReportError(f"build_report: duplicate executor names in {names}")
     try:
-        default_tol = normalize_tolerance(default_tolerance)
+        return names, normalize_tolerance(default_tolerance)
     except ValueError as e:
         raise ReportError(f"invalid default tolerance: {e}") from None
-    prev_ops = (previous_report or {}).get("ops") or {}
 
-    ops: dict[str, dict] = {}
-    for layer in layers:
-        layer_id = layer["layer_id"]
-        if layer_id in ops:
-            raise ReportError(f"build_report: duplicate layer id {layer_id!r}")
-        op: dict[str, Any] = {"executors": {}}
-        skipped = layer.get("skipped_reason") or layer.get("not_testable")
-        if not skipped:
-            layer_results = results.get(layer_id) or {}
-            for name in names:
-                if name in layer_results:
-                    op["executors"][name] = _executor_entry(layer_id, name, layer_results[name], default_tol)
-            reference = _layer_reference(layer_results)
-            if reference is not None:
-                op["reference"] = reference
-        prev_op = prev_ops.get(layer_id)
-        override = _previous_override(layer_id, prev_op)
-        if override is not None:
-            op["tolerance_override"] = override
-        try:
-            rederive_statuses(op, default_tol)
-        except ValueError as e:
-            raise ReportError(f"layer {layer_id}: {e}") from None
 
-        recommended, reason = recommend_with_reason(op["executors"], names, by_timing=recommend_by_timing)
-        if skipped:
-            reason = REASON_NOT_TESTABLE if layer.get("not_testable") else REASON_NOT_TESTED
-        source = "discovery"
-        if prev_op and prev_op.get("recommendation_source") == "user":
-            user_choice = prev_op.get("recommended_executor")
-            if user_choice is None or (isinstance(user_choice, str) and user_choice in names):
-                recommended, source, reason = user_choice, "user", REASON_USER
-            else:
-                op["user_recommendation_dropped"] = user_choice
-        op["recommended_executor"] = recommended
-        op["recommendation_source"] = source
-        op["recommendation_reason"] = reason
-        location = layer.get("mlir_location")
-        op["mlir_location"] = location if location else layer.get("op_type")
-        op["_node_index"] = layer.get("node_index")
-        op["op_type"] = layer.get("op_type")
-        op["layer_slug"] = layer.get("slug")
-        if layer.get("mac_count") is not None:
-            op["mac_count"] = int(layer["mac_count"])
-        if layer.get("skipped_reason"):
-            op["skipped_reason"] = layer["skipped_reason"]
-        if layer.get("not_testable"):
-            op["not_testable_reason"] = layer["not_testable"]
-        ops[layer_id] = op
+def build_op(layer: Mapping, layer_results: Mapping[str, Mapping], names: list[str], default_tol: dict,
+             prev_op: Mapping | None, *, recommend_by_timing: bool = False, copy_results: bool = True) -> dict:
+    """The report's op of one layer (layout and rules: :func:`build_report`) from its
+    results per executor (``layer_results[executor]``, the ``result.json`` dicts).
 
+    ``copy_results=False`` lets the op share (and the re-derivation update) the result
+    dicts' ``metrics``, ``failure_report`` and ``reference_check`` instead of deep-copying
+    them: for a caller that owns the results and drops them after (the report of a
+    5,000-layer model holds ~15,000 of them; docs/scale.md).
+
+    Raises:
+        ReportError: an invalid status or tolerance override.
+    """
+    layer_id = layer["layer_id"]
+    op: dict[str, Any] = {"executors": {}}
+    skipped = layer.get("skipped_reason") or layer.get("not_testable")
+    if not skipped:
+        for name in names:
+            if name in layer_results:
+                op["executors"][name] = _executor_entry(layer_id, name, layer_results[name], default_tol,
+                                                        copy_results=copy_results)
+        reference = _layer_reference(layer_results)
+        if reference is not None:
+            op["reference"] = reference
+    override = _previous_override(layer_id, prev_op)
+    if override is not None:
+        op["tolerance_override"] = override
+    try:
+        rederive_statuses(op, default_tol)
+    except ValueError as e:
+        raise ReportError(f"layer {layer_id}: {e}") from None
+
+    recommended, reason = recommend_with_reason(op["executors"], names, by_timing=recommend_by_timing)
+    if skipped:
+        reason = REASON_NOT_TESTABLE if layer.get("not_testable") else REASON_NOT_TESTED
+    source = "discovery"
+    if prev_op and prev_op.get("recommendation_source") == "user":
+        user_choice = prev_op.get("recommended_executor")
+        if user_choice is None or (isinstance(user_choice, str) and user_choice in names):
+            recommended, source, reason = user_choice, "user", REASON_USER
+        else:
+            op["user_recommendation_dropped"] = user_choice
+    op["recommended_executor"] = recommended
+    op["recommendation_source"] = source
+    op["recommendation_reason"] = reason
+    location = layer.get("mlir_location")
+    op["mlir_location"] = location if location else layer.get("op_type")
+    op["_node_index"] = layer.get("node_index")
+    op["op_type"] = layer.get("op_type")
+    op["layer_slug"] = layer.get("slug")
+    if layer.get("mac_count") is not None:
+        op["mac_count"] = int(layer["mac_count"])
+    if layer.get("skipped_reason"):
+        op["skipped_reason"] = layer["skipped_reason"]
+    if layer.get("not_testable"):
+        op["not_testable_reason"] = layer["not_testable"]
+    return op
+
+
+def finish_report(*, model_name: str, ops: dict[str, dict], names: list[str], default_tolerance: dict,
+                  mlir_file: str | None, provenance: Mapping, recommend_by_timing: bool = False) -> dict:
+    """The report (layout: :func:`build_report`) around its ``ops`` (from :func:`build_op`,
+    in model order): the summary, the critical failures, the trust lists and the final text."""
     summary, critical = summarize(ops, names, recommend_by_timing=recommend_by_timing)
     report: dict[str, Any] = {
         "version": REPORT_FORMAT_VERSION,
         "model_name": model_name,
-        "default_tolerance": default_tol,
+        "default_tolerance": default_tolerance,
         "executors": names,
         "mlir_file": mlir_file,
         "ops": ops,

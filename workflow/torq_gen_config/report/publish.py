@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..fileio import atomic_write_files, atomic_write_text, json_bytes, read_json
+from ..fileio import atomic_write_files, atomic_write_text, json_bytes, json_chunks, read_json
 from ..layout import REPORT_PREFIX, work_dir
 from .build import render_report
 
@@ -47,11 +47,9 @@ def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathL
         OSError: a file cannot be written (then none was replaced).
     """
     compiler = render_report(report, full_model=full_model, rederive=rederive)
-    files = {Path(report_path): json_bytes(report), Path(compiler_path): json_bytes(compiler)}
+    files = {Path(report_path): json_chunks(report, one_line="ops"), Path(compiler_path): json_bytes(compiler)}
     files.update({Path(p): data for p, data in (extra_files or {}).items()})
-    changed = files if force else {p: data for p, data in files.items() if not _holds(p, data)}
-    if changed:
-        atomic_write_files(changed)
+    atomic_write_files(files, keep_unchanged=not force)
     _write_summary(Path(report_path), report)
     return compiler
 
@@ -112,10 +110,3 @@ def read_report_summary(report_path: str | os.PathLike) -> tuple[str, dict]:
         pass
     report = read_json(path, "report JSON")
     return report["final_report_text"], report["discovery_report"]["summary"]
-
-
-def _holds(path: Path, data: bytes) -> bool:
-    try:
-        return path.stat().st_size == len(data) and path.read_bytes() == data
-    except FileNotFoundError:
-        return False
