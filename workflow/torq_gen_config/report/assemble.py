@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..backends import capabilities
+from ..compare.metrics import share_threshold_grids
 from ..config import PRECISION_KEYS
 from ..errors import ReportError
 from ..fileio import damaged_work_file, read_json
@@ -227,4 +228,7 @@ def _read_result(path: Path) -> dict:
             raise ReportError(f"layer result {path} is not a JSON object")
     except ReportError as e:
         raise ReportError(str(damaged_work_file(path, e, redo="redo that test"))) from None
+    share_threshold_grids(result.get("metrics"))
+    check = result.get("reference_check")
+    share_threshold_grids(check.get("metrics") if isinstance(check, dict) else None)
     return result
