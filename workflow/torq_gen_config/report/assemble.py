@@ -102,8 +102,10 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
             if lid in sources:
                 kept[lid] = per
             tested += bool(per)
+        # a source's results serve its duplicates too: their ops get copies (the
+        # re-derivation updates an op's reference_check with that op's tolerance)
         ops[lid] = build_op(row, per, names, default_tol, prev_ops.get(lid), recommend_by_timing=recommend_by_timing,
-                            copy_results=lid not in sources and decision != DUPLICATE)
+                            copy_results=lid in sources or decision == DUPLICATE)
         if decision == DUPLICATE:
             ops[lid]["duplicate_of"] = src
     del kept
