@@ -23,7 +23,9 @@ __all__ = ["publish_report", "read_report_summary"]
 def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathLike, report: dict, *,
                    full_model: Mapping | None = None, rederive: bool = True,
                    extra_files: Mapping[str | os.PathLike, bytes] | None = None, force: bool = False) -> dict:
-    """Render ``report`` (in place) and write it with its compiler JSON.
+    """Render ``report`` (in place) and write it with its compiler JSON. The report is
+    written a line at a time, each op on one line (:func:`~torq_gen_config.fileio.json_chunks`:
+    the C encoder, one op's text in memory at a time; docs/scale.md, "The report").
 
     Args:
         report_path: the report JSON to write (``<output dir>/torq_gen_config_<model>.json``).
