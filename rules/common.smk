@@ -581,10 +581,13 @@ def get_unit_test_rerun(wildcards):
 
 _RECORD_CACHE = {}
 
+#: a unit's drift when nothing changed outside the workflow (and before any unit record)
+NO_DRIFT = {"prepared": [], "results": {}}
 
-def _unit_record(path):
-    """A unit's record (prepared.json or <executor>.json) as ``{slug: member}``, cached
-    per mtime; None when there is none (or it cannot be read: the unit job makes it)."""
+
+def _unit_record_raw(path):
+    """A unit's record (prepared.json or <executor>.json) as read, cached per mtime; None
+    when there is none (or it cannot be read: the unit job makes it)."""
     try:
         key = (path, os.stat(path).st_mtime_ns)
     except OSError:
@@ -593,10 +596,17 @@ def _unit_record(path):
         if len(_RECORD_CACHE) > 4 * (len(EXECUTORS) + 1) * max(1, len(layer_units()[0])):
             _RECORD_CACHE.clear()
         try:
-            _RECORD_CACHE[key] = {m["slug"]: m for m in read_json(path, "unit record")["members"]}
+            rec = read_json(path, "unit record")
+            _RECORD_CACHE[key] = {"members": {m["slug"]: m for m in rec["members"]}, "drift": rec.get("drift")}
         except (ReportError, KeyError, TypeError):
             _RECORD_CACHE[key] = None
     return _RECORD_CACHE[key]
+
+
+def _unit_record(path):
+    """A unit record's members as ``{slug: member}`` (:func:`_unit_record_raw`), or None."""
+    rec = _unit_record_raw(path)
+    return rec["members"] if rec else None
 
 
 _DRIFT_CACHE = {}
@@ -624,22 +634,40 @@ def get_unit_drift(wildcards):
     from what its preparation recorded (edited, damaged, deleted: its test key no longer
     matches, so it is tested again); ``results``: its verdict file differs from what
     the last test job recorded ({slug: identity now}; deleted or edited: the job finds
-    the file is not the one its key was recorded for, and tests it again). Empty when
-    a record is missing (its job runs first). The value is only a trigger: the job
-    decides from the files (Snakemake evaluates params again when the job starts,
-    after it removed the unit record), and the run after a drift reruns the unit once
-    more without testing anything (the value goes back to empty). A stat per file: 4 per layer, once, and one
-    per (layer, executor)."""
+    the file is not the one its key was recorded for, and tests it again), with
+    ``record``, the identity of the unit's record (the same file changed again after the
+    unit reran is another value). The value is only a trigger: the job decides from the
+    files. With nothing changed, the value the last test job ran with (kept in its
+    record): a drift already handled reruns nothing (NO_DRIFT before any record). The
+    value first computed in a run is kept for the run (:data:`_DRIFT_SEEN`). A stat per
+    file: 4 per layer, once, and one per (layer, executor)."""
     unit = _unit(wildcards)
-    results = _unit_record(os.path.join(UNITS, unit, f"{wildcards.executor}.json")) or {}
-    return {
-        "prepared": _prepared_drift(unit),
-        # with the current identity: a second change of the same file (damaged, then
-        # removed by the report job) gives another value, hence another rerun
-        "results": {s: now for s, m in sorted(results.items())
-                    if "result" in m and (now := units.file_identity(
-                        layout.layer_result_file(LAYERS, s, wildcards.executor))) != m["result"]},
-    }
+    seen = _DRIFT_SEEN.get((unit, wildcards.executor))
+    if seen is not None:
+        return seen
+    path = os.path.join(UNITS, unit, f"{wildcards.executor}.json")
+    record = _unit_record_raw(path)
+    results = (record or {}).get("members") or {}
+    # with the current identity: a second change of the same file (damaged, then
+    # removed by the report job) gives another value, hence another rerun
+    changed = {s: now for s, m in sorted(results.items())
+               if "result" in m and (now := units.file_identity(
+                   layout.layer_result_file(LAYERS, s, wildcards.executor))) != m["result"]}
+    prepared = _prepared_drift(unit)
+    if not prepared and not changed:
+        drift = (record or {}).get("drift") or NO_DRIFT
+    else:
+        drift = {"prepared": prepared, "results": changed}
+        if changed:
+            drift["record"] = units.file_identity(path)
+    _DRIFT_SEEN[(unit, wildcards.executor)] = drift
+    return drift
+
+
+# The drift of each (unit, executor) as first seen in this run (this parse): Snakemake
+# evaluates the params again when the job starts, after it removed the job's output (the
+# unit record), and the job must record the value Snakemake stored (from the DAG).
+_DRIFT_SEEN = {}
 
 
 def forced(rule):

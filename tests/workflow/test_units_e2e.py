@@ -166,6 +166,14 @@ def test_a_verdict_file_edited_damaged_or_deleted_is_tested_again(tmp_path):
     damaged.unlink()
     r = run_cli(*args)
     assert r.returncode == 0 and damaged.is_file(), r.stderr[-2000:]
-    run_cli(*args)  # the unit's drift param goes back to empty: one rerun that tests nothing
+    report_mtime = (out / "torq_gen_config_cnn.json").stat().st_mtime_ns
+    # the drift is handled: the next run is a no-op (its drift param gives back the value
+    # the unit ran with; found by the fresh-user test: it reran the unit and rewrote the report)
+    r = run_cli(*args[:-1])
+    assert "Nothing to be done" in r.stderr, r.stderr[-2000:]
+    assert (out / "torq_gen_config_cnn.json").stat().st_mtime_ns == report_mtime
+    damaged.unlink()  # the same file gone again: the same drift as before, in a newer record
+    r = run_cli(*args)
+    assert r.returncode == 0 and damaged.is_file(), r.stderr[-2000:]
     r = run_cli(*args[:-1])
     assert "Nothing to be done" in r.stderr, r.stderr[-2000:]

@@ -167,7 +167,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
                   timing: dict | None, precision: dict, tolerance: dict, timeout_s: float, skip_mode: bool = False,
                   earlier: list[str] = (), log_file: str | None = None, verbose: bool = False,
                   only: list[str] | None = None, out: str | None = None, prepared: str | None = None,
-                  force: bool = False) -> dict:
+                  force: bool = False, drift: dict | None = None) -> dict:
     """Rule ``test_unit``: the unit's layers on one executor.
 
     First each compile batch of the unit (``batches``: ``[{"id", "members": [slug]}]``,
@@ -185,6 +185,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     ``prepared``: the unit's prepare record, removed when a member's prepared file
     turns out damaged or gone, so that the next run prepares the unit again.
     ``force`` (``--recompute-cache``): every batch compiled and every member tested.
+    ``drift``: the job's drift param (rules/common.smk ``get_unit_drift``), kept in the
+    record so that the next run, with nothing changed, gives the same value.
     A verdict file edited, damaged or deleted outside the workflow no longer matches
     its key (:func:`.units.is_current`) and is tested again.
 
@@ -198,7 +200,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         ``{"unit", "executor", "members": [{"slug", "status", "tested" (bool),
         "result": [size, mtime_ns]}]}`` (the identities: a retested member changes the
         record's content, which is what reruns the report; Snakemake compares the
-        checksums of small inputs, not only their mtimes).
+        checksums of small inputs, not only their mtimes), and ``drift`` when given.
 
     Raises:
         DamagedWorkFile: a member's prepared file was damaged or gone (after the others
@@ -266,6 +268,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             Path(prepared).unlink(missing_ok=True)
         raise damaged[0]
     res = {"unit": unit, "executor": name, "members": record}
+    if drift is not None:
+        res["drift"] = drift
     # the unit's log says what it did; each layer's tool output is in its own log
     _log(os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log"),
          "\n".join(f"{r['slug']}: {r['status']} ({'tested' if r['tested'] else 'up to date, kept'})"
@@ -304,7 +308,7 @@ def test_unit(input, output, params, log) -> None:
     untracked ``tolerance``, ``timeout_s``, ``skip_mode``, ``earlier``, ``log_file``,
     ``verbose``, ``force`` and the directories."""
     mark_outdated(params.outdated)
-    test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared)
+    test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared, drift=params.drift)
 
 
 def test_layer(input, output, params, log) -> None:
