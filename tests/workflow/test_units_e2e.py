@@ -177,3 +177,13 @@ def test_a_verdict_file_edited_damaged_or_deleted_is_tested_again(tmp_path):
     assert r.returncode == 0 and damaged.is_file(), r.stderr[-2000:]
     r = run_cli(*args[:-1])
     assert "Nothing to be done" in r.stderr, r.stderr[-2000:]
+    # the report itself cut short (found by the fresh-user test: every rerun was the same
+    # error): named, made again from the work files, nothing retested
+    report = out / "torq_gen_config_cnn.json"
+    text = report.read_text()
+    report.write_text(text[:len(text) // 2])
+    r = run_cli(*args)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "is not valid JSON" in r.stderr and "making it again from the work files" in r.stderr
+    assert json.loads(report.read_text())["ops"] == json.loads(text)["ops"]
+    assert not [ln for ln in r.stdout.splitlines() if ln.startswith("[")]  # no layer tested

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     """
     import sys
 
-    from ..errors import TorqGenConfigError
+    from ..errors import ReportError, TorqGenConfigError
     from ..report.publish import read_report_summary
     from ..layout import OUTDATED_MARKER, compiler_file, report_file
     from ..workflow_api import run_workflow
@@ -116,17 +116,32 @@ def run(args: argparse.Namespace) -> int:
     # report over a missing intermediate is "up to date" to it), so the report job is forced;
     # its missing inputs are then made again too.
     forcerun = ["aggregate_report"] if (out / layout["work"] / OUTDATED_MARKER).is_file() else []
-    if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
-        from ..workflow_api import run_workflow_with_snakemake_args
 
-        run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
-                                         extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
-                                                                               else []) + (["-n"] if args.dry_run
-                                                                                           else []),
-                                         quiet=args.quiet, forceall=args.recompute_cache, profile=args.profile)
-    else:
-        run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run,
-                     quiet=args.quiet, verbose=args.verbose, forceall=args.recompute_cache, forcerun=forcerun or None)
+    def discovery(forcerun: list[str]) -> None:
+        if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
+            from ..workflow_api import run_workflow_with_snakemake_args
+
+            run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
+                                             extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
+                                                                                   else []) + (["-n"] if args.dry_run
+                                                                                               else []),
+                                             quiet=args.quiet, forceall=args.recompute_cache, profile=args.profile)
+        else:
+            run_workflow(config=config, workdir=out, cores=args.cores, targets=targets, dryrun=args.dry_run,
+                         quiet=args.quiet, verbose=args.verbose, forceall=args.recompute_cache,
+                         forcerun=forcerun or None)
+
+    discovery(forcerun)
+    report = out / report_file(name)
+    if not args.dry_run:
+        try:
+            read_report_summary(report)
+        except ReportError as e:  # damaged outside the workflow: it is made from the work files
+            if not report.is_file():
+                raise
+            print(f"torq-gen-config: {e}; removed it and making it again from the work files", file=sys.stderr)
+            report.unlink(missing_ok=True)
+            discovery(["aggregate_report"])
     if args.dry_run:
         return 0
     status = 0
@@ -142,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             section = None
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
         status = 0 if section is not None else 1
-    text, summary = read_report_summary(out / report_file(name))
+    text, summary = read_report_summary(report)
     print(text)
     if config["dedup_layers"] and summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
         print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
