@@ -82,3 +82,18 @@ def test_newer_than(tmp_path):
     time.sleep(0.01)
     a.write_text("")
     assert units.newer_than([a], b) and not units.newer_than([b], a)
+
+
+def test_changed_outside_names_an_edited_or_deleted_output(tmp_path):
+    from torq_gen_config.steps.units import changed_outside
+
+    out = tmp_path / "result.json"
+    assert changed_outside(out) is None  # never made
+    out.write_text('{"status": "success"}')
+    assert changed_outside(out) is None  # made, but its job was killed before the key
+    units.record_key(out, "k")
+    assert changed_outside(out) is None
+    out.write_text('{"status": "error"}')
+    assert changed_outside(out) == "changed"
+    out.unlink()
+    assert changed_outside(out) == "deleted"

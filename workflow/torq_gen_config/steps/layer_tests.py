@@ -15,7 +15,7 @@ from ..job_support import _log, append_to_shared_log, records_failure
 from ..layout import mark_outdated
 from .markers import (SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller,
                       was_skipped)
-from .units import drop_key, file_identity, is_current, make_key, newer_than, record_key
+from .units import changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key
 from .quantize import quantize_failure
 
 @records_failure
@@ -248,6 +248,10 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         if not (due or force) and is_current(result, key):
             record.append({"slug": slug, "status": _status_of(result), "tested": False, "result": file_identity(result)})
             continue
+        changed = None if force else changed_outside(result)
+        if changed:  # said once, here: the verdict line of the retest follows
+            sys.stdout.write(f"[{name}] {slug}: result.json {changed} outside the workflow since it was written: "
+                             f"testing it again\n")
         drop_key(result)
         os.makedirs(os.path.dirname(result), exist_ok=True)
         if not skip_mode:

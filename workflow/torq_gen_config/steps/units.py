@@ -94,6 +94,23 @@ def is_current(output: str | os.PathLike, key: str, *others: str | os.PathLike) 
     return recorded[:1] == [key] and recorded[1:] == [_identity_text(output)]
 
 
+def changed_outside(output: str | os.PathLike) -> str | None:
+    """``"deleted"`` or ``"changed"`` when ``output`` is no longer the file its key was
+    recorded for (edited, damaged or removed outside the job that made it), else None
+    (no key: never finished, or still the same file)."""
+    try:
+        with open(f"{output}{KEY_SUFFIX}") as f:
+            recorded = f.read().split()
+    except OSError:
+        return None
+    if len(recorded) < 2:
+        return None
+    now = _identity_text(output)
+    if recorded[1] == now:
+        return None
+    return "deleted" if now == "missing" else "changed"
+
+
 #: outputs up to this size are identified by their content in a key file, larger ones by
 #: size and mtime (Snakemake touches a job's declared outputs after it: a re-targeted
 #: result.json must still match the key its job recorded)
