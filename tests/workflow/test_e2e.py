@@ -409,6 +409,7 @@ def test_dedup_layers(tmp_path, squeezenet_path):
     r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--dedup-layers")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "38 distinct layers tested for 66 layers" in r.stdout
+    assert "Total layers tested: 66 (28 of them copy the verdicts of an identical layer: --dedup-layers)" in r.stdout
     report, compiler = load_outputs(out, "light_squeezenet")
     assert len(report["ops"]) == 66 and len(compiler["op_assignments"]) == 66
     dups = {lid: op["duplicate_of"] for lid, op in report["ops"].items() if "duplicate_of" in op}

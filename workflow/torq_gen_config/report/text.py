@@ -61,7 +61,7 @@ def render_final_report_text(report: Mapping) -> str:
         "FINAL EXECUTOR DISCOVERY REPORT",
         "=" * 72,
         f"Model: {report.get('model_name')}",
-        f"Total layers tested: {_tested_layers(summary, ops)}",
+        f"Total layers tested: {_tested_layers(summary, ops)}" + _copied_note(ops),
     ]
     folded = report.get("folded_nodes") or []
     if folded:
@@ -143,6 +143,12 @@ def _tested_layers(summary: Mapping, ops: Mapping) -> int:
     """Layers with verdicts: all but the skipped (skip_ops) and the not testable ones."""
     return (summary.get("total_layers", len(ops)) - int(summary.get("skipped_layers") or 0)
             - int(summary.get("not_testable_layers") or 0))
+
+
+def _copied_note(ops: Mapping) -> str:
+    """`` (N of them copy the verdicts of an identical layer: --dedup-layers)`` when some do."""
+    copies = sum(1 for op in ops.values() if op.get("duplicate_of"))
+    return f" ({copies} of them copy the verdicts of an identical layer: --dedup-layers)" if copies else ""
 
 
 #: Items listed per trust section before "... N more".
