@@ -44,8 +44,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--executor", metavar="NAME|null",
                    help="recommended executor for the layers (one of the report's executors), "
                         "or null for no assignment")
-    p.add_argument("--tolerance-avg", type=float, metavar="X", help="per-layer fp_avg_tol (finite, > 0)")
-    p.add_argument("--tolerance-max", type=float, metavar="Y", help="per-layer fp_max_tol (finite, > 0)")
+    p.add_argument("--tolerance-avg", type=float, metavar="X",
+                   help="per-layer fp_avg_tol, also its bf16_avg_tol: the override applies to every float output "
+                        "(finite, > 0)")
+    p.add_argument("--tolerance-max", type=float, metavar="Y", help="per-layer fp_max_tol, also its bf16_max_tol (finite, > 0)")
     p.add_argument("--reset", action="store_true",
                    help="drop person-made choices of the layers (recommendation and tolerance back to discovery's)")
     p.set_defaults(func=run)
