@@ -416,6 +416,11 @@ def test_dedup_layers(tmp_path, squeezenet_path):
     assert len(dups) == 28
     tested = {p.parent.parent.name for p in (work(out) / "layers").glob("*/*/result.json")}
     assert len(tested) == 38
+    # the timing statistics count the layers measured, not their copies
+    for name, stats in report["discovery_report"]["summary"]["timing_summary"].items():
+        measured = sum(1 for p in (work(out) / "layers").glob(f"*/{name}/result.json")
+                       if json.loads(p.read_text())["status"] != "error")
+        assert stats["compile_ms"]["samples"] == measured <= 38, name
     for lid, src in dups.items():
         assert src in report["ops"] and "duplicate_of" not in report["ops"][src]
         assert report["ops"][lid]["op_type"] == report["ops"][src]["op_type"]

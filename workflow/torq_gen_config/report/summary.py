@@ -70,7 +70,9 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
             if status in status_counts:
                 status_counts[status] += 1
             timing = entry.get("timing") or {}
-            if name in run_times and status != "error":  # timings of failed runs are not comparable
+            # timings of failed runs are not comparable; copied verdicts (--dedup-layers)
+            # were not measured again
+            if name in run_times and status != "error" and not op.get("duplicate_of"):
                 if duration_ms(timing.get("run_ms")) is not None:
                     run_times[name].append(float(timing["run_ms"]))
                 if duration_ms(timing.get("compile_ms")) is not None:
