@@ -160,7 +160,7 @@ def test_a_verdict_file_edited_damaged_or_deleted_is_tested_again(tmp_path):
     r = run_cli(*args)  # the unit reruns: both are tested again, and the run says why
     assert r.returncode == 0, r.stderr[-2000:]
     for p in (edited, damaged):
-        assert f"[ort] {p.parent.parent.name}: result.json changed outside the workflow" in r.stdout, r.stdout
+        assert f"{p.parent.parent.name} on ort: result.json changed outside the workflow" in r.stdout, r.stdout
     assert json.loads(edited.read_text())["status"] == "success"
     assert json.loads(damaged.read_text())["status"] == "success"
     report = json.loads((out / "torq_gen_config_cnn.json").read_text())

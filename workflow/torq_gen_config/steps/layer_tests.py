@@ -249,8 +249,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             record.append({"slug": slug, "status": _status_of(result), "tested": False, "result": file_identity(result)})
             continue
         changed = None if force else changed_outside(result)
-        if changed:  # said once, here: the verdict line of the retest follows
-            sys.stdout.write(f"[{name}] {slug}: result.json {changed} outside the workflow since it was written: "
+        if changed:  # said once, here (not in the "[executor] layer: verdict" form): the verdict line follows
+            sys.stdout.write(f"{slug} on {name}: result.json {changed} outside the workflow since it was written: "
                              f"testing it again\n")
         drop_key(result)
         os.makedirs(os.path.dirname(result), exist_ok=True)
