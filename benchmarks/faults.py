@@ -1281,15 +1281,18 @@ def _slurm_nodes() -> list[str]:
 
 
 def fault_slow_compile_in_job(d: Path, pattern: str, seconds: float = 300) -> Path:
-    """The real iree-compile, after appending ``$SLURM_JOB_ID <arguments>`` to
-    ``d/compile-started`` and sleeping ``seconds`` when the command line matches ``pattern``
-    (a shell case pattern, e.g. ``*=llvm-cpu*``): a compile inside a SLURM job that stays
-    there until the job is cancelled or past its time limit."""
+    """The real iree-compile, or, when the command line matches ``pattern`` (a shell case
+    pattern, e.g. ``*=llvm-cpu*``), ``$SLURM_JOB_ID <arguments>`` appended to
+    ``d/compile-started`` and the process replaced by a sleep of ``seconds``: a compile
+    inside a SLURM job that stays there until the job is cancelled or past its time limit.
+    One process, as a real compiler is (a shell waiting on a child ``sleep`` could die of
+    SLURM's SIGTERM and leave the sleep behind, re-parented out of the job's process tree
+    that proctrack/linuxproc follows)."""
     marker = d / "compile-started"
     real = real_iree_compile()
     return fault_tool(d, "fault_slow_iree_compile_in_job",
                       f'case "$1" in --version) exec "{real}" --version;; esac\n'
-                      f'case "$*" in {pattern}) echo "$SLURM_JOB_ID $*" >> "{marker}"; sleep {seconds};; esac\n'
+                      f'case "$*" in {pattern}) echo "$SLURM_JOB_ID $*" >> "{marker}"; exec sleep {seconds};; esac\n'
                       f'exec "{real}" "$@"\n')
 
 
