@@ -133,17 +133,17 @@ def run(args: argparse.Namespace) -> int:
 
     discovery(forcerun)
     report = out / report_file(name)
-    if not args.dry_run:
-        try:
-            read_report_summary(report)
-        except ReportError as e:  # damaged outside the workflow: it is made from the work files
-            if not report.is_file():
-                raise
-            print(f"torq-gen-config: {e}; removed it and making it again from the work files", file=sys.stderr)
-            report.unlink(missing_ok=True)
-            discovery(["aggregate_report"])
     if args.dry_run:
         return 0
+    try:
+        text, summary = read_report_summary(report)
+    except ReportError as e:  # damaged outside the workflow: it is made from the work files
+        if not report.is_file():
+            raise
+        print(f"torq-gen-config: {e}; removed it and making it again from the work files", file=sys.stderr)
+        report.unlink(missing_ok=True)
+        discovery(["aggregate_report"])
+        text, summary = read_report_summary(report)
     status = 0
     if layout["subgraph"]:
         from .run import run_assigned
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
             section = None
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
         status = 0 if section is not None else 1
-    text, summary = read_report_summary(report)
+        text, summary = read_report_summary(report)  # the report now has the subgraph's section
     print(text)
     if config["dedup_layers"] and summary.get("distinct_layers_tested", summary["total_layers"]) < summary["total_layers"]:
         print(f"\n{summary['distinct_layers_tested']} distinct layers tested for {summary['total_layers']} layers (--dedup-layers)")
