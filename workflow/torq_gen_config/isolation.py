@@ -131,8 +131,8 @@ Call = tuple  # (Callable, tuple, dict)
 
 
 def _worker_main(conn, run_pid: int) -> None:
-    """Body of a worker: receive call sequences until the pipe closes (or ``None``);
-    run each sequence's calls in order, sending ``("start", i)`` before and
+    """Body of a worker: receive call sequences (with the caller's working directory,
+    which the calls run in) until the pipe closes (or ``None``); run each sequence's calls in order, sending ``("start", i)`` before and
     ``("ok", i, value)`` or the exception after each (a later call's hang does not
     lose them)."""
     import pickle
@@ -151,6 +151,11 @@ def _worker_main(conn, run_pid: int) -> None:
                 break
             if calls is None:
                 break
+            # a kept worker runs later calls of this process, whose working directory
+            # may have changed (a second workflow run in another output directory)
+            cwd, calls = calls
+            if cwd != os.getcwd():
+                os.chdir(cwd)
             for i, (fn, args, kwargs) in enumerate(calls):
                 _send(conn, ("start", i))
                 try:
@@ -288,11 +293,11 @@ def _run_in_one_worker(calls: list, limit_s: float, what: list[str]) -> list:
         raise RunStopped(f"the run is stopping; {what[0]} was not started")
     worker = _take_worker()
     try:
-        worker.conn.send(calls)
+        worker.conn.send((os.getcwd(), calls))
     except (BrokenPipeError, EOFError, OSError):  # an idle worker that just died: a new one
         _stop(worker)
         worker = _take_worker()
-        worker.conn.send(calls)
+        worker.conn.send((os.getcwd(), calls))
     except Exception:  # the calls cannot be pickled: nothing was sent, the worker stays usable
         _give_back(worker)
         raise
