@@ -119,6 +119,19 @@ def test_calls_of_a_sequence_share_one_worker_and_a_worker_is_reused():
     assert run_isolated(_pid, limit_s=60) == pids[0]  # the idle worker took the next call
 
 
+def test_a_reused_worker_runs_in_the_callers_current_directory(tmp_path, monkeypatch):
+    # a second workflow run from the same process (run --reduce prepares the reduced model in
+    # its own folder) resolves its relative paths there, not in the first run's directory
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    first = isolation.run_isolated_each([(_pid, (), {}), (os.getcwd, (), {})], limit_s=60, what=["pid", "cwd"])
+    monkeypatch.chdir(tmp_path / "b")
+    again = isolation.run_isolated_each([(_pid, (), {}), (os.getcwd, (), {})], limit_s=60, what=["pid", "cwd"])
+    assert first[0] == again[0]  # the same kept worker
+    assert (first[1], again[1]) == (str(tmp_path / "a"), str(tmp_path / "b"))
+
+
 def test_a_worker_that_hung_or_crashed_is_not_reused():
     first = run_isolated(_pid, limit_s=60)
     with pytest.raises(WorkerCrash):
