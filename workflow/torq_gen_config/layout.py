@@ -30,6 +30,12 @@ RESULT_FILE = "result.json"
 ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", "plan.json", "reference.npz", "partitions"
 
 
+def reduced_dir(subgraph_suffix: str = "") -> str:
+    """The folder ``run --reduce`` writes its reproducer to, beside the report (relative
+    to the output directory): ``reduced``, or ``reduced_subgraph_<f>_<t>`` for a subgraph."""
+    return f"reduced{subgraph_suffix}"
+
+
 def work_dir(name: str) -> str:
     """The work directory of report ``name``, relative to the output directory."""
     return f"{WORK_ROOT}/{name}"

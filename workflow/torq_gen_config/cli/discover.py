@@ -21,6 +21,7 @@ from .options import (  # noqa: F401 (re-exported: the names' old home)
     add_execution_options,
     add_model_options,
     add_precision_options,
+    add_reduce_options,
     build_config,
     output_layout,
     resolve_execution_options,
@@ -38,6 +39,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     add_model_options(p)
     add_execution_options(p)
+    add_reduce_options(p, what="the full-subgraph test (subgraph mode only)")
     p.add_argument("--tolerance-avg", type=float, help="fp_avg_tol: mean normalized error allowed (default 0.01)")
     p.add_argument("--tolerance-max", type=float, help="fp_max_tol: max normalized error allowed (default 0.01)")
     p.add_argument("--timeout", type=float, help="seconds allowed per tool call of one (layer, executor) job (default 300)")
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     """
     import sys
 
-    from ..errors import ReportError, TorqGenConfigError
+    from ..errors import ConfigError, ReportError, TorqGenConfigError
     from ..report.publish import read_report_summary
     from ..layout import OUTDATED_MARKER, compiler_file, report_file
     from ..workflow_api import run_workflow
@@ -104,6 +106,14 @@ def run(args: argparse.Namespace) -> int:
     resolve_execution_options(args)
     config = build_config(args)
     layout = output_layout(config)
+    from ..fullrun.reduce import parse_budget
+
+    budget = parse_budget(getattr(args, "reduce_budget", None))
+    if (args.reduce or args.reduce_budget) and not layout["subgraph"]:
+        raise ConfigError("--reduce reduces a failing full-subgraph test (with --subgraph-from/--subgraph-to); "
+                          "for the whole model: torq-gen-config run --reduce")
+    if args.reduce_budget and not args.reduce:
+        raise ConfigError("--reduce-budget needs --reduce")
     out = Path(args.output_dir).expanduser().resolve()
     name = layout["name"]
     # subgraph mode: the layers first; the full-subgraph test follows as a second step
@@ -155,6 +165,11 @@ def run(args: argparse.Namespace) -> int:
         except TorqGenConfigError as e:
             print(f"torq-gen-config: error: the full-subgraph test could not run: {e}", file=sys.stderr)
             section = None
+        if args.reduce:
+            from .run import reduce_assigned
+
+            reduce_assigned(config=config, out=out, layout=layout, section=section, cores=args.cores or 1,
+                            budget=budget, args=args)
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
         status = 0 if section is not None else 1
         text, summary = read_report_summary(report)  # the report now has the subgraph's section

@@ -54,6 +54,18 @@ def add_execution_options(p: argparse.ArgumentParser, *, what: str = "parallel j
                         "\"Running on a cluster\")")
 
 
+def add_reduce_options(p: argparse.ArgumentParser, *, what: str = "the run") -> None:
+    """``--reduce`` and ``--reduce-budget`` (run; discover in subgraph mode: the full-subgraph test)."""
+    p.add_argument("--reduce", action="store_true",
+                   help=f"when {what} fails (compile, run, or a difference beyond tolerance), search for the "
+                        "smallest subgraph that fails the same way under the same assignment (bisect, then node by "
+                        "node) and write it with its inputs and a one-line reproducer to reduced/ beside the report "
+                        "(docs/full_model_run.md, 'Reducing a failing run')")
+    p.add_argument("--reduce-budget", metavar="BOUND",
+                   help="bound of --reduce: seconds (600, 600s, 10m, 1h) and/or partition compiles (40c), "
+                        "comma-separated (default: unbounded); candidates already run are reused free")
+
+
 def resolve_execution_options(args: argparse.Namespace) -> None:
     """Check -j and --profile before any work: a cluster profile whose plugin is missing or
     whose controller does not answer is a one-line error now (not a 9 s wait and a failed

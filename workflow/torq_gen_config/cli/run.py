@@ -30,12 +30,13 @@ from pathlib import Path
 from ..backends import capabilities
 from ..errors import ConfigError, ReportError
 from ..layout import ASSIGNMENT_FILE, FULL_DIR, PLAN_FILE, RESULT_FILE, compiler_file, full_run_file, report_file
-from ..fileio import read_json, write_bytes_if_changed
+from ..fileio import read_json, write_bytes_if_changed, write_json
+from ..fullrun.reduce import parse_budget
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``run`` subcommand."""
-    from .options import add_execution_options, add_model_options
+    from .options import add_execution_options, add_model_options, add_reduce_options
 
     p = sub.add_parser(
         "run",
@@ -59,6 +60,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "for values that start with '-'); changing it recompiles")
     p.add_argument("--runtime-option", action="append", default=[], metavar="OPT",
                    help="extra flag for the runtime of iree executors (repeatable; --runtime-option=--flag)")
+    add_reduce_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
     p.add_argument("-v", "--verbose", action="store_true", help="print full failure messages and Snakemake's debug output")
     p.set_defaults(func=run)
@@ -87,9 +89,15 @@ def run(args: argparse.Namespace) -> int:
             raise ReportError(f"{report_path.name}: {stale[0]}")
         config = with_discovery_inputs(config, recorded, args, layout, report_name=report_path.name)
     debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
-    status, _ = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
-                             verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,
-                             output_dir_arg=args.output_dir, profile=args.profile)
+    budget = parse_budget(args.reduce_budget)  # a bad bound is an error before the run
+    if args.reduce_budget and not args.reduce:
+        raise ConfigError("--reduce-budget needs --reduce")
+    status, section = run_assigned(config=config, out=out, layout=layout, cores=args.cores, quiet=args.quiet,
+                                   verbose=args.verbose, debug_ir=debug_ir, model_arg=args.model,
+                                   output_dir_arg=args.output_dir, profile=args.profile)
+    if args.reduce:
+        reduce_assigned(config=config, out=out, layout=layout, section=section, cores=args.cores or 1,
+                        budget=budget, args=args)
     return status
 
 
@@ -249,3 +257,130 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         if debug_ir:
             print(f"Debug IR:      {debug_ir}/<partition id>")
     return (0 if section["status"] == "success" else 1), section
+
+
+def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | None, cores: int, budget,
+                    args: argparse.Namespace | None = None) -> dict | None:
+    """``run --reduce``: reduce a failing run to the smallest subgraph that fails the same
+    way (:mod:`torq_gen_config.fullrun.reduce`), write the reproducer folder beside the
+    report (``reduced/``: model, inputs, reference outputs, the compiler JSON of the
+    reduced model, ``README.txt``, ``reduce.json``) and add the result to the report's
+    ``full_model.reduced``; print what was kept and the command that reproduces it.
+
+    Returns:
+        The ``reduced`` section, or None when there is nothing to reduce (the run
+        matched, was unverified, or produced no result: said on stderr).
+
+    Raises:
+        ConfigError: the run was one whole-model compile (a torq assignment): there is
+            no chain of partitions to reduce.
+    """
+    import shutil
+
+    from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of
+    from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
+    from ..fullrun.report_section import reduced_lines
+    from ..layout import FULL_DIR, reduced_dir
+    from ..report.publish import publish_report
+
+    if section is None:
+        print("torq-gen-config: --reduce: the run produced no result; nothing to reduce", file=sys.stderr)
+        return None
+    if section.get("status") in ("success", "unverified"):
+        why = "the outputs match the reference" if section["status"] == "success" else (
+            "the run is unverified (no reference to fail against)")
+        print(f"--reduce: nothing to reduce: {why}", file=sys.stderr)
+        return None
+    full = out / layout["work"] / FULL_DIR
+    plan = read_json(full / PLAN_FILE, "full-model plan")
+    if (plan.get("mode") or "partitions") != "partitions":
+        raise ConfigError(f"--reduce reduces a chain of partitions; this run is one whole-model compile "
+                          f"({plan.get('mode')}): reduce it with --subgraph-from/--subgraph-to by hand")
+    prepared = plan["prepared_model"]
+    manifest_path = plan.get("manifest") or str(Path(prepared).parent / "layers" / "manifest.json")
+    name = layout["name"]
+    target = outcome_of(section)
+    print(f"--reduce: searching for the smallest subgraph that fails like this: {target.summary}", file=sys.stderr)
+    reducer = Reducer(model_path=str(out / prepared) if not os.path.isabs(prepared) else prepared,
+                      manifest=read_json(out / manifest_path if not os.path.isabs(manifest_path) else manifest_path,
+                                         "layer manifest"),
+                      layer_executors=plan["layer_executors"], executors=executor_definitions(plan),
+                      reference_npz=str(full / "reference.npz"), tolerance=section["tolerance_used"],
+                      work_dir=full / REDUCE_WORK, jobs=cores, timeout_s=float(config.get("timeout_s") or 300),
+                      budget=budget, progress=lambda line: print(f"--reduce: {line}", file=sys.stderr))
+    reducer.record_values()
+    found = reducer.search(target)
+    red_dir = out / reduced_dir(layout["subgraph"]["suffix"] if layout["subgraph"] else "")
+    shutil.rmtree(red_dir, ignore_errors=True)
+    reduced = write_reduced(reducer, found, target=target, out_dir=red_dir)
+    reduced["dir"] = os.path.relpath(red_dir, out)
+    try:
+        write_reproducer_assignment(config, reducer, found, red_dir, cores)
+        reduced["reproducer"] = reproducer_command(red_dir, args)
+    except Exception as e:  # the reduction stands; only the one-line command is missing
+        reduced["reproducer_note"] = f"no reproducer command: {type(e).__name__}: {str(e)[:300]}"
+    reduced["raw_commands"] = raw_commands(reducer, found, red_dir)
+    save_reduced(red_dir, reduced)
+    report_path = out / report_file(name)
+    if report_path.is_file():
+        report = read_json(report_path, "report JSON")
+        publish_report(report_path, out / compiler_file(name), report, full_model={**section, "reduced": reduced},
+                       rederive=False)
+    print("\n".join(reduced_lines(reduced)))
+    if reduced.get("reproducer_note"):
+        print(f"  ({reduced['reproducer_note']})")
+    print(f"Reduced:       {red_dir} (README.txt)")
+    return reduced
+
+
+def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Path, cores: int) -> None:
+    """The compiler JSON of the reduced model ``red_dir/model.onnx`` (with its
+    ``inputs.npz``, :func:`~torq_gen_config.fullrun.reproducer.write_reduced`): the workflow prepares and
+    imports ``red_dir/model.onnx`` as ``run`` will (rules prepare_model and
+    import_full_model, into ``red_dir/work/model``) and each node's executor is keyed by
+    the ``line:col`` of its op there.
+
+    Raises:
+        WorkflowFailed: the preparation or import failed; ValueError: see
+            :func:`~torq_gen_config.fullrun.reproducer.reproducer_compiler_json`.
+    """
+    import onnx
+
+    from ..fullrun.reproducer import reproducer_compiler_json
+    from ..layout import work_dir
+    from ..workflow_api import run_workflow
+
+    cfg = {k: v for k, v in config.items() if k not in ("subgraph_from", "subgraph_to", "run_input_data")}
+    cfg.update({"model": str(red_dir / "model.onnx"), "input_data": str(red_dir / "inputs.npz"),
+                "auto_convert_bf16": False, "auto_convert_int32": False, "quantize": False})
+    work = work_dir("model")
+    run_workflow(config=cfg, workdir=red_dir, cores=cores, targets=[f"{work}/locations.json"],
+                 allowed_rules=["prepare_model", "import_full_model"], quiet=True, display="lines")
+    prepared = onnx.load(str(red_dir / work / "prepared.onnx"), load_external_data=False)
+    doc = reproducer_compiler_json(reducer, found, read_json(red_dir / work / "locations.json", "MLIR locations"),
+                                   prepared)
+    write_json(red_dir / compiler_file("model"), doc)
+
+
+def reproducer_command(red_dir: Path, args: argparse.Namespace | None) -> str:
+    """The one-line ``torq-gen-config run`` command on the reduced model (paths relative
+    to the current directory when below it), with the config file and tool options of
+    this run."""
+    import shlex
+
+    def rel(p: Path) -> str:
+        try:
+            return os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)
+        except ValueError:
+            return str(p)
+
+    argv = ["torq-gen-config", "run", "--model", rel(red_dir / "model.onnx"), "--input-data",
+            rel(red_dir / "inputs.npz"), "--output-dir", rel(red_dir)]
+    if args is not None:
+        if getattr(args, "config_file", None):
+            argv += ["--config-file", args.config_file]
+        argv += [f"--compiler-option={o}" for o in getattr(args, "compiler_option", None) or []]
+        argv += [f"--runtime-option={o}" for o in getattr(args, "runtime_option", None) or []]
+        if getattr(args, "reference", None):
+            argv += ["--reference", args.reference]
+    return shlex.join(argv)

@@ -20,7 +20,7 @@ from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span
 
 def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
                    timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None,
-                   check_partitions: bool = True) -> dict:
+                   check_partitions: bool = True, run_dir: str | os.PathLike | None = None) -> dict:
     """Run the plan's partitions in order and compare the outputs with the reference.
 
     Args:
@@ -37,6 +37,9 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         check_partitions: also run each partition with ONNX Runtime (optimizations
             off) on the inputs it got and compare (``partition_check``), which
             tells which partition introduced a difference.
+        run_dir: where the partitions' run files go (``<run_dir>/<pid>``; default
+            ``<partitions_dir>/<pid>/run``): runs that share compiled partitions at
+            the same time (``run --reduce``) each need their own.
 
     Returns:
         The result (JSON-safe): ``status`` (``success``/``difference``/``error``/
@@ -115,12 +118,13 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         c = compiled[p["pid"]]
         pdir = Path(partitions_dir) / p["pid"]
         feed = {n: store[n] for n in p["inputs"]}
+        work = Path(run_dir) / p["pid"] if run_dir is not None else pdir / "run"
         try:
             backend = make_backend(p["executor_def"])
             artifact = _artifact(c, pdir, Path(partitions_dir).parent)
             try:
                 outs, run_ms = backend.run(artifact, inputs=feed, input_names=p["inputs"], output_names=p["outputs"],
-                                           work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
+                                           work_dir=str(work), timeout_s=timeout_s, log_path=log_path)
             except StageError as e:
                 if e.stage not in ("run", "crash") or not batch_module_of(c, Path(partitions_dir).parent):
                     raise

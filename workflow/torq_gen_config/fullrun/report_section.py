@@ -145,7 +145,24 @@ def render_full_model_text(section: Mapping) -> str:
             c = p["partition_check"]
             lines.append(f"  - #{p['index']} {p['executor']} nodes {p['first_node']}-{p['last_node']} "
                          f"({_layer_span(p['layer_ids'])}): {c.get('status')}: {c.get('summary')}")
+    lines.extend(reduced_lines(section.get("reduced")))
     return "\n".join(lines) + "\n"
+
+
+def reduced_lines(r: Mapping | None) -> list[str]:
+    """The lines of ``run --reduce``'s result (``full_model.reduced``)."""
+    if not r:
+        return []
+    lines = [f"Reduced ({r.get('status')}): {r.get('num_nodes')} of {r.get('from_nodes')} nodes in {r.get('dir')}; "
+             f"{r.get('note')}"]
+    for n in (r.get("nodes") or [])[:20]:
+        lines.append(f"  - node {n['index']} {n['op_type']} {n.get('name') or ''} ({n.get('layer_id')}) on "
+                     f"{n['executor']}")
+    if len(r.get("nodes") or []) > 20:
+        lines.append(f"  ... and {len(r['nodes']) - 20} more (reduce.json)")
+    if r.get("reproducer"):
+        lines.append(f"  Reproduce: {r['reproducer']}")
+    return lines
 
 
 def with_full_model_text(text: str, section: Mapping) -> str:
