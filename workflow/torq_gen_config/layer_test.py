@@ -1,9 +1,11 @@
 """One (layer, executor) test: compile, run, compare, write ``result.json``.
 
 The verdict is one of ``success`` / ``difference`` / ``error`` (seed 001 section 2,
-"Status types") plus ``unverified`` when the executor ran but the reference itself
-failed (never a success). Errors carry the stage (``import``, ``compile``, ``run``,
-``compare``, ``timeout``, ``crash``) and the tool's message, bounded in length. The
+"Status types") plus ``unverified`` when the executor ran but no reference could compute
+the layer (never a success; where ONNX Runtime fails and onnx's reference implementation
+runs, the verdict is computed against the latter, and the result says so). Errors carry
+the stage (``import``, ``compile``, ``run``, ``compare``, ``timeout``, ``crash``) and the
+tool's message, bounded in length. The
 metrics are stored raw, so :func:`torq_gen_config.compare.derive_status` can
 re-derive the verdict for another tolerance without recompiling.
 """
@@ -60,10 +62,17 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             compiled alone, as without a batch.
 
     The verdict is computed against the primary reference of ``reference_npz``
-    (config ``reference``). When that reference failed on the layer's inputs, an
-    executor that ran is ``unverified``, and so is one that failed at run time on
-    those inputs (a reference failure is never an executor's fault): the reference's
-    message comes first. When the second reference engine produced outputs,
+    (config ``reference``). When that is ONNX Runtime and it failed on the layer (error,
+    crash, timeout) but onnx's reference implementation ran, the verdict is computed
+    against the spec's outputs instead (:func:`torq_gen_config.reference.judged_reference`):
+    ``result["reference"]["used"]`` names the engine judged against and
+    ``result["reference"]["fallback"]`` says why (``"reference: onnx (ONNX Runtime
+    failed: ...)"``; None when the primary was used), an executor that fails at run time
+    is then an ``error`` (the spec computed those inputs), and there is no second
+    opinion. When no reference ran (``used`` None), an executor that ran is
+    ``unverified``, and so is one that failed at run time on those inputs (a reference
+    failure is never an executor's fault): the reference's message comes first. When
+    the second engine produced outputs and the verdict rests on the primary,
     ``result["reference_check"]`` holds ``{"engine", "metrics"}`` of the executor's
     outputs against them, from which the report derives whether the executor agrees
     with each reference (:func:`torq_gen_config.report.recommend.reference_agreement`).
@@ -80,7 +89,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     from .backends import make_backend
     from .backends.base import StageError
     from .compare import compare_on_model, judge
-    from .reference import load_reference
+    from .reference import judged_reference, load_reference
     from .tools import bounded_message, first_error_line
 
     Path(work_dir).mkdir(parents=True, exist_ok=True)
@@ -119,9 +128,11 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
 
     inputs, ref_outputs, meta = load_reference(reference_npz)
     second = meta.get("second") or {}
+    # the outputs the verdict rests on: the primary's, the spec's where ONNX Runtime failed, or none
+    used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
     result["reference"] = {"status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
                            "engine_version": meta.get("engine_version"), "ort_version": meta.get("ort_version"),
-                           "layer_inputs": meta.get("layer_inputs"),
+                           "used": used, "fallback": fallback, "layer_inputs": meta.get("layer_inputs"),
                            "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message")},
                            "engines_agreement": meta.get("engines_agreement")}
     if meta.get("inputs_missing"):  # nothing to run the executor on; not its fault
@@ -175,8 +186,9 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             result["timing"]["compile_ms"] = _round(e.compile_ms)
         during = getattr(e, "during", None)
         at_run = e.stage == "run" or (e.stage in ("timeout", "crash") and during == "run")
-        if at_run and meta["status"] != "ok":
-            # the reference failed on the same inputs: not the executor's fault
+        if at_run and used is None:
+            # no reference ran on these inputs: not the executor's fault (where the spec
+            # ran, the inputs are valid and a run failure is the executor's)
             return reference_failed(f"the executor failed too at run time ({e.stage}): {first_error_line(e.message)}",
                                     e.message)
         return fail(e.stage, e.message, during)
@@ -190,8 +202,9 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
 
     layer_model = _load_model(layer_onnx)
     second_outputs = meta.get("second_outputs") or {}
-    if second_outputs and layer_model is not None:
-        # the second opinion: the same outputs against the other reference engine
+    # the second opinion: the same outputs against the other reference engine; none when
+    # the verdict rests on that engine (the fallback), which would only repeat the verdict
+    if second_outputs and layer_model is not None and used != second.get("engine"):
         try:
             check = compare_on_model(layer_model, outputs, second_outputs, meta["output_names"])
         except Exception as e:  # a non-numeric output
@@ -199,7 +212,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             result["reference_check_error"] = f"{type(e).__name__}: {e}"[:SUMMARY_LIMIT]
         if check is not None:
             result["reference_check"] = {"engine": second.get("engine"), "metrics": check}
-    if meta["status"] != "ok":
+    if used is None:
         result["status"] = "unverified"
         reason = meta.get("message") or ""
         result["failure_report"] = {
@@ -304,14 +317,17 @@ def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
 def one_line_summary(result: dict) -> str:
     """A console line for a finished job, e.g. ``[llvm-cpu] Conv_r0: success (412 ms compile)``;
     ``success*`` and the reason when the comparison could not have failed
-    (``metrics["inconclusive"]``, docs/comparison.md)."""
+    (``metrics["inconclusive"]``, docs/comparison.md); the fallback line when the verdict
+    rests on onnx's reference implementation (``result["reference"]["fallback"]``)."""
     t = result.get("timing") or {}
     from .compare import shown_status
 
     status = shown_status(result)
     notes = []
+    fallback = (result.get("reference") or {}).get("fallback")
     if result.get("failure_report"):
-        return f"[{result['executor']}] {result['layer_id']}: {status} - " + result["failure_report"]["summary"][:120]
+        line = f"[{result['executor']}] {result['layer_id']}: {status} - " + result["failure_report"]["summary"][:120]
+        return line + (f" ({fallback[:120]})" if fallback else "")
     if t.get("compile_ms") is not None:
         rt = t.get("runtime") or {}
         bench = f", {rt['median_ms']:.3f} ms median of {rt['runs']}" if rt.get("median_ms") is not None else ""
@@ -321,6 +337,8 @@ def one_line_summary(result: dict) -> str:
     if status == "success*":
         reasons = (result.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
         notes.append("inconclusive: " + reasons[0][:120])
+    if fallback:
+        notes.append(fallback[:120])
     return f"[{result['executor']}] {result['layer_id']}: {status}" + (f" ({'; '.join(notes)})" if notes else "")
 
 

@@ -6,7 +6,8 @@ op-aware generated values (:func:`make_inputs`, :mod:`torq_gen_config.input_gene
 axes, shapes, indices, ... are valid for their op; docs/inputs.md). References come
 from ONNX Runtime CPU with all graph optimizations disabled and from onnx's reference
 implementation (:mod:`torq_gen_config.reference_run`); the configured one is what the
-verdicts are computed against (docs/comparison.md, "References").
+verdicts are computed against, and the spec's outputs where ONNX Runtime, the configured
+one, failed on the layer (:func:`judged_reference`; docs/comparison.md, "References").
 
 The reference file (``reference.npz``) holds ``input_<i>``, ``output_<i>`` (the
 configured engine's outputs), ``second_output_<i>`` (the other engine's) and
@@ -59,7 +60,9 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     A failing engine (it refuses the model, fails on the inputs, or exceeds
     ``timeout_s`` seconds) is recorded, not raised: the file then holds the inputs and
     that engine's ``status: error`` (or ``timeout``) and message; the executors still
-    run (with a failed primary reference their results are "unverified").
+    run. Where ONNX Runtime (the primary) failed and the spec ran, the verdicts are
+    computed against the spec's outputs (:func:`judged_reference`); where no reference
+    ran, they are "unverified".
 
     Returns:
         The metadata dict stored as ``__meta__`` (``status``, ``message``, ``engine``,
@@ -331,6 +334,43 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
         write(slug, {}, {"fallback": reason})
     return {"model_inputs": meta.get("source"), "layers": len(layers), "rewritten": rewritten,
             "fallback": fallback, "run": run_summary(res)}
+
+
+#: The engine a layer is judged against when ONNX Runtime, the configured reference,
+#: fails on it: onnx's reference implementation of the spec (docs/comparison.md, "References").
+FALLBACK_ENGINE = "onnx"
+
+
+def judged_reference(meta: dict, outputs: dict) -> tuple[str | None, dict, str | None]:
+    """The reference a layer's verdicts are computed against, from :func:`load_reference`'s
+    ``outputs`` and ``meta``: ``(engine, outputs by name, fallback line)``.
+
+    The configured engine (``meta["engine"]``) when it ran. When it is ``onnxruntime`` and
+    ONNX Runtime failed on the layer (error, crash, timeout) but onnx's reference
+    implementation ran and gave every output, the latter, with the line
+    ``"reference: onnx (ONNX Runtime failed: <first line of its message>)"``. Otherwise
+    ``(None, {}, None)``: no reference, the verdicts are ``unverified``. With
+    ``--reference onnx`` a failing spec has no fallback: ONNX Runtime is only its second
+    opinion (an engine outside the spec cannot stand in for it).
+    """
+    if meta.get("status") == "ok":
+        return meta.get("engine") or "onnxruntime", outputs, None
+    second = meta.get("second") or {}
+    spec = meta.get("second_outputs") or {}
+    names = meta.get("output_names") or []
+    if (meta.get("engine") == "onnxruntime" and second.get("engine") == FALLBACK_ENGINE
+            and second.get("status") == "ok" and names and all(n in spec for n in names)):
+        return FALLBACK_ENGINE, spec, f"reference: {FALLBACK_ENGINE} (ONNX Runtime failed: {_failure_line(meta)})"
+    return None, {}, None
+
+
+def _failure_line(meta: dict) -> str:
+    """The first line of a failed engine's message, without the "<engine> failed on the
+    layer: " prefix that :func:`compute_reference` puts before it."""
+    text = str(meta.get("message") or "").strip()
+    text = text.removeprefix("ONNX Runtime failed on the layer:").strip()
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or f"status {meta.get('status')}"
+    return line if len(line) <= NOTE_CHARS else line[:NOTE_CHARS - 3] + "..."
 
 
 def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
