@@ -27,6 +27,7 @@ from .recommend import (
     duration_ms,
     recommend_with_reason,
     rederive_statuses,
+    reference_used,
     runtime_median_ms,
 )
 from .summary import summarize, trust_lists  # noqa: F401 (re-exported: their old home)
@@ -93,6 +94,10 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
     reference = result.get("reference") or {}
     entry["reference_status"] = reference.get("status")
     entry["reference_engine"] = reference.get("engine")
+    # the engine the verdict rests on: the spec where ONNX Runtime failed on the layer
+    entry["reference_used"] = reference_used(reference)
+    if reference.get("fallback"):
+        entry["reference_fallback"] = reference["fallback"]
     if result.get("reference_check"):
         entry["reference_check"] = dup(result["reference_check"])
     return entry
@@ -101,12 +106,16 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
 def _layer_reference(layer_results: Mapping) -> dict | None:
     """The op's ``reference``: what its references were computed from and how they
     went (shared by its executors: one reference file per layer), from the first
-    result that records it."""
+    result that records it. ``used``: the engine the verdicts rest on
+    (:func:`~torq_gen_config.report.recommend.reference_used`); ``fallback``: why it is
+    not the configured one, or None."""
     for result in layer_results.values():
         ref = (result or {}).get("reference") if isinstance(result, Mapping) else None
         if ref and ref.get("status") is not None:
             out = {k: copy.deepcopy(ref.get(k)) for k in ("engine", "engine_version", "ort_version", "status",
                                                           "message", "layer_inputs", "second", "engines_agreement")}
+            out["used"] = reference_used(ref)
+            out["fallback"] = ref.get("fallback")
             out["dispute"] = None
             return out
     return None

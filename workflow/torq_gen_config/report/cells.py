@@ -59,7 +59,9 @@ def cell_detail(layer_id: str, op: Mapping, executor: str) -> dict:
     ``stage``, ``summary``, ``message`` (cut to :data:`MESSAGE_CHARS`), ``metrics``
     (``max_rel_diff``, ``mean_rel_diff``, ``max_abs_diff``, ``cosine_similarity``),
     ``timing_ms`` (``compile``, ``run``, ``runtime_median``), ``inconclusive_reasons``,
-    ``reference`` (``status``, ``agrees_with``), ``recommended`` (bool), and
+    ``reference`` (``status``, ``used``: the engine judged against, ``agrees_with``),
+    ``reference_fallback`` (when judged against the spec because ONNX Runtime failed),
+    ``recommended`` (bool), and
     ``duplicate_of`` / ``not_testable`` / ``skipped_reason`` of the layer when set."""
     entry = (op.get("executors") or {}).get(executor)
     fr = (entry or {}).get("failure_report") or {}
@@ -79,9 +81,12 @@ def cell_detail(layer_id: str, op: Mapping, executor: str) -> dict:
                       "runtime_median": runtime_median_ms(entry) if entry else None},
         "inconclusive_reasons": list(m.get("inconclusive_reasons") or []),
         "reference": {"status": (entry or {}).get("reference_status"),
+                      "used": (entry or {}).get("reference_used"),
                       "agrees_with": ((entry or {}).get("reference_check") or {}).get("agrees_with")},
         "recommended": op.get("recommended_executor") == executor,
     }
+    if (entry or {}).get("reference_fallback"):  # judged against the spec: ONNX Runtime failed on the layer
+        detail["reference_fallback"] = entry["reference_fallback"]
     for key in ("duplicate_of", "not_testable_reason", "skipped_reason"):
         if op.get(key):
             detail[key] = op[key]
@@ -114,6 +119,8 @@ def cell_hover(detail: Mapping) -> str:
         lines.append("inconclusive: " + escape(str(detail["inconclusive_reasons"][0])[:160]))
     if detail.get("reference_dispute"):
         lines.append("reference dispute: " + escape(str(detail["reference_dispute"])[:160]))
+    if detail.get("reference_fallback"):
+        lines.append(escape(str(detail["reference_fallback"])[:160]) + " - no second opinion")
     for key, label in (("duplicate_of", "copy of"), ("not_testable_reason", "not testable"),
                        ("skipped_reason", "not tested")):
         if detail.get(key):

@@ -5,7 +5,8 @@ Sections: summary; the layers x executors status matrix (hover for the verdict, 
 for the whole message and metrics); verdicts per op type; compile and run time per
 executor and, with ``--collect-timing``, the recommended executor's speed-up per layer;
 error stages; what the verdicts cannot vouch for (reference disputes, inconclusive
-checks, unverified layers, not testable layers, generated inputs); the full-model
+checks, layers judged against onnx's reference implementation because ONNX Runtime failed,
+unverified layers, not testable layers, generated inputs); the full-model
 comparison (``full_model``, after ``torq-gen-config run``); precision mode, fixed dims,
 tool versions and options. Everything is read from the report (and the compiler JSON
 when given); nothing is re-judged. Figures: :mod:`torq_gen_config.report.plots`.
@@ -57,7 +58,7 @@ _CLICK_JS = """
     if (d.stage || d.summary) h += '<br>' + (d.stage ? '[' + esc(d.stage) + '] ' : '') + esc(d.summary || '');
     h += '<br>metrics: ' + esc(JSON.stringify(d.metrics)) + '<br>timing (ms): ' + esc(JSON.stringify(d.timing_ms));
     h += '<br>reference: ' + esc(JSON.stringify(d.reference));
-    ['inconclusive_reasons','reference_dispute','duplicate_of','not_testable_reason','skipped_reason'].forEach(function(k){
+    ['inconclusive_reasons','reference_dispute','reference_fallback','duplicate_of','not_testable_reason','skipped_reason'].forEach(function(k){
       if (d[k] && (!Array.isArray(d[k]) || d[k].length)) h += '<br>' + k.replace(/_/g, ' ') + ': ' + esc(d[k]);
     });
     if (d.message) h += '<pre>' + esc(d.message) + '</pre>';
@@ -125,6 +126,8 @@ def _summary(report: Mapping, warnings: list[str]) -> str:
               s.get("blind_spot_layers")),
              ("reference disputes (layers)", s.get("reference_disputes")),
              ("reference failures (layers, verdicts unverified)", s.get("reference_failures")),
+             ("judged against onnx's reference implementation (ONNX Runtime failed; layers)",
+              s.get("reference_fallbacks")),
              ("not testable layers", s.get("not_testable_layers")),
              ("layers with generated inputs", s.get("generated_input_layers")),
              ("critical failures (every executor failed)", len(dr.get("critical_failures") or []))]
@@ -154,7 +157,9 @@ def _trust(report: Mapping) -> str:
     out = ["<h2>Reference disputes and inconclusive checks</h2>",
            '<p class="note">A <b>reference dispute</b>: ONNX Runtime and onnx\'s reference implementation disagree '
            "on the layer, so its verdicts rest on the reference chosen. An <b>inconclusive</b> success (success*): "
-           "the comparison could not have failed (docs/comparison.md). <b>unverified</b>: the reference failed; "
+           "the comparison could not have failed (docs/comparison.md). <b>Judged against onnx</b>: ONNX Runtime "
+           "failed on the layer, its verdicts rest on onnx's reference implementation alone (no second opinion). "
+           "<b>unverified</b>: no reference ran; "
            "never counted as a success.</p>"]
     disputes = dr.get("reference_disputes") or []
     out.append(f"<h3>Reference disputes ({len(disputes)})</h3>")
@@ -168,6 +173,8 @@ def _trust(report: Mapping) -> str:
                                                         for i in inc]) if inc else '<p class="note">none</p>')
     for key, title, cols in (("reference_failures", "Reference failures (verdicts unverified)",
                               ["layer_id", "engine", "engine_version", "message"]),
+                             ("reference_fallbacks", "Judged against onnx's reference implementation (ONNX Runtime "
+                              "failed; no second opinion)", ["layer_id", "used", "fallback"]),
                              ("not_testable", "Not testable layers", ["layer_id", "node_index", "reason"]),
                              ("generated_inputs", "Layers with generated inputs", ["layer_id", "reason"])):
         items = dr.get(key) or []

@@ -73,7 +73,7 @@ def status_matrix(report: Mapping):
     )
     fig = go.Figure([heat, star])
     _layout(fig, title=f"Verdicts: {len(layers)} layers x {len(names)} executors (star: recommended; \u26a0: "
-                       "reference dispute; hover or click a cell)", height=max(MATRIX_MIN_PX, 140 + ROW_PX * len(layers)),
+                       "reference dispute or onnx reference; hover or click a cell)", height=max(MATRIX_MIN_PX, 140 + ROW_PX * len(layers)),
             legend=dict(orientation="h", y=1.0, yanchor="bottom", x=1, xanchor="right"))
     # fixed ranges: the star markers would otherwise pad the axes beyond the cells
     fig.update_yaxes(range=[len(layers) - 0.5, -0.5], type="category", automargin=True, tickfont=dict(size=10),
@@ -84,10 +84,17 @@ def status_matrix(report: Mapping):
 
 def _row_label(layer_id: str, op: Mapping) -> str:
     """A matrix row label: the layer ID (escaped: plotly reads tick text as HTML), marked
-    when its references disagree."""
+    when its references disagree, or when it was judged against onnx's reference
+    implementation because ONNX Runtime failed on it (no second opinion)."""
     from html import escape
 
-    return f"{escape(layer_id)} \u26a0 dispute" if (op.get("reference") or {}).get("dispute") else escape(layer_id)
+    from .recommend import is_reference_fallback
+
+    if (op.get("reference") or {}).get("dispute"):
+        return f"{escape(layer_id)} \u26a0 dispute"
+    if is_reference_fallback(op.get("reference")):
+        return f"{escape(layer_id)} \u26a0 onnx reference"
+    return escape(layer_id)
 
 
 def matrix_details(report: Mapping) -> dict:

@@ -244,13 +244,37 @@ def rederive_statuses(op_entry: dict, default_tolerance: Mapping) -> None:
         op_entry["reference"]["dispute"] = reference_dispute(op_entry["reference"], tolerance)
 
 
+def reference_used(reference: Mapping | None) -> str | None:
+    """The engine a layer's verdicts were computed against, from a result's or an op's
+    ``reference`` (``engine``, ``status``, ``used``): ``used`` where recorded (``onnx``
+    for a layer judged against the spec because ONNX Runtime failed on it,
+    :func:`torq_gen_config.reference.judged_reference`), else the configured engine
+    when it ran (results written before ``used`` existed), else None (no reference:
+    the verdicts are ``unverified``)."""
+    if not isinstance(reference, Mapping) or not reference:
+        return None
+    if "used" in reference:
+        return reference["used"]
+    return (reference.get("engine") or "onnxruntime") if reference.get("status") == "ok" else None
+
+
+def is_reference_fallback(reference: Mapping | None) -> bool:
+    """True when a layer's verdicts rest on an engine other than the configured one (ONNX
+    Runtime failed on it, the spec ran: :func:`reference_used`)."""
+    used = reference_used(reference)
+    return used is not None and used != (reference.get("engine") or "onnxruntime")
+
+
 def reference_agreement(entry: Mapping, tolerance: Mapping) -> dict:
     """Whether one executor's outputs agree with each reference engine.
 
     Args:
-        entry: a report executor entry (``status``, ``metrics`` against the primary
-            reference, ``reference_engine``, ``reference_check`` = ``{"engine",
-            "metrics"}`` against the second engine).
+        entry: a report executor entry (``status``, ``metrics`` against the reference
+            the verdict rests on, ``reference_used`` (that engine; ``reference_engine``,
+            the configured one, where absent), ``reference_check`` = ``{"engine",
+            "metrics"}`` against the second engine). A check against the engine the
+            verdict already rests on (a fallback) is not a second opinion and is not
+            counted twice.
         tolerance: the layer's effective tolerance.
 
     Returns:
@@ -262,12 +286,12 @@ def reference_agreement(entry: Mapping, tolerance: Mapping) -> dict:
     from ..reference_run import engine_label
 
     agrees, differs = [], []
-    primary = entry.get("reference_engine") or "onnxruntime"
+    primary = entry.get("reference_used") or entry.get("reference_engine") or "onnxruntime"
     if entry.get("metrics") and entry.get("status") in ("success", "difference"):
         (agrees if derive_status(entry["metrics"], tolerance)[0] == "success" else differs).append(primary)
     check = entry.get("reference_check") or {}
     second = check.get("engine")
-    if second and check.get("metrics"):
+    if second and second not in agrees + differs and check.get("metrics"):
         (agrees if derive_status(check["metrics"], tolerance)[0] == "success" else differs).append(second)
     labels = {e: engine_label(e) for e in agrees + differs}
     if agrees and not differs:

@@ -12,7 +12,9 @@ from .recommend import (
     duration_ms,
     is_critical_failure,
     is_inconclusive,
+    is_reference_fallback,
     is_timing_reason,
+    reference_used,
     runtime_median_ms,
 )
 
@@ -129,6 +131,7 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
         "total_layers": len(report_ops),
         "not_testable_layers": len(trust["not_testable"]),
         "reference_failures": len(trust["reference_failures"]),
+        "reference_fallbacks": len(trust["reference_fallbacks"]),
         "reference_disputes": len(trust["reference_disputes"]),
         "inconclusive_checks": len(trust["inconclusive_checks"]),
         "blind_spot_layers": len(trust["blind_spots"]),
@@ -177,8 +180,11 @@ def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
     Returns:
         ``{"not_testable": [{layer_id, node_index, reason}]`` (layers with an unknown
         input/output type: no verdicts), ``"reference_failures": [{layer_id, engine,
-        engine_version, message}]`` (the primary reference failed: the layer's verdicts
-        are ``unverified``), ``"reference_disputes": [{layer_id, summary,
+        engine_version, message}]`` (no reference ran: the layer's verdicts are
+        ``unverified``), ``"reference_fallbacks": [{layer_id, engine, used, message,
+        fallback}]`` (ONNX Runtime, the configured reference, failed and the layer was
+        judged against onnx's reference implementation, without a second opinion:
+        :func:`~torq_gen_config.report.recommend.reference_used`), ``"reference_disputes": [{layer_id, summary,
         agree_with: {engine: [executors]}}]`` (ONNX Runtime and the ONNX reference
         implementation disagree), ``"inconclusive_checks": [{layer_id, executor,
         reason}]`` (a success whose comparison could not have failed,
@@ -187,14 +193,19 @@ def trust_lists(report_ops: Mapping[str, Mapping]) -> dict:
         [{layer_id, reason}]`` (layers whose reference repeats along an axis: a
         permutation along it would pass, :func:`torq_gen_config.compare.elementwise.uniform_axes`)}``.
     """
-    out: dict[str, list] = {"not_testable": [], "reference_failures": [], "reference_disputes": [],
-                            "inconclusive_checks": [], "generated_inputs": [], "blind_spots": []}
+    out: dict[str, list] = {"not_testable": [], "reference_failures": [], "reference_fallbacks": [],
+                            "reference_disputes": [], "inconclusive_checks": [], "generated_inputs": [],
+                            "blind_spots": []}
     for layer_id, op in report_ops.items():
         if op.get("not_testable_reason"):
             out["not_testable"].append({"layer_id": layer_id, "node_index": op.get("_node_index"),
                                         "reason": op["not_testable_reason"]})
         ref = op.get("reference") or {}
-        if ref.get("status") not in (None, "ok"):
+        if is_reference_fallback(ref):
+            out["reference_fallbacks"].append({"layer_id": layer_id, "engine": ref.get("engine"),
+                                               "used": reference_used(ref), "message": ref.get("message"),
+                                               "fallback": ref.get("fallback")})
+        elif ref.get("status") not in (None, "ok"):
             out["reference_failures"].append({"layer_id": layer_id, "engine": ref.get("engine"),
                                               "engine_version": ref.get("engine_version"),
                                               "message": ref.get("message")})

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..compare import shown_status
+from .recommend import is_reference_fallback
 from .summary import success_note
 
 __all__ = ["render_final_report_text", "trust_lines", "LAYER_COLUMN_MAX"]
@@ -35,7 +36,8 @@ def render_final_report_text(report: Mapping) -> str:
     :func:`~torq_gen_config.report.summary.summarize` when absent, e.g. after an
     edit). Missing statuses / recommendations show as ``-``; a recommendation
     chosen by a person is marked ``(user)``, one that rests on an unverified
-    run ``(unverified)``.
+    run ``(unverified)``, one on a layer judged against onnx's reference
+    implementation because ONNX Runtime failed ``(judged against onnx)``.
 
     Returns:
         The text, lines separated by ``\\n``, ending with a newline.
@@ -175,7 +177,10 @@ def trust_lines(report: Mapping) -> list[str]:
         ort = f"ONNX Runtime {ort_v} (CPU, graph optimizations off)"
         spec = f"the ONNX reference implementation (onnx {onnx_v})"
         first, second = (ort, spec) if engine == "onnxruntime" else (spec, ort)
-        lines.append(f"Reference: {first}; second opinion: {second}")
+        # the fallback rule: the spec stands in for ONNX Runtime, never the other way round
+        rule = ("; a layer ONNX Runtime fails on is judged against the latter" if engine == "onnxruntime"
+                else "; a layer the spec fails on is unverified")
+        lines.append(f"Reference: {first}; second opinion: {second}{rule}")
     options = prov.get("options") or {}
     model = prov.get("model") or {}
     source = (model.get("model_inputs") or {}).get("source")
@@ -225,6 +230,9 @@ def trust_lines(report: Mapping) -> list[str]:
     section(f"REFERENCE FAILED on {len(trust.get('reference_failures') or [])} layer(s) (their verdicts are "
             "unverified, not the executors' fault):", trust.get("reference_failures") or [],
             lambda x: f"{x['layer_id']}: {_cut(str(x.get('message') or ''), 300)}")
+    section(f"REFERENCE FALLBACK: {len(trust.get('reference_fallbacks') or [])} layer(s) judged against onnx's "
+            "reference implementation, with no second opinion (ONNX Runtime failed on them):",
+            trust.get("reference_fallbacks") or [], _fallback_item)
     section(f"REFERENCE DISPUTES: {len(trust.get('reference_disputes') or [])} layer(s) where ONNX Runtime and the "
             "ONNX reference implementation disagree:", trust.get("reference_disputes") or [],
             lambda x: f"{x['layer_id']}: {_cut(str(x['summary']), 200)}" + "".join(
@@ -247,6 +255,13 @@ def trust_lines(report: Mapping) -> list[str]:
     return lines
 
 
+def _fallback_item(item: Mapping) -> str:
+    """"<layer>: judged against onnx's reference implementation (ONNX Runtime failed: ...)"."""
+    line = str(item.get("fallback") or "")
+    why = line.split(" (", 1)[1][:-1] if " (" in line and line.endswith(")") else "ONNX Runtime failed"
+    return f"{item['layer_id']}: judged against onnx's reference implementation ({_cut(why, 300)})"
+
+
 def _status_cell(entry: Mapping) -> str:
     status = shown_status(entry)
     return str(status) if status else "-"
@@ -264,6 +279,8 @@ def _recommended_cell(op: Mapping) -> str:
         return f"{rec} (copied from {_cut(str(op['duplicate_of']), 30)})"
     if (op.get("reference") or {}).get("dispute"):
         return f"{rec} (references disagree)"
+    if is_reference_fallback(op.get("reference")):
+        return f"{rec} (judged against onnx)"
     return str(rec)
 
 

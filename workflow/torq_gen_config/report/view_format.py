@@ -15,6 +15,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from .recommend import is_reference_fallback
 from .text import LAYER_COLUMN_MAX
 
 STATUS_STYLES = {
@@ -100,6 +101,8 @@ def _recommended_text(op: Mapping) -> Text:
         return Text(f"{rec} (copied from {_cut(str(op['duplicate_of']), 30)})", style="dim")
     if (op.get("reference") or {}).get("dispute"):
         return Text(f"{rec} (references disagree)", style="yellow")
+    if is_reference_fallback(op.get("reference")):
+        return Text(f"{rec} (judged against onnx)", style="yellow")
     return Text(str(rec))
 
 

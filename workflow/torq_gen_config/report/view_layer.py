@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..compare import REL_DIFF_THRESHOLDS, count_over_tolerance
 from .edit import find_layer
-from .recommend import is_inconclusive
+from .recommend import is_inconclusive, is_reference_fallback, reference_used
 from .view_format import (
     _LOCATION_RE, _MESSAGE_LINE_CHARS, _MESSAGE_LINES, _cut, _executor_names, _fmt_ms, _fmt_num, _fmt_tol, _line,
     _recommended_text, _status_text,
@@ -112,7 +112,12 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         _line(console, f"Reference:      {label}: {ref.get('status')}"
                        + (f" - {_cut(str(ref.get('message') or ''), _MESSAGE_LINE_CHARS)}" if ref.get("message") else ""))
         second = ref.get("second") or {}
-        if second.get("engine"):
+        if is_reference_fallback(ref):
+            # the second engine gave the reference itself: there is no second opinion
+            label = f"{engine_label(reference_used(ref))} {second.get('engine_version') or ''}".strip()
+            _line(console, f"Judged against: {label}, no second opinion - "
+                           f"{_cut(str(ref.get('fallback') or ''), 160)}", style="yellow")
+        elif second.get("engine"):
             _line(console, f"Second opinion: {engine_label(second['engine'])} {second.get('engine_version') or ''}: "
                            f"{second.get('status')}" + (f" - {_cut(str(second.get('message') or ''), 160)}"
                                                          if second.get("message") else ""))
@@ -164,6 +169,9 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         check = entry.get("reference_check") or {}
         if check.get("summary"):
             _line(console, f"    references:        {check['summary']}")
+        elif entry.get("reference_fallback") and entry.get("metrics"):
+            _line(console, f"    references:        compared with the ONNX reference implementation only "
+                           f"({_cut(str(entry['reference_fallback']), 120)})")
         fr = entry.get("failure_report")
         if fr:
             _line(console, f"    failure:           {fr.get('type') or '-'} at stage {fr.get('stage') or '-'}")
