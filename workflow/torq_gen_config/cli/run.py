@@ -297,17 +297,20 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
         raise ConfigError(f"--reduce reduces a chain of partitions; this run is one whole-model compile "
                           f"({plan.get('mode')}): reduce it with --subgraph-from/--subgraph-to by hand")
     prepared = plan["prepared_model"]
-    manifest_path = plan.get("manifest") or str(Path(prepared).parent / "layers" / "manifest.json")
+    # plans written before the manifest was recorded: the split's, or the quantized model's
+    manifest_path = plan.get("manifest") or str(Path(prepared).parent / (
+        "manifest.json" if Path(prepared).name == "quantized.onnx" else "layers/manifest.json"))
     name = layout["name"]
     target = outcome_of(section)
     print(f"--reduce: searching for the smallest subgraph that fails like this: {target.summary}", file=sys.stderr)
-    reducer = Reducer(model_path=str(out / prepared) if not os.path.isabs(prepared) else prepared,
-                      manifest=read_json(out / manifest_path if not os.path.isabs(manifest_path) else manifest_path,
-                                         "layer manifest"),
-                      layer_executors=plan["layer_executors"], executors=executor_definitions(plan),
-                      reference_npz=str(full / "reference.npz"), tolerance=section["tolerance_used"],
-                      work_dir=full / REDUCE_WORK, jobs=cores, timeout_s=float(config.get("timeout_s") or 300),
-                      budget=budget, progress=lambda line: print(f"--reduce: {line}", file=sys.stderr))
+    try:
+        reducer = Reducer(model_path=str(out / prepared), manifest=read_json(out / manifest_path, "layer manifest"),
+                          layer_executors=plan["layer_executors"], executors=executor_definitions(plan),
+                          reference_npz=str(full / "reference.npz"), tolerance=section["tolerance_used"],
+                          work_dir=full / REDUCE_WORK, jobs=cores, timeout_s=float(config.get("timeout_s") or 300),
+                          budget=budget, progress=lambda line: print(f"--reduce: {line}", file=sys.stderr))
+    except ValueError as e:  # the plan does not describe the model's nodes
+        raise ReportError(f"--reduce: {e}") from None
     reducer.record_values()
     found = reducer.search(target)
     red_dir = out / reduced_dir(layout["subgraph"]["suffix"] if layout["subgraph"] else "")

@@ -163,6 +163,7 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
                        runtime_options=runtime_options, full_mlir=full_mlir, compile_batch=compile_batch)
     result["prepared_model"] = prepared
+    result["manifest"] = manifest  # the layers over the model's nodes (run --reduce reads them)
     write_json(plan, result)
     counts: dict[str, int] = {}
     for p in result["partitions"]:
