@@ -325,9 +325,11 @@ def one_line_summary(result: dict) -> str:
     status = shown_status(result)
     notes = []
     fallback = (result.get("reference") or {}).get("fallback")
+    if fallback and len(fallback) > 120:  # cut inside its parenthesis, which stays closed
+        fallback = fallback[:116] + "...)"
     if result.get("failure_report"):
         line = f"[{result['executor']}] {result['layer_id']}: {status} - " + result["failure_report"]["summary"][:120]
-        return line + (f" ({fallback[:120]})" if fallback else "")
+        return line + (f" ({fallback})" if fallback else "")
     if t.get("compile_ms") is not None:
         rt = t.get("runtime") or {}
         bench = f", {rt['median_ms']:.3f} ms median of {rt['runs']}" if rt.get("median_ms") is not None else ""
@@ -338,7 +340,7 @@ def one_line_summary(result: dict) -> str:
         reasons = (result.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
         notes.append("inconclusive: " + reasons[0][:120])
     if fallback:
-        notes.append(fallback[:120])
+        notes.append(fallback)
     return f"[{result['executor']}] {result['layer_id']}: {status}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
