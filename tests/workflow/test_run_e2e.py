@@ -274,3 +274,33 @@ def test_snakemake_form_full_model_target(tmp_path):
     result = json.loads((work(out) / "full" / "result.json").read_text())
     assert result["status"] == "success" and result["num_partitions"] == 3
     assert [p["executor"] for p in result["partitions"]] == ["llvm-cpu", "vmvx", "llvm-cpu"]
+
+
+def test_run_is_judged_against_the_spec_where_onnx_runtime_fails(tmp_path):
+    # ONNX Runtime has no uint16 Min/Max kernels ("Could not find an implementation for
+    # Min(13)"): the layers and the whole run are judged against onnx's reference
+    # implementation, and say so; the spec's outputs are numpy's min/max
+    nodes = [helper.make_node("Min", ["a", "b"], ["m"]), helper.make_node("Max", ["m", "b"], ["y"])]
+    model = make_model(nodes, [tvi("a", TensorProto.UINT16, [4, 5]), tvi("b", TensorProto.UINT16, [4, 5])],
+                       [tvi("y", TensorProto.UINT16, [4, 5])])
+    path = tmp_path / "minmax.onnx"
+    onnx.save(model, path)
+    out = tmp_path / "o"
+    r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", "-q", "--skip-executors", "vmvx")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_cmd("--model", path, "--output-dir", out, "-q")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "Judged against: reference: onnx (ONNX Runtime failed: " in r.stdout
+    result = json.loads((work(out) / "full" / "result.json").read_text())
+    assert result["status"] == "success" and result["reference"]["used"] == "onnx"
+    assert "Could not find an implementation for Min(13)" in result["reference"]["fallback"]
+    check = result["partitions"][0]["partition_check"]
+    assert check["status"] == "success" and "reference: onnx (ONNX Runtime failed" in check["summary"]
+    from torq_gen_config.reference import load_reference
+
+    inputs, outputs, meta = load_reference(work(out) / "full" / "reference.npz")
+    assert meta["status"] == "error" and meta["second"]["status"] == "ok"
+    np.testing.assert_array_equal(meta["second_outputs"]["y"], np.maximum(np.minimum(inputs["a"], inputs["b"]),
+                                                                          inputs["b"]))
+    report = json.loads((out / "torq_gen_config_minmax.json").read_text())
+    assert report["full_model"]["reference"]["fallback"] == result["reference"]["fallback"]

@@ -32,7 +32,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
                       timeout_s: float | None = None, inputs: dict | None = None, inputs_source: str | None = None,
-                      second_opinion: bool = True) -> dict:
+                      second_opinion: bool | str = True) -> dict:
     """A layer's inputs and its outputs on both reference engines, stored in one file.
 
     Inputs: with ``inputs_path`` (``--layer-inputs propagate``, the default) the
@@ -46,7 +46,8 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     Outputs: ``engine`` (``onnxruntime`` or ``onnx``, :mod:`torq_gen_config.reference_run`)
     gives the reference the verdicts are computed against (``output_<i>``); the other
     engine gives the second opinion (``second_output_<i>``, ``meta["second"]``;
-    ``second_opinion=False`` skips it, e.g. for a whole model). When
+    ``second_opinion=False`` skips it; ``"on_failure"`` runs it only when the configured
+    engine failed, to stand in for it (a whole model: :func:`judged_reference`). When
     both ran, ``meta["engines_agreement"]`` holds the metrics of ONNX Runtime's
     outputs against the ONNX reference implementation's (:func:`~torq_gen_config.compare.compare_outputs`),
     from which the report derives a reference dispute for any tolerance.
@@ -103,14 +104,20 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     bf16 = has_bfloat16(layer)
 
     second_engine = next(e for e in ENGINES if e != engine)
-    engines = [engine, second_engine] if second_opinion else [engine]
+    engines = [engine, second_engine] if second_opinion is True else [engine]
     limit = call_limit(timeout_s if timeout_s is not None else DEFAULT_TIMEOUT_S)
-    # both engines in one supervised worker, each bounded on its own (a hang or crash
-    # of one stops that worker: its status is then "timeout" or "crash")
-    outcomes = run_isolated_each(
-        [(run_reference_file, (str(layer_path), inputs, output_names, eng, timeout_s, intra_op_num_threads), {})
-         for eng in engines],
-        limit_s=limit, what=[f"{engine_label(eng)} on the layer" for eng in engines])
+
+    def run(engs: list[str]) -> list:
+        # the engines in one supervised worker, each bounded on its own (a hang or crash
+        # of one stops that worker: its status is then "timeout" or "crash")
+        return run_isolated_each(
+            [(run_reference_file, (str(layer_path), inputs, output_names, eng, timeout_s, intra_op_num_threads), {})
+             for eng in engs],
+            limit_s=limit, what=[f"{engine_label(eng)} on the layer" for eng in engs])
+
+    outcomes = run(engines)
+    if second_opinion == "on_failure" and isinstance(outcomes[0], BaseException):
+        outcomes += run([second_engine])
 
     def engine_result(eng: str, outcome) -> tuple[dict, list]:
         info: dict[str, Any] = {"engine": eng, "engine_version": engine_version(eng), "status": "ok",
@@ -129,7 +136,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         return info, []
 
     primary, outputs = engine_result(engine, outcomes[0])
-    if second_opinion:
+    if len(outcomes) > 1:
         second, second_outputs = engine_result(second_engine, outcomes[1])
     else:
         second, second_outputs = {"engine": second_engine, "status": "not run", "message": None, "run_ms": None}, []

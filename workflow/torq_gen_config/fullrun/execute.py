@@ -179,10 +179,17 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     ``levels``: outputs a DequantizeLinear writes, compared as their integer levels
     (``--quantize``; docs/comparison.md); ``model_path``: the model run (its outputs
     that carry quantized data may differ by one step, other integers are exact).
-    Float outputs must also reach FULL_MODEL_MIN_COSINE."""
+    Float outputs must also reach FULL_MODEL_MIN_COSINE. Where ONNX Runtime failed on the
+    model and onnx's reference implementation ran, the outputs are compared with the latter
+    (:func:`~torq_gen_config.reference.judged_reference`; ``result["reference"]`` gets
+    ``used`` and ``fallback``, and the summary ends with the fallback line)."""
     from ..compare import FULL_MODEL_MIN_COSINE, count_over_tolerance, judge, quantized_data_outputs_of_file
-    if meta.get("status") != "ok":
-        return finish("unverified", f"the model ran, but the reference (ONNX Runtime) failed: "
+    from ..reference import judged_reference
+
+    used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
+    result.setdefault("reference", {}).update({"used": used, "fallback": fallback})
+    if used is None:
+        return finish("unverified", f"the model ran, but the reference failed: "
                                     f"{first_error_line(meta.get('message') or '')}")
     try:
         status, summary, metrics = judge(actual, ref_outputs, meta["output_names"], tolerance, levels=levels,
@@ -198,7 +205,7 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     result["metrics"] = metrics
     result["num_over_tolerance"] = count
     result["share_over_tolerance"] = share
-    return finish(status, summary)
+    return finish(status, f"{summary} ({fallback})" if fallback else summary)
 
 
 def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
@@ -327,29 +334,47 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
                      timeout_s: float | None = None) -> dict:
     """This partition's outputs against ONNX Runtime (optimizations off; a bf16
     partition widened to fp32, see :func:`~torq_gen_config.reference_run.run_reference`)
-    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.isolation`)."""
+    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.isolation`);
+    where ONNX Runtime fails, against onnx's reference implementation, and the summary
+    says so; ``unverified`` when both fail."""
+    import onnx
+
+    from ..compare import FULL_MODEL_MIN_COSINE, judge
+    from ..isolation import run_isolated
+    from ..reference_run import run_reference_file
+
     try:
-        import onnx
-
-        from ..compare import FULL_MODEL_MIN_COSINE, judge
-        from ..isolation import run_isolated
-        from ..reference_run import run_reference_file
-
         part_model = onnx.load(model_path, load_external_data=False)
+    except Exception as e:
+        return {"status": "unverified", "summary": f"cannot read the partition: {str(e).strip()[:NOTE_CHARS]}",
+                "max_rel_diff": None, "max_abs_diff": None}
+    fallback = None
+    try:
         outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
                                                         list(p["outputs"]), "onnxruntime", timeout_s),
                                    limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
                                    what="ONNX Runtime on the partition")
-        ref = dict(zip(p["outputs"], outs_ref))
-    except Exception as e:
-        return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {str(e).strip()[:NOTE_CHARS]}",
-                "max_rel_diff": None, "max_abs_diff": None}
+    except Exception as e:  # onnx's reference implementation stands in (as for a layer)
+        ort_error = first_error_line(str(e).strip())[:NOTE_CHARS]
+        try:
+            outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
+                                                            list(p["outputs"]), "onnx", timeout_s),
+                                       limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+                                       what="onnx's reference implementation on the partition")
+        except Exception as e2:
+            return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {ort_error}; onnx's "
+                                                       f"reference implementation too: {str(e2).strip()[:NOTE_CHARS]}",
+                    "max_rel_diff": None, "max_abs_diff": None}
+        fallback = f"reference: onnx (ONNX Runtime failed: {ort_error})"
+    ref = dict(zip(p["outputs"], outs_ref))
     try:
         status, summary, m = judge(outs, ref, list(p["outputs"]), tolerance, model=part_model,
                                    min_cosine=FULL_MODEL_MIN_COSINE)
     except Exception as e:
         return {"status": "error", "summary": f"compare failed: {type(e).__name__}: {e}"[:SUMMARY_LIMIT],
                 "max_rel_diff": None, "max_abs_diff": None}
+    if fallback:
+        summary = f"{summary} ({fallback})"
     return {"status": status, "summary": summary[:SUMMARY_LIMIT], "max_rel_diff": m.get("max_rel_diff"),
             "max_abs_diff": m.get("max_abs_diff"), "mean_rel_diff": m.get("mean_rel_diff"),
             "cosine_similarity": m.get("cosine_similarity"), "inconclusive": m.get("inconclusive")}

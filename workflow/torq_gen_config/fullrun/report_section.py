@@ -112,7 +112,9 @@ def render_full_model_text(section: Mapping) -> str:
                          f"batch module(s) (compile_batch): their compile times are shares of their batch's, "
                          f"not measured per partition")
     ref = section.get("reference") or {}
-    if ref.get("status") not in (None, "ok"):
+    if ref.get("fallback"):
+        lines.append(f"Judged against: {ref['fallback']}")
+    elif ref.get("status") not in (None, "ok"):
         lines.append(f"Reference failed: {ref.get('message') or ref.get('status')} (the outputs were not compared)")
     if m:
         outs = m.get("outputs") or []

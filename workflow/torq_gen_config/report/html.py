@@ -203,10 +203,17 @@ def _full_model(report: Mapping) -> str:
             ["max abs diff", m.get("max_abs_diff")], ["cosine similarity (min over outputs)", m.get("cosine_similarity")],
             ["elements over tolerance", f"{fm.get('num_over_tolerance')} of {m.get('num_elements')}"],
             ["compile time total (ms)", t.get("compile_ms_total")], ["run time total (ms)", t.get("run_ms_total")],
-            ["reference", f"{(fm.get('reference') or {}).get('engine')} {(fm.get('reference') or {}).get('status')}"],
+            ["reference", (fm.get("reference") or {}).get("fallback")
+             or f"{(fm.get('reference') or {}).get('engine')} {(fm.get('reference') or {}).get('status')}"],
             ["recorded", fm.get("generated_at")]]
     if (fm.get("failure") or {}).get("summary"):
         rows.append(["failure", fm["failure"]["summary"]])
+    red = fm.get("reduced")
+    if red:  # run --reduce
+        rows.append(["reduced (run --reduce)",
+                     f"{red.get('status')}: {red.get('num_nodes')} of {red.get('from_nodes')} nodes in {red.get('dir')} ("
+                     + ", ".join(f"{n.get('layer_id')} on {n.get('executor')}" for n in (red.get("nodes") or [])[:20])
+                     + f"); {red.get('note')}; reproduce: {red.get('reproducer') or red.get('reproducer_note')}"])
     fb = a.get("layers_without_recommendation") or []
     if fb:
         rows.append(["layers without a recommendation", ", ".join(f"{x.get('layer_id')} -> {x.get('executor')}"

@@ -254,8 +254,8 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
     """Rule ``full_reference``: the model's input values (``model_inputs``: the user's
     ``--input-data``, else the generated ones every whole-model step uses; in subgraph
     mode the subgraph's inputs from a whole-model run) and the reference outputs of the
-    whole prepared model (:func:`~torq_gen_config.reference.compute_reference`: ``engine``
-    first, the other engine as second opinion). With ``--quantize`` the model is the
+    whole prepared model (:func:`~torq_gen_config.reference.compute_reference`: ``engine``;
+    onnx's reference implementation only when ONNX Runtime fails, to stand in for it). With ``--quantize`` the model is the
     quantized one; its int8 inputs (``--full-integer``) do not match the float values
     and are generated over all int8 values."""
     import onnx
@@ -278,7 +278,7 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
             feeds = None
     meta = compute_reference(prepared, reference, input_settings, inputs=feeds, inputs_source=source,
                              input_ranges=quantized_input_ranges(prepared, {}) if quantized else None,
-                             engine=engine, timeout_s=timeout_s, second_opinion=False)
+                             engine=engine, timeout_s=timeout_s, second_opinion="on_failure")
     _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
               f"inputs: {meta.get('layer_inputs')}")
 
