@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
             from .run import reduce_assigned
 
             reduce_assigned(config=config, out=out, layout=layout, section=section, cores=args.cores or 1,
-                            budget=budget, args=args)
+                            budget=budget)
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
         status = 0 if section is not None else 1
         text, summary = read_report_summary(report)  # the report now has the subgraph's section

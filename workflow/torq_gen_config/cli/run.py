@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                                    output_dir_arg=args.output_dir, profile=args.profile)
     if args.reduce:
         reduce_assigned(config=config, out=out, layout=layout, section=section, cores=args.cores or 1,
-                        budget=budget, args=args)
+                        budget=budget)
     return status
 
 
@@ -259,8 +259,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     return (0 if section["status"] == "success" else 1), section
 
 
-def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | None, cores: int, budget,
-                    args: argparse.Namespace | None = None) -> dict | None:
+def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | None, cores: int, budget) -> dict | None:
     """``run --reduce``: reduce a failing run to the smallest subgraph that fails the same
     way (:mod:`torq_gen_config.fullrun.reduce`), write the reproducer folder beside the
     report (``reduced/``: model, inputs, reference outputs, the compiler JSON of the
@@ -319,7 +318,7 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
     reduced["dir"] = os.path.relpath(red_dir, out)
     try:
         write_reproducer_assignment(config, reducer, found, red_dir, cores)
-        reduced["reproducer"] = reproducer_command(red_dir, args)
+        reduced["reproducer"] = reproducer_command(red_dir, config, section["tolerance_used"])
     except Exception as e:  # the reduction stands; only the one-line command is missing
         reduced["reproducer_note"] = f"no reproducer command: {type(e).__name__}: {str(e)[:300]}"
     reduced["raw_commands"] = raw_commands(reducer, found, red_dir)
@@ -365,25 +364,30 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
     write_json(red_dir / compiler_file("model"), doc)
 
 
-def reproducer_command(red_dir: Path, args: argparse.Namespace | None) -> str:
+#: Settings of the run that the reproducer keeps in ``reduced/config.yaml`` (how each
+#: executor compiles and runs, how the outputs are judged).
+REPRODUCER_KEYS = ("executors", "tolerance", "reference", "timeout_s", "compiler_options", "runtime_options")
+
+
+def reproducer_command(red_dir: Path, config: dict, tolerance: dict) -> str:
     """The one-line ``torq-gen-config run`` command on the reduced model (paths relative
-    to the current directory when below it), with the config file and tool options of
-    this run."""
+    to the current directory when below it), with the run's executors, tool options,
+    reference and ``tolerance`` written to ``red_dir/config.yaml`` for it."""
     import shlex
 
-    def rel(p: Path) -> str:
-        try:
-            return os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)
-        except ValueError:
-            return str(p)
+    import yaml
 
-    argv = ["torq-gen-config", "run", "--model", rel(red_dir / "model.onnx"), "--input-data",
-            rel(red_dir / "inputs.npz"), "--output-dir", rel(red_dir)]
-    if args is not None:
-        if getattr(args, "config_file", None):
-            argv += ["--config-file", args.config_file]
-        argv += [f"--compiler-option={o}" for o in getattr(args, "compiler_option", None) or []]
-        argv += [f"--runtime-option={o}" for o in getattr(args, "runtime_option", None) or []]
-        if getattr(args, "reference", None):
-            argv += ["--reference", args.reference]
-    return shlex.join(argv)
+    from ..fileio import atomic_write_text
+
+    settings = {k: config[k] for k in REPRODUCER_KEYS if config.get(k) is not None}
+    settings["tolerance"] = {**(config.get("tolerance") or {}), **tolerance}
+    atomic_write_text(red_dir / "config.yaml", "# the settings of the run that was reduced (run --reduce)\n"
+                      + yaml.safe_dump(settings, sort_keys=False))
+
+    def rel(p: Path) -> str:
+        r = os.path.relpath(p)
+        return str(p) if r.startswith("..") else r
+
+    return shlex.join(["torq-gen-config", "run", "--model", rel(red_dir / "model.onnx"), "--input-data",
+                       rel(red_dir / "inputs.npz"), "--output-dir", rel(red_dir), "--config-file",
+                       rel(red_dir / "config.yaml")])
