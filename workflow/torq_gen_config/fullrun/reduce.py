@@ -201,6 +201,8 @@ class Reducer:
 
     # ------------------------------------------------------------------ inputs
     def _model_digest(self) -> str:
+        """Digest of what every candidate's outcome depends on (model, inputs, tolerance,
+        executors, assignment); ``self.values_digest``: of what the reference values do."""
         h = hashlib.sha256()
         with open(self.model_path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -208,6 +210,7 @@ class Reducer:
         with open(self.reference_npz, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
+        self.values_digest = h.copy().hexdigest()[:16]
         h.update(json.dumps({"tolerance": self.tolerance, "executors": self.executors,
                              "nodes": self.node_executor}, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
@@ -230,7 +233,7 @@ class Reducer:
         index_path = vdir / "index.json"
         if index_path.is_file():
             index = read_json(index_path, "reduction values index")
-            if index.get("digest") == self.digest:
+            if index.get("digest") == self.values_digest:
                 self._values = index["files"]
                 return index["run"]
         shutil.rmtree(vdir, ignore_errors=True)
@@ -246,7 +249,7 @@ class Reducer:
 
         res = run_model_by_node(self.model, inputs, on_value=on_value, timeout_s=self.timeout_s * 4)
         summary = run_summary(res)
-        write_json(index_path, {"digest": self.digest, "files": files, "run": summary})
+        write_json(index_path, {"digest": self.values_digest, "files": files, "run": summary})
         self._values = files
         return summary
 
