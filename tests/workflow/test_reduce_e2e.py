@@ -76,7 +76,7 @@ def test_two_convs_reduced_to_exactly_two_with_a_reproducer_that_fails_the_same_
     assert red["target"]["stage"] == "compile" and red["outcome"]["stage"] == "compile"
     assert "two onnx.Conv ops in one function" in red["outcome"]["summary"]
     assert red["from_nodes"] > 60 and red["num_nodes"] == 2
-    assert "Reduced (reduced): 2 of" in r.stdout and "Reproduce: torq-gen-config run" in r.stdout
+    assert "Reduced to 2 of" in r.stdout and "Reproduce (from " in r.stdout
     for f in ("model.onnx", "inputs.npz", "reference_outputs.npz", "README.txt",
               "torq_gen_config_model_compiler.json"):
         assert (out / "reduced" / f).is_file(), f
@@ -85,12 +85,12 @@ def test_two_convs_reduced_to_exactly_two_with_a_reproducer_that_fails_the_same_
     assert [n["layer_id"] for n in report["full_model"]["reduced"]["nodes"]] == [n["layer_id"] for n in red["nodes"]]
     v = run_cli("view", out / f"torq_gen_config_{NAME}.json")
     assert v.returncode == 0, v.stderr[-2000:]
-    assert "Reduced (reduced): 2 of" in v.stdout and red["nodes"][1]["layer_id"] in v.stdout
+    assert "Reduced to 2 of" in v.stdout and red["nodes"][1]["layer_id"] in v.stdout
 
-    # the one-line reproducer fails the same way (with the same compiler)
+    # the one-line reproducer (led by the compiler it ran with) fails the same way
     argv = shlex.split(red["reproducer"])
-    assert argv[:2] == ["torq-gen-config", "run"]
-    rr = cli(*argv[1:], env=env, cwd=red["cwd"])
+    assert argv[:3] == [f"IREE_COMPILE={compilers['two_convs']}", "torq-gen-config", "run"]
+    rr = cli(*argv[2:], env=env, cwd=red["cwd"])
     assert rr.returncode == 1, rr.stdout[-2000:] + rr.stderr[-2000:]
     result = json.loads((out / "reduced" / "work" / "model" / "full" / "result.json").read_text())
     assert result["status"] == "error" and result["failure"]["stage"] == "compile"
@@ -123,17 +123,37 @@ def _real_compiler(standin: str) -> str:
 def test_a_budget_stops_the_search_and_the_next_run_resumes_it(discovered, compilers, squeezenet_path, tmp_path):
     out = copy_of(discovered, tmp_path)
     env = {"IREE_COMPILE": compilers["two_convs"]}
-    r = cli("run", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--reduce",
-            "--reduce-budget", "3c", env=env)
-    assert r.returncode == 1, r.stderr[-3000:]
-    red = json.loads((out / "reduced" / "reduce.json").read_text())
-    assert not red["minimal"] and red["compiles"] == 3
+
+    def reduce(*extra):
+        r = cli("run", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--reduce", *extra, env=env)
+        assert r.returncode == 1, r.stderr[-3000:]
+        return json.loads((out / "reduced" / "reduce.json").read_text()), r
+
+    # spent right after reproducing the failure: stopped, not "the whole set is needed"
+    red, r = reduce("--reduce-budget", "1c")
+    assert red["status"] == "stopped" and red["compiles"] == 1 and not red["minimal"], red
+    assert "compile budget (1 compile) is spent" in red["budget_spent"] and "run again to continue" in red["note"]
+    assert "Reduction stopped: 68 of 68 nodes kept" in r.stdout
+    red, _ = reduce("--reduce-budget", "3c")
+    assert red["status"] == "reduced" and not red["minimal"] and red["compiles"] == 3
     assert "compile budget (3 compiles) is spent" in red["budget_spent"]
     assert "stopped early" in red["note"] and red["num_nodes"] < red["from_nodes"]
-    r = cli("run", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--reduce", env=env)
-    red2 = json.loads((out / "reduced" / "reduce.json").read_text())
+    # damaged work files of the search: a value file and the values index are made again
+    values = work(out) / "full" / "reduce" / "values"
+    index = json.loads((values / "index.json").read_text())
+    (values / next(iter(index["files"].values()))).write_bytes(b"junk")
+    red2, _ = reduce()
     assert red2["minimal"] and [n["op_type"] for n in red2["nodes"]] == ["Conv", "Conv"]
     assert red2["candidates_reused"] >= 3
+    (values / "index.json").write_text('{"digest": ')
+    red3, _ = reduce()
+    assert red3["nodes"] == red2["nodes"] and red3["candidates_run"] == 0
+
+    # another compiler is another search: nothing is reused, and the real compiler compiles
+    # the whole set (the main run still shows its kept error: not reproduced here)
+    env = {"IREE_COMPILE": ""}
+    red4, _ = reduce()
+    assert red4["candidates_reused"] == 0 and red4["status"] == "not reproduced", red4
 
 
 def test_subgraph_full_test_reduced_in_discover(compilers, squeezenet_path, tmp_path):

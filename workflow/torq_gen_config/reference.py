@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
                       timeout_s: float | None = None, inputs: dict | None = None, inputs_source: str | None = None,
-                      second_opinion: bool | str = True) -> dict:
+                      second_opinion: bool | str = True, subject: str = "the layer") -> dict:
     """A layer's inputs and its outputs on both reference engines, stored in one file.
 
     Inputs: with ``inputs_path`` (``--layer-inputs propagate``, the default) the
@@ -46,6 +47,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     Outputs: ``engine`` (``onnxruntime`` or ``onnx``, :mod:`torq_gen_config.reference_run`)
     gives the reference the verdicts are computed against (``output_<i>``); the other
     engine gives the second opinion (``second_output_<i>``, ``meta["second"]``;
+    ``subject`` names what ran in the engines' failure messages, "the layer" by default;
     ``second_opinion=False`` skips it; ``"on_failure"`` runs it only when the configured
     engine failed, to stand in for it (a whole model: :func:`judged_reference`). When
     both ran, ``meta["engines_agreement"]`` holds the metrics of ONNX Runtime's
@@ -132,7 +134,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
             info["status"] = "crash"
         else:  # each engine raises its own exception types
             info["status"] = "error"
-        info["message"] = f"{engine_label(eng)} failed on the layer: {str(outcome).strip()[:DETAIL_CHARS]}"
+        info["message"] = f"{engine_label(eng)} failed on {subject}: {str(outcome).strip()[:DETAIL_CHARS]}"
         return info, []
 
     primary, outputs = engine_result(engine, outcomes[0])
@@ -375,7 +377,7 @@ def _failure_line(meta: dict) -> str:
     """The first line of a failed engine's message, without the "<engine> failed on the
     layer: " prefix that :func:`compute_reference` puts before it."""
     text = str(meta.get("message") or "").strip()
-    text = text.removeprefix("ONNX Runtime failed on the layer:").strip()
+    text = re.sub(r"^ONNX Runtime failed on [^:]*:", "", text).strip()
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or f"status {meta.get('status')}"
     return line if len(line) <= NOTE_CHARS else line[:NOTE_CHARS - 3] + "..."
 

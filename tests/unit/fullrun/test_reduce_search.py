@@ -141,13 +141,13 @@ def test_outcome_of_a_result():
 @pytest.mark.parametrize("text,budget", [
     (None, Budget()), ("", Budget()), ("600", Budget(600.0)), ("90s", Budget(90.0)), ("10m", Budget(600.0)),
     ("1h", Budget(3600.0)), ("40c", Budget(None, 40)), ("12compiles", Budget(None, 12)),
-    ("10m,40c", Budget(600.0, 40)), ("40c, 2m", Budget(120.0, 40)),
+    ("10m,40c", Budget(600.0, 40)), ("40c, 2m", Budget(120.0, 40)), ("1h30m", Budget(5400.0)), ("2m30.5s", Budget(150.5)),
 ])
 def test_parse_budget(text, budget):
     assert parse_budget(text) == budget
 
 
-@pytest.mark.parametrize("text", ["0", "abc", "10x", "-5", "5c,foo"])
+@pytest.mark.parametrize("text", ["0", "abc", "10x", "-5", "5c,foo", "10m,5m", "3c,2c", "0c", "1e3", "inf", "30m1h1h", "m"])
 def test_parse_budget_refuses_with_one_line(text):
     with pytest.raises(ConfigError, match="--reduce-budget"):
         parse_budget(text)

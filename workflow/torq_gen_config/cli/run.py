@@ -29,7 +29,16 @@ from pathlib import Path
 
 from ..backends import capabilities
 from ..errors import ConfigError, ReportError
-from ..layout import ASSIGNMENT_FILE, FULL_DIR, PLAN_FILE, RESULT_FILE, compiler_file, full_run_file, report_file
+from ..layout import (
+    ASSIGNMENT_FILE,
+    FULL_DIR,
+    PLAN_FILE,
+    RESULT_FILE,
+    compiler_file,
+    full_run_file,
+    lock_file,
+    report_file,
+)
 from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..fullrun.reduce import parse_budget
 
@@ -274,14 +283,6 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
         ConfigError: the run was one whole-model compile (a torq assignment): there is
             no chain of partitions to reduce.
     """
-    import shutil
-
-    from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of
-    from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
-    from ..fullrun.report_section import reduced_lines
-    from ..layout import FULL_DIR, reduced_dir
-    from ..report.publish import publish_report
-
     if section is None:
         print("torq-gen-config: --reduce: the run produced no result; nothing to reduce", file=sys.stderr)
         return None
@@ -290,6 +291,28 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
             "the run is unverified (no reference to fail against)")
         print(f"--reduce: nothing to reduce: {why}", file=sys.stderr)
         return None
+    from .. import run_lock
+
+    lock = out / lock_file(layout["name"])
+    try:  # one reduction per output directory at a time (they share reduced/ and the report)
+        run_lock.acquire(lock, what=f"{out} for {layout['name']} (run --reduce)")
+    except run_lock.RunLocked as e:
+        raise ConfigError(str(e)) from None
+    try:
+        return _reduce_locked(config=config, out=out, layout=layout, section=section, cores=cores, budget=budget)
+    finally:
+        run_lock.release(lock)
+
+
+def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, cores: int, budget) -> dict:
+    import shutil
+
+    from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of
+    from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
+    from ..fullrun.report_section import reduced_lines
+    from ..layout import reduced_dir
+    from ..report.publish import publish_report
+
     full = out / layout["work"] / FULL_DIR
     plan = read_json(full / PLAN_FILE, "full-model plan")
     if (plan.get("mode") or "partitions") != "partitions":
@@ -367,12 +390,17 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
 #: Settings of the run that the reproducer keeps in ``reduced/config.yaml`` (how each
 #: executor compiles and runs, how the outputs are judged).
 REPRODUCER_KEYS = ("executors", "tolerance", "reference", "timeout_s", "compiler_options", "runtime_options")
+#: Environment variables that choose the executors' tools (backends/iree_tools.py,
+#: backends/torq/toolchain.py): the reproducer sets those that are set.
+TOOL_ENV_VARS = ("IREE_COMPILE", "IREE_RUN_MODULE", "IREE_BENCHMARK_MODULE", "TORQ_COMPILE", "TORQ_RUN_MODULE",
+                 "TORQ_TOOL_PATH", "IREE_BUILD_DIR")
 
 
 def reproducer_command(red_dir: Path, config: dict, tolerance: dict) -> str:
     """The one-line ``torq-gen-config run`` command on the reduced model (paths relative
     to the current directory when below it), with the run's executors, tool options,
-    reference and ``tolerance`` written to ``red_dir/config.yaml`` for it."""
+    reference and ``tolerance`` written to ``red_dir/config.yaml`` for it, led by the
+    tool override variables set now (``IREE_COMPILE=... torq-gen-config run ...``)."""
     import shlex
 
     import yaml
@@ -388,6 +416,8 @@ def reproducer_command(red_dir: Path, config: dict, tolerance: dict) -> str:
         r = os.path.relpath(p)
         return str(p) if r.startswith("..") else r
 
-    return shlex.join(["torq-gen-config", "run", "--model", rel(red_dir / "model.onnx"), "--input-data",
+    # the tools' override variables that are set now (another iree-compile is another run)
+    env = [f"{v}={os.environ[v]}" for v in TOOL_ENV_VARS if os.environ.get(v)]
+    return shlex.join([*env, "torq-gen-config", "run", "--model", rel(red_dir / "model.onnx"), "--input-data",
                        rel(red_dir / "inputs.npz"), "--output-dir", rel(red_dir), "--config-file",
                        rel(red_dir / "config.yaml")])

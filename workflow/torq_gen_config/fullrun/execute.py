@@ -165,8 +165,10 @@ def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
         "source": plan.get("source"), "source_file": plan.get("source_file"), "options": plan.get("options"),
         "num_partitions": len(plan["partitions"]), "partitions": [],
         "timing": {"compile_ms_total": None, "run_ms_total": None, "wall_ms": None},
-        "reference": {k: meta.get(k) for k in ("status", "message", "engine", "ort_version",
-                                                 "graph_optimization_level", "run_ms")},
+        "reference": {**{k: meta.get(k) for k in ("status", "message", "engine", "ort_version",
+                                                    "graph_optimization_level", "run_ms")},
+                      # the other engine, where it ran to stand in (judged_reference)
+                      "second": {k: (meta.get("second") or {}).get(k) for k in ("engine", "status", "message")}},
         "fallbacks": plan.get("fallbacks") or [], "warnings": plan.get("warnings") or [],
         "layer_executors": plan.get("layer_executors"), "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

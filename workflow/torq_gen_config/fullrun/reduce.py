@@ -63,6 +63,8 @@ from .plan import QDQ_OPS
 REDUCE_WORK = "reduce"
 #: Version of the candidate outcome files (a change makes old ones be ignored).
 _CANDIDATE_VERSION = 1
+#: What a candidate can do (``invalid``: it could not be built or fed).
+OUTCOME_STATUSES = ("success", "difference", "error", "unverified", "invalid")
 
 
 @dataclass(frozen=True)
@@ -74,31 +76,41 @@ class Budget:
 
     def describe(self) -> str:
         parts = ([f"{self.seconds:g} s"] if self.seconds is not None else []) + (
-            [f"{self.compiles} compiles"] if self.compiles is not None else [])
+            [_count(self.compiles, "compile")] if self.compiles is not None else [])
         return " and ".join(parts) or "unbounded"
 
 
 def parse_budget(text: str | None) -> Budget:
-    """``--reduce-budget``: comma-separated bounds: ``600`` or ``600s`` (seconds),
-    ``10m``, ``1h``, ``40c`` or ``40compiles`` (partition compiles); e.g. ``10m,40c``.
-    None or ``""``: unbounded.
+    """``--reduce-budget``: comma-separated bounds: a time (``600`` or ``600s`` seconds,
+    ``10m``, ``1h``, ``1h30m``) and/or partition compiles (``40c``, ``40compiles``); e.g.
+    ``10m,40c``. None or ``""``: unbounded.
 
     Raises:
-        ConfigError: a part that is none of these, or a bound that is not > 0.
+        ConfigError: a part that is none of these, a bound that is not > 0, or two
+            bounds of one kind.
     """
     if not text:
         return Budget()
+    usage = (f"--reduce-budget {text!r}: expected a time (600, 600s, 10m, 1h30m) and/or a number of compiles (40c), "
+             "comma-separated, each > 0 and each kind once")
     seconds = compiles = None
-    for part in str(text).replace(" ", "").split(","):
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)(s|m|h|c|compiles?)?", part.lower())
-        if not m or float(m.group(1)) <= 0:
-            raise ConfigError(f"--reduce-budget {text!r}: expected seconds (600, 600s, 10m, 1h) and/or compiles "
-                              "(40c), comma-separated, each > 0")
-        value, unit = float(m.group(1)), m.group(2) or "s"
-        if unit.startswith("c"):
-            compiles = int(value)
+    for part in str(text).replace(" ", "").lower().split(","):
+        m = re.fullmatch(r"(\d+)(c|compiles?)", part)
+        if m:
+            if compiles is not None or int(m.group(1)) <= 0:
+                raise ConfigError(usage)
+            compiles = int(m.group(1))
+            continue
+        pieces = re.findall(r"(\d+(?:\.\d+)?)([hms])", part)
+        if re.fullmatch(r"\d+(?:\.\d+)?", part):
+            value = float(part)
+        elif pieces and "".join(n + u for n, u in pieces) == part and len({u for _, u in pieces}) == len(pieces):
+            value = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in pieces)
         else:
-            seconds = value * {"s": 1, "m": 60, "h": 3600}[unit]
+            raise ConfigError(usage)
+        if seconds is not None or not value > 0:
+            raise ConfigError(usage)
+        seconds = value
     return Budget(seconds, compiles)
 
 
@@ -189,6 +201,7 @@ class Reducer:
         self.types = value_types(self.model)
         self.consumers = tensor_consumers(self.model)
         self.graph_outputs = [o.name for o in self.model.graph.output]
+        self.toolchain = _toolchain(self.executors, self.timeout_s)
         self.digest = self._model_digest()
         self.compiles = 0
         self.evaluated = 0
@@ -202,7 +215,8 @@ class Reducer:
     # ------------------------------------------------------------------ inputs
     def _model_digest(self) -> str:
         """Digest of what every candidate's outcome depends on (model, inputs, tolerance,
-        executors, assignment); ``self.values_digest``: of what the reference values do."""
+        executors, assignment, the tools: another ``iree-compile`` is another search);
+        ``self.values_digest``: of what the reference values do."""
         h = hashlib.sha256()
         with open(self.model_path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -211,8 +225,8 @@ class Reducer:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
         self.values_digest = h.copy().hexdigest()[:16]
-        h.update(json.dumps({"tolerance": self.tolerance, "executors": self.executors,
-                             "nodes": self.node_executor}, sort_keys=True, default=str).encode())
+        h.update(json.dumps({"tolerance": self.tolerance, "executors": self.executors, "nodes": self.node_executor,
+                             "toolchain": self.toolchain}, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
     def record_values(self) -> dict:
@@ -232,10 +246,14 @@ class Reducer:
         vdir = self.work / "values"
         index_path = vdir / "index.json"
         if index_path.is_file():
-            index = read_json(index_path, "reduction values index")
-            if index.get("digest") == self.values_digest:
-                self._values = index["files"]
-                return index["run"]
+            try:
+                index = read_json(index_path, "reduction values index")
+                if index.get("digest") == self.values_digest and _readable(vdir, index["files"]):
+                    self._values = index["files"]
+                    return index["run"]
+            except Exception:  # a damaged index or value file: the run is made again
+                pass
+            self.progress("the kept reference values are out of date or damaged: running the model again")
         shutil.rmtree(vdir, ignore_errors=True)
         vdir.mkdir(parents=True)
         inputs, _, _ = load_reference(self.reference_npz)
@@ -282,7 +300,7 @@ class Reducer:
         if b.seconds is not None and time.monotonic() - self.started >= b.seconds:
             self.exhausted = f"the time budget ({b.seconds:g} s) is spent"
         elif b.compiles is not None and self.compiles >= b.compiles:
-            self.exhausted = f"the compile budget ({b.compiles} compiles) is spent"
+            self.exhausted = f"the compile budget ({_count(b.compiles, 'compile')}) is spent"
         if self.exhausted:
             raise _Stop(self.exhausted)
 
@@ -297,9 +315,12 @@ class Reducer:
         if path.is_file():
             try:
                 doc = read_json(path, "reduction candidate")
+                outcome = Outcome(**doc["outcome"])
+                if doc["nodes"] != list(nodes) or outcome.status not in OUTCOME_STATUSES:
+                    raise ValueError("not this candidate's outcome")
                 with self._lock:
                     self.cached += 1
-                return Outcome(**doc["outcome"])
+                return outcome
             except Exception:  # a damaged file: run it again
                 path.unlink(missing_ok=True)
         self._spend()
@@ -307,8 +328,10 @@ class Reducer:
             outcome = self._run_candidate(list(nodes), path.with_suffix(""))
         except _Stop:
             raise
-        except Exception as e:  # building or feeding the candidate failed: it does not count
-            outcome = Outcome("invalid", summary=f"{type(e).__name__}: {e}"[:SUMMARY_CHARS])
+        except Exception as e:  # building or feeding it failed here: it does not count, and is not kept
+            with self._lock:
+                self.evaluated += 1
+            return Outcome("invalid", summary=f"{type(e).__name__}: {e}"[:SUMMARY_CHARS])
         with self._lock:
             self.evaluated += 1
         write_json(path, {"nodes": list(nodes), "outcome": outcome.as_dict()})
@@ -368,12 +391,18 @@ class Reducer:
             lock = self._locks.setdefault(p["pid"], threading.Lock())
         with lock:
             if path.is_file():
-                return read_json(path, "compiled partition")
+                try:
+                    c = read_json(path, "compiled partition")
+                    if c.get("toolchain") == self.toolchain.get(p["executor"]):
+                        return c
+                except Exception:  # a damaged file: compiled again
+                    pass
             self._spend()
             with self._lock:
                 self.compiles += 1
             c = compile_partition(pid=p["pid"], model_path=p["model"], executor=p["compile_def"], work_dir=str(pdir),
                                   timeout_s=self.timeout_s, log_path=log_path)
+            c["toolchain"] = self.toolchain.get(p["executor"])
             write_json(path, c)
             return c
 
@@ -419,10 +448,10 @@ class Reducer:
         first = self.evaluate_many([best])[0]
         if first is None or not first.same_failure(target):
             what = "the budget was spent first" if first is None else f"{first.status}: {first.summary}"
-            note(f"the whole set of {len(best)} nodes does not fail the same way in the reducer ({what})")
+            note(f"the whole set of {_count(len(best), 'node')} does not fail the same way in the reducer ({what})")
             return {"nodes": best, "outcome": first, "reproduced": False, "minimal": False, "steps": steps}
         best_outcome = first
-        note(f"reproduced on all {len(best)} nodes: {first.summary}")
+        note(f"reproduced on the whole set ({_count(len(best), 'node')}): {first.summary}")
 
         def same(o: Outcome | None) -> bool:
             return o is not None and o.same_failure(target)
@@ -436,7 +465,7 @@ class Reducer:
             if hit is None:
                 break
             best, best_outcome = halves[hit], outs[hit]
-            note(f"bisect: kept the {'first' if hit == 0 else 'second'} half: {len(best)} nodes")
+            note(f"bisect: kept the {'first' if hit == 0 else 'second'} half: {_count(len(best), 'node')}")
         # 2. the ends, k nodes at a time, k halving to 1
         k = max(1, len(best) // 4)
         while len(best) >= 2 and not self.exhausted:
@@ -446,7 +475,8 @@ class Reducer:
             hit = next((i for i, o in enumerate(outs) if same(o)), None)
             if hit is not None:
                 best, best_outcome = cands[hit], outs[hit]
-                note(f"ends: dropped {k} node(s) from the {'front' if hit == 0 else 'back'}: {len(best)} nodes")
+                note(f"ends: dropped {_count(k, 'node')} from the {'front' if hit == 0 else 'back'}: "
+                     f"{_count(len(best), 'node')}")
             elif k == 1:
                 break
             else:
@@ -466,7 +496,7 @@ class Reducer:
                     continue
                 node = best[idx[hit]]
                 best, best_outcome = cands[hit], outs[hit]
-                note(f"dropped node {node} ({self.model.graph.node[node].op_type}): {len(best)} nodes")
+                note(f"dropped node {node} ({self.model.graph.node[node].op_type}): {_count(len(best), 'node')}")
                 dropped = True
                 i = idx[hit]
             if not dropped and not self.exhausted:
@@ -489,3 +519,35 @@ class Reducer:
 def executor_definitions(plan: Mapping) -> dict[str, dict]:
     """Executor name -> its definition as the plan ran it (a partition's ``executor_def``)."""
     return {p["executor"]: p["executor_def"] for p in plan.get("partitions") or []}
+
+
+def _toolchain(executors: Mapping[str, dict], timeout_s: float) -> dict:
+    """Executor name -> its tools as found now (:meth:`~torq_gen_config.backends.base.Backend.describe`:
+    paths and versions; an ``IREE_COMPILE`` override is another path), so that candidates
+    run with other tools are not reused."""
+    from ..backends import make_backend
+
+    out = {}
+    for name, ex in executors.items():
+        try:
+            d = make_backend(ex).describe(probe_timeout_s=min(float(timeout_s), 60.0)) or {}
+        except Exception as e:  # a missing tool: its candidates fail, and say why
+            d = {"error": f"{type(e).__name__}: {e}"}
+        out[name] = {k: v for k, v in d.items() if k != "name"}
+    return out
+
+
+def _readable(vdir: Path, files: Mapping[str, str]) -> bool:
+    """True when every value file exists and is a plain ``.npy`` (its header is read)."""
+    import numpy as np
+
+    try:
+        for f in files.values():
+            np.load(vdir / f, mmap_mode="r", allow_pickle=False)
+    except Exception:
+        return False
+    return True
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -24,6 +24,9 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
     if result.get("metrics") and status in ("success", "difference"):
         status, summary = derive_status(result["metrics"], tol)
         count, share = count_over_tolerance(result["metrics"], tol)
+        fallback = (result.get("reference") or {}).get("fallback")
+        if fallback:  # judged against the spec: the summary says so, as the result's does
+            summary = f"{summary} ({fallback})"
     execs: dict[str, int] = {}
     for ex in (result.get("layer_executors") or {}).values():
         execs[ex] = execs.get(ex, 0) + 1
@@ -112,10 +115,20 @@ def render_full_model_text(section: Mapping) -> str:
                          f"batch module(s) (compile_batch): their compile times are shares of their batch's, "
                          f"not measured per partition")
     ref = section.get("reference") or {}
+    second = ref.get("second") or {}
     if ref.get("fallback"):
         lines.append(f"Judged against: {ref['fallback']}")
+    elif ref.get("status") not in (None, "ok") and status != "unverified":
+        spec = ("onnx's reference implementation ran" if second.get("status") == "ok" else
+                f"onnx's reference implementation: {second.get('status')}"
+                + (f" ({second['message']})" if second.get("message") else ""))
+        lines.append(f"Reference: {ref.get('message') or ref.get('status')}; {spec} (the outputs were not compared: "
+                     "the run failed first)")
     elif ref.get("status") not in (None, "ok"):
-        lines.append(f"Reference failed: {ref.get('message') or ref.get('status')} (the outputs were not compared)")
+        spec = (f"; onnx's reference implementation failed too: {second.get('message') or second.get('status')}"
+                if second.get("status") not in (None, "ok", "not run") else "")
+        lines.append(f"Reference failed: {ref.get('message') or ref.get('status')}{spec} (the outputs were not "
+                     "compared)")
     if m:
         outs = m.get("outputs") or []
         has_float = any(o.get("kind") == "float" for o in outs)
@@ -142,7 +155,8 @@ def render_full_model_text(section: Mapping) -> str:
     checks = [p for p in section.get("partitions") or [] if (p.get("partition_check") or {}).get("status")
               not in (None, "success")]
     if checks:
-        lines.append("Partitions that differ from ONNX Runtime on their own inputs:")
+        lines.append("Partitions that differ from their own reference (ONNX Runtime; onnx's reference implementation "
+                     "where it fails) on their own inputs:")
         for p in checks[:20]:
             c = p["partition_check"]
             lines.append(f"  - #{p['index']} {p['executor']} nodes {p['first_node']}-{p['last_node']} "
@@ -155,15 +169,20 @@ def reduced_lines(r: Mapping | None) -> list[str]:
     """The lines of ``run --reduce``'s result (``full_model.reduced``)."""
     if not r:
         return []
-    lines = [f"Reduced ({r.get('status')}): {r.get('num_nodes')} of {r.get('from_nodes')} nodes in {r.get('dir')}; "
-             f"{r.get('note')}"]
-    for n in (r.get("nodes") or [])[:20]:
-        lines.append(f"  - node {n['index']} {n['op_type']} {n.get('name') or ''} ({n.get('layer_id')}) on "
-                     f"{n['executor']}")
+    n, total, where = r.get("num_nodes"), r.get("from_nodes"), f"{r.get('dir')}/"
+    head = {"reduced": f"Reduced to {n} of {total} nodes ({where})",
+            "not reduced": f"Not reduced: all {total} nodes are needed ({where})",
+            "stopped": f"Reduction stopped: {n} of {total} nodes kept ({where})",
+            "not reproduced": f"Not reduced: the failure did not reproduce in the reducer ({where})"}
+    status = r.get("status")
+    lines = [f"{head.get(status) or f'Reduction {status}: {n} of {total} nodes ({where})'}: {r.get('note')}"]
+    for node in (r.get("nodes") or [])[:20]:
+        lines.append(f"  - node {node['index']} {node['op_type']} {node.get('name') or ''} ({node.get('layer_id')}) "
+                     f"on {node['executor']}")
     if len(r.get("nodes") or []) > 20:
         lines.append(f"  ... and {len(r['nodes']) - 20} more (reduce.json)")
     if r.get("reproducer"):
-        lines.append(f"  Reproduce: {r['reproducer']}")
+        lines.append(f"  Reproduce (from {r.get('cwd') or 'the directory run --reduce ran in'}): {r['reproducer']}")
     return lines
 
 

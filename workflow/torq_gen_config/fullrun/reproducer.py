@@ -41,10 +41,12 @@ def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir:
     os.replace(tmp, out_dir / "reference_outputs.npz")
     outcome: Outcome | None = found.get("outcome")
     kept = reducer.describe_nodes(nodes)
-    if not found["reproduced"]:
+    if outcome is None:  # the budget was spent before the whole set ran
+        status = "stopped"
+    elif not found["reproduced"]:
         status = "not reproduced"
     elif len(nodes) == len(reducer.nodes):
-        status = "not reduced"
+        status = "not reduced" if found.get("minimal") else "stopped"
     else:
         status = "reduced"
     section = {
@@ -74,12 +76,16 @@ def _note(status: str, found: Mapping, reducer: Reducer) -> str:
     if status == "not reproduced":
         return ("the failure did not reproduce when the nodes ran as the reducer runs them (each partition compiled "
                 "alone, inputs from the node-by-node reference run): nothing was reduced; model.onnx is the whole set")
+    if status == "stopped":
+        return (f"the search stopped ({reducer.exhausted}) before a smaller failing subgraph was found; model.onnx is "
+                "the whole set; run again to continue (the work done is kept) or allow more with --reduce-budget")
     if status == "not reduced":
         return ("the failure disappears on every smaller candidate tried: the whole set of nodes is the smallest "
-                "failing subgraph found" + (f" ({reducer.exhausted})" if reducer.exhausted else ""))
+                "failing subgraph found")
     if found.get("minimal"):
         return "1-minimal: dropping any one of these nodes makes the failure go away"
-    return f"the search stopped early ({reducer.exhausted}): smaller failing subgraphs may exist"
+    return (f"the search stopped early ({reducer.exhausted}): smaller failing subgraphs may exist; run again to "
+            "continue (the work done is kept)")
 
 
 def _readme(s: Mapping) -> str:

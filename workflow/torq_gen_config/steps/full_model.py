@@ -278,7 +278,7 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
             feeds = None
     meta = compute_reference(prepared, reference, input_settings, inputs=feeds, inputs_source=source,
                              input_ranges=quantized_input_ranges(prepared, {}) if quantized else None,
-                             engine=engine, timeout_s=timeout_s, second_opinion="on_failure")
+                             engine=engine, timeout_s=timeout_s, second_opinion="on_failure", subject="the model")
     _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
               f"inputs: {meta.get('layer_inputs')}")
 
