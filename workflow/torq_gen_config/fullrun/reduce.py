@@ -1,37 +1,28 @@
 """``run --reduce``: the smallest subgraph that still fails the way the full-model run did.
 
-When the run of the whole model (or of a subgraph) under an assignment fails (a
-compile, import or run error, or outputs beyond tolerance) although every layer passed
-alone, the cause needs two or more ops together (a fusion, a transfer between
-partitions, a compiler bug). :func:`reduce_failure` searches for the smallest set of
-nodes that fails *the same way* under the *same assignment*, the search of Polygraphy's
-``debug reduce`` (bisect, then linear) followed by single-node removal:
+When the run of the whole model (or of a subgraph) fails (an import, compile or run
+error, or outputs beyond tolerance) although every layer passed alone, the cause needs
+several ops together (a fusion, a transfer, a compiler bug). :meth:`Reducer.search` finds
+the smallest set of nodes that fails *the same way* (the same verdict; for an error the
+same stage on the same executor) under the *same assignment*: Polygraphy's ``debug
+reduce`` (bisect, then linear) followed by single-node removal:
 
-1. **Bisect**: keep the first or the second half of the nodes (topological order) when
-   it still fails; stop when neither half does.
-2. **Ends**: drop nodes from the front and from the back, ``k`` at a time with ``k``
-   halving down to 1 (Polygraphy's linear mode, node by node at the end).
+1. **Bisect**: keep the first or the second half of the nodes (topological order) while
+   one of them still fails.
+2. **Ends**: drop ``k`` nodes from the front or the back, ``k`` halving down to 1.
 3. **Single nodes**: drop any one node whose removal keeps the failure, until none can
-   be dropped: the result is 1-minimal (removing any one node makes the failure go).
+   be: the result is 1-minimal.
 
-A candidate (any subset of the nodes) receives every tensor it reads from outside from
-the whole-model reference run (:func:`torq_gen_config.model_run.run_model_by_node`:
-ONNX Runtime node by node, onnx's reference implementation where ONNX Runtime fails),
-and its outputs (every tensor it produces that a node outside it, or the model output,
-reads) are compared with that run's values with the run's tolerance. Its nodes run on
-their assigned executors as a chain of partitions, each partition compiled alone
-(:func:`~.compile.compile_partition`, no compile batches) and run by
-:func:`~.execute.run_partitions`.
+A candidate (any subset of the nodes) is fed every tensor it reads from outside from the
+whole-model reference run (:mod:`.tensor_values`), and its outputs (what a node outside
+it, or the model output, reads) are compared with that run's values with the run's
+tolerance; its nodes run on their executors as a chain of partitions, each compiled alone
+(:func:`~.compile.compile_partition`, no compile batches; :func:`~.execute.run_partitions`).
 
-"The same way": the same verdict; for an error also the same stage (import, compile,
-run, timeout, crash) on the same executor. A candidate that fails otherwise does not
-count.
-
-Bounded and resumable: ``--reduce-budget`` (seconds of this invocation and/or
-compiles); the candidates of one step run in parallel (``-j``); every candidate's
-outcome and every compiled partition is kept in ``work/<name>/full/reduce/``, so an
-interrupted reduction, run again, replays the same search from those files and
-continues where it stopped. The folder written for the user is :mod:`.reproducer`'s.
+Bounded (``--reduce-budget``: seconds of this invocation and/or compiles), parallel (the
+candidates of a step, ``-j``) and resumable: every candidate's outcome and compiled
+partition is kept in ``work/<name>/full/reduce/``, so a stopped reduction replays the
+search from those files and continues. The user's folder is :mod:`.reproducer`'s.
 """
 
 from __future__ import annotations
@@ -58,6 +49,7 @@ from .execute import run_partitions
 from .common import PARTITION_MODEL, PARTITIONS_MODE
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .plan import QDQ_OPS
+from .tensor_values import TensorValues
 
 #: Folder of the reduction's own files, in the work directory's ``full/`` folder.
 REDUCE_WORK = "reduce"
@@ -210,7 +202,7 @@ class Reducer:
         self.exhausted: str | None = None
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
-        self._values: dict[str, str] = {}
+        self.values: TensorValues | None = None
 
     # ------------------------------------------------------------------ inputs
     def _model_digest(self) -> str:
@@ -230,55 +222,18 @@ class Reducer:
         return h.hexdigest()[:16]
 
     def record_values(self) -> dict:
-        """Every tensor's value in the whole-model reference run, one ``.npy`` per tensor
-        in ``values/`` (written as the run makes them: memory stays bounded by the live
-        tensors), indexed in ``values/index.json``; kept for a rerun on the same model
-        and inputs.
-
-        Returns:
-            The run's summary (:func:`~torq_gen_config.model_run.run_summary`).
-        """
-        import numpy as np
-
-        from ..model_run import run_model_by_node, run_summary
-        from ..reference import load_reference
-
-        vdir = self.work / "values"
-        index_path = vdir / "index.json"
-        if index_path.is_file():
-            try:
-                index = read_json(index_path, "reduction values index")
-                if index.get("digest") == self.values_digest and _readable(vdir, index["files"]):
-                    self._values = index["files"]
-                    return index["run"]
-            except Exception:  # a damaged index or value file: the run is made again
-                pass
-            self.progress("the kept reference values are out of date or damaged: running the model again")
-        shutil.rmtree(vdir, ignore_errors=True)
-        vdir.mkdir(parents=True)
-        inputs, _, _ = load_reference(self.reference_npz)
-        files: dict[str, str] = {}
-
-        def on_value(name: str, value) -> None:
-            if isinstance(value, np.ndarray):
-                file = hashlib.sha1(name.encode()).hexdigest()[:16] + ".npy"
-                np.save(vdir / file, value, allow_pickle=False)
-                files[name] = file
-
-        res = run_model_by_node(self.model, inputs, on_value=on_value, timeout_s=self.timeout_s * 4)
-        summary = run_summary(res)
-        write_json(index_path, {"digest": self.values_digest, "files": files, "run": summary})
-        self._values = files
-        return summary
+        """The whole-model reference run's values (:class:`~.tensor_values.TensorValues`),
+        kept for a rerun on the same model and inputs; returns the run's summary."""
+        self.values = TensorValues(self.work / "values")
+        return self.values.record(self.model, self.reference_npz, self.values_digest, timeout_s=self.timeout_s * 4,
+                                  progress=self.progress)
 
     def value(self, name: str):
-        """The reference run's value of tensor ``name`` (a folded constant, or read from
-        ``values/``); KeyError when the run has none."""
-        import numpy as np
-
+        """The reference run's value of tensor ``name`` (a folded constant, or a kept
+        value); KeyError when the run has none."""
         if name in self.constants:
             return self.constants[name]
-        return np.load(self.work / "values" / self._values[name], allow_pickle=False)
+        return self.values.load(name)
 
     # --------------------------------------------------------------- candidates
     def candidate_model(self, nodes: Sequence[int]):
@@ -409,7 +364,7 @@ class Reducer:
     def _run_candidate(self, nodes: list[int], cdir: Path) -> Outcome:
         plan = self.plan_of(nodes, cdir)
         missing = [n for n in plan["graph_inputs"] + plan["graph_outputs"]
-                   if n not in self.constants and n not in self._values]
+                   if n not in self.constants and n not in self.values]
         if missing:
             return Outcome("invalid", summary=f"the reference run has no value for {missing[0]!r}")
         log_path = str(cdir / "candidate.log")
@@ -536,17 +491,6 @@ def _toolchain(executors: Mapping[str, dict], timeout_s: float) -> dict:
         out[name] = {k: v for k, v in d.items() if k != "name"}
     return out
 
-
-def _readable(vdir: Path, files: Mapping[str, str]) -> bool:
-    """True when every value file exists and is a plain ``.npy`` (its header is read)."""
-    import numpy as np
-
-    try:
-        for f in files.values():
-            np.load(vdir / f, mmap_mode="r", allow_pickle=False)
-    except Exception:
-        return False
-    return True
 
 
 def _count(n: int, noun: str) -> str:
