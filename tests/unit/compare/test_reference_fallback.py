@@ -18,9 +18,8 @@ import io
 import numpy as np
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
-from fixtures.fake_backends import FAKE_KIND
+from fixtures.fake_backends import fake  # noqa: F401 (a fixture)
 
-from torq_gen_config.backends import BACKEND_KINDS
 from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.fileio import load_npz
 from torq_gen_config.layer_test import one_line_summary, run_layer_test
@@ -37,16 +36,6 @@ ORT_MESSAGE = ("ONNX Runtime failed on the layer: [ONNXRuntimeError] : 9 : NOT_I
 FALLBACK = ("reference: onnx (ONNX Runtime failed: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an "
             "implementation for Add(14) node with name '')")
 X = np.linspace(1.0, 2.0, 12, dtype=np.float32).reshape(3, 4)
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setitem(BACKEND_KINDS, "fake", FAKE_KIND)
-
-    def executor(mode: str) -> dict:
-        return {"name": f"fake-{mode}", "backend": "fake", "options": {"output": mode}}
-
-    return executor
 
 
 @pytest.fixture

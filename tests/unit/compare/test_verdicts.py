@@ -11,9 +11,8 @@ import numpy as np
 import onnx
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
-from fixtures.fake_backends import FAKE_KIND
+from fixtures.fake_backends import fake  # noqa: F401 (a fixture)
 
-from torq_gen_config.backends import BACKEND_KINDS
 from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.layer_test import run_layer_test
 from torq_gen_config.reference import compute_reference, load_reference, save_npz
@@ -21,16 +20,6 @@ from torq_gen_config.report.build import build_report
 from torq_gen_config.report.recommend import reference_agreement, reference_dispute
 
 LAYER = {"layer_id": "L_y", "slug": "L_y", "op_type": "L", "node_index": 0}
-
-
-@pytest.fixture
-def fake(monkeypatch):
-    monkeypatch.setitem(BACKEND_KINDS, "fake", FAKE_KIND)
-
-    def executor(mode: str) -> dict:
-        return {"name": f"fake-{mode}", "backend": "fake", "options": {"output": mode}}
-
-    return executor
 
 
 def _test(tmp_path, layer_path, ref_path, executor):
