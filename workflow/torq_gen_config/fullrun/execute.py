@@ -350,24 +350,20 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
     except Exception as e:
         return {"status": "unverified", "summary": f"cannot read the partition: {str(e).strip()[:NOTE_CHARS]}",
                 "max_rel_diff": None, "max_abs_diff": None}
-    fallback = None
-    try:
-        outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
-                                                        list(p["outputs"]), "onnxruntime", timeout_s),
-                                   limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
-                                   what="ONNX Runtime on the partition")
-    except Exception as e:  # onnx's reference implementation stands in (as for a layer)
-        ort_error = first_error_line(str(e).strip())[:NOTE_CHARS]
-        try:
+    errors: list[str] = []
+    for engine, what in (("onnxruntime", "ONNX Runtime"), ("onnx", "onnx's reference implementation")):
+        try:  # onnx's reference implementation stands in where ONNX Runtime fails (as for a layer)
             outs_ref, _ = run_isolated(run_reference_file, (model_path, {n: feed[n] for n in p["inputs"]},
-                                                            list(p["outputs"]), "onnx", timeout_s),
-                                       limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
-                                       what="onnx's reference implementation on the partition")
-        except Exception as e2:
-            return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {ort_error}; onnx's "
-                                                       f"reference implementation too: {str(e2).strip()[:NOTE_CHARS]}",
-                    "max_rel_diff": None, "max_abs_diff": None}
-        fallback = f"reference: onnx (ONNX Runtime failed: {ort_error})"
+                                                            list(p["outputs"]), engine, timeout_s),
+                                       limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S), what=f"{what} on the partition")
+            break
+        except Exception as e:
+            errors.append(first_error_line(str(e).strip())[:NOTE_CHARS])
+    else:
+        return {"status": "unverified", "summary": f"ONNX Runtime failed on the partition: {errors[0]}; onnx's "
+                                                   f"reference implementation too: {errors[1]}",
+                "max_rel_diff": None, "max_abs_diff": None}
+    fallback = f"reference: onnx (ONNX Runtime failed: {errors[0]})" if errors else None
     ref = dict(zip(p["outputs"], outs_ref))
     try:
         status, summary, m = judge(outs, ref, list(p["outputs"]), tolerance, model=part_model,

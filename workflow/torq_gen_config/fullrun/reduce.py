@@ -44,7 +44,7 @@ from ..fileio import read_json, save_npz, write_json
 from ..limits import SUMMARY_CHARS
 from ..model.extract import extract_model
 from ..model.graph import tensor_consumers, value_types
-from .compile import compile_partition
+from .compile import compile_partition, safe_describe
 from .execute import run_partitions
 from .common import PARTITION_MODEL, PARTITIONS_MODE
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
@@ -477,19 +477,10 @@ def executor_definitions(plan: Mapping) -> dict[str, dict]:
 
 
 def _toolchain(executors: Mapping[str, dict], timeout_s: float) -> dict:
-    """Executor name -> its tools as found now (:meth:`~torq_gen_config.backends.base.Backend.describe`:
-    paths and versions; an ``IREE_COMPILE`` override is another path), so that candidates
-    run with other tools are not reused."""
-    from ..backends import make_backend
-
-    out = {}
-    for name, ex in executors.items():
-        try:
-            d = make_backend(ex).describe(probe_timeout_s=min(float(timeout_s), 60.0)) or {}
-        except Exception as e:  # a missing tool: its candidates fail, and say why
-            d = {"error": f"{type(e).__name__}: {e}"}
-        out[name] = {k: v for k, v in d.items() if k != "name"}
-    return out
+    """Executor name -> its tools as found now (:func:`~.compile.safe_describe`: paths and
+    versions; an ``IREE_COMPILE`` override is another path; None when it cannot be had), so
+    that candidates run with other tools are not reused."""
+    return {name: safe_describe(ex, timeout_s) for name, ex in executors.items()}
 
 
 
