@@ -287,8 +287,12 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
         print("torq-gen-config: --reduce: the run produced no result; nothing to reduce", file=sys.stderr)
         return None
     if section.get("status") in ("success", "unverified"):
-        why = "the outputs match the reference" if section["status"] == "success" else (
-            "the run is unverified (no reference to fail against)")
+        if section["status"] == "unverified":
+            why = "the run is unverified (no reference to fail against)"
+        elif (section.get("metrics") or {}).get("inconclusive"):
+            why = "the outputs match the reference, but the comparison could not have failed (success*)"
+        else:
+            why = "the outputs match the reference"
         print(f"--reduce: nothing to reduce: {why}", file=sys.stderr)
         return None
     from .. import run_lock
