@@ -21,6 +21,7 @@ import torq_gen_config.steps.units
 from torq_gen_config.steps import untracked
 from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
+from torq_gen_config.backends import parameters as weights_mode
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
 from torq_gen_config.errors import ReportError, TorqGenConfigError
@@ -183,8 +184,9 @@ INPUT_DATA_FINGERPRINT = file_fingerprint(input_data_file()[0]) if input_data_fi
 def get_executor(wildcards):
     """The executor definition (name, backend, options): a per-job param, so a change
     to one executor reruns only that executor's jobs. compiler_options/runtime_options
-    are appended to the flags of compiler-based backends."""
-    return effective_executor(wildcards.executor)
+    are appended to the flags of compiler-based backends, and in external weights mode
+    the flag that loads the weight store (run_executor)."""
+    return run_executor(wildcards.executor)
 
 
 def canonical(value):
@@ -241,11 +243,50 @@ def layer_batches(executor):
     if key not in _BATCH_CACHE:
         if len(_BATCH_CACHE) > 2 * len(EXECUTORS):  # another manifest: drop the old plans
             _BATCH_CACHE.clear()
-        settings = {"executor": effective_executor(executor), "timing": get_timing(None)}
-        plan = batch_compile.plan_batches(tested_layers(), COMPILE_BATCH, batch_compile.settings_key(settings))
+        settings = {"executor": run_executor(executor), "timing": get_timing(None)}
+        plan = batch_compile.plan_batches(
+            tested_layers(), COMPILE_BATCH, batch_compile.settings_key(settings),
+            # external weights (docs/parameters.md): the merged module holds none, no weight budget
+            weights=None if resolved_parameters()["mode"] == "external" else
+            {slug: batch_compile.layer_weight_bytes(layer) for slug, layer in layers.items()},
+            unit=units.unit_size(COMPILE_BATCH))
         _BATCH_CACHE[key] = ({b["id"]: b["members"] for b in plan},
                              {slug: b["id"] for b in plan for slug in b["members"]})
     return _BATCH_CACHE[key]
+
+
+# How compiled modules get the weights (config parameters, docs/parameters.md): the
+# setting, resolved with the stored weights' size once prepare_model ran. The rules after
+# the split checkpoint resolve it in their params (resolved_parameters); those that may be
+# planned before the preparation (aggregate_report, plan_full_model) get the setting and
+# resolve it in the job, with prepare.json as an input.
+PARAMETER_SETTINGS = {"setting": config["parameters"], "auto_mb": config["parameters_auto_mb"]}
+# the weight store and the split's archive of folded values (absolute: a runtime flag)
+WEIGHT_ARCHIVES = weights_mode.archives(WORK)
+_PARAMETERS_CACHE = {}
+
+
+def resolved_parameters():
+    """The weights mode (backends.parameters.resolve: mode, reason, ...), cached per
+    prepare.json mtime; only for jobs after the split checkpoint (prepare.json is there)."""
+    path = os.path.join(WORK, "prepare.json")
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _PARAMETERS_CACHE:
+        _PARAMETERS_CACHE.clear()
+        _PARAMETERS_CACHE[key] = weights_mode.resolve_from(PARAMETER_SETTINGS, read_json(path, "preparation info"),
+                                                           list(EXECUTORS.values()))
+    return _PARAMETERS_CACHE[key]
+
+
+def parameters_mode(wildcards):
+    """inline or external (a param of the layers' import: a change imports them again)."""
+    return resolved_parameters()["mode"]
+
+
+def run_executor(name):
+    """The executor ``name`` as its layer tests run it: effective_executor, and in external
+    mode with the weight store's archives as its runtime parameters (backends.parameters.with_parameters)."""
+    return canonical(weights_mode.with_parameters(effective_executor(name), resolved_parameters(), WEIGHT_ARCHIVES))
 
 
 def get_timing(wildcards):
@@ -276,6 +317,8 @@ def run_options():
         "compiler_options": config["compiler_options"],
         **backends.run_wide_overrides(config),  # a backend's run-wide settings (torq_hw, torq_hw_type)
         "runtime_options": config["runtime_options"],
+        "parameters": config["parameters"],
+        "parameters_auto_mb": config["parameters_auto_mb"],
         "collect_timing": config["collect_timing"],
         "timing_runs": config["timing_runs"],
         "timing_warmup": config["timing_warmup"],

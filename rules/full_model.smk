@@ -40,6 +40,8 @@ checkpoint plan_full_model:
         manifest=run_manifest(),
         locations=rules.import_full_model.output.locations,
         mlir=rules.import_full_model.output.mlir,
+        # the stored weights' size: parameters: auto is resolved with it
+        info=rules.prepare_model.output.info,
     output:
         plan=FULL_PLAN,
     params:
@@ -51,6 +53,8 @@ checkpoint plan_full_model:
         runtime_options=config["runtime_options"],
         compile_batch=config["compile_batch"],
         precision=LAYER_PRECISION,
+        # weights inline or as IREE parameters (docs/parameters.md), resolved in the job
+        parameters=PARAMETER_SETTINGS,
         timeout_s=TIMEOUT,
     log:
         os.path.join(LOGS, "plan_full_model.log"),

@@ -9,6 +9,7 @@ rule prepare_model:
         data=input_data_file(),
     output:
         model=os.path.join(WORK, "prepared.onnx"),
+        weights=os.path.join(WORK, "weights.irpa"),
         info=os.path.join(WORK, "prepare.json"),
         model_inputs=MODEL_INPUTS,
     params:
@@ -41,6 +42,8 @@ rule import_full_model:
     params:
         # switching quantize changes the input file (maybe to an older one)
         precision=LAYER_PRECISION,
+        # the weights stay in full.mlir only when an executor compiles the whole model from it
+        weights=any(backends.capabilities(e["backend"]).whole_model() is not None for e in EXECUTORS.values()),
         timeout_s=TIMEOUT,
         outdated=REPORT_OUTDATED,
     log:

@@ -28,7 +28,12 @@ rule aggregate_report:
         skip_ops=config["skip_ops"],
         dedup_layers=config["dedup_layers"],
         recommend_by_timing=config["recommend_by_timing"],
+        # weights inline or as IREE parameters (docs/parameters.md): the report says which and why
+        parameters=PARAMETER_SETTINGS,
         outdated=REPORT_OUTDATED,
+        # minimal: the finished run's intermediates removed (torq_gen_config.keep_work); a
+        # change reruns this job, which removes them (or keeps what is made from now on)
+        keep_work=config["keep_work"],
     log:
         os.path.join(LOGS, "aggregate_report.log"),
     run:

@@ -42,6 +42,8 @@ rule prepare_unit:
         precision=LAYER_PRECISION,
         quantize=QUANT_SETTINGS,
         import_mlir=IMPORT_MLIR,
+        # inline or external weights (docs/parameters.md): another mode imports the layers again
+        parameters=parameters_mode,
         rerun=get_prepare_rerun,
         timeout_s=TIMEOUT,
         layers_dir=untracked(LAYERS),

@@ -58,6 +58,8 @@ def per_layer_jobs(layers_dir: Path, root: Path) -> dict:
     shutil.copytree(layers_dir, copy, ignore=shutil.ignore_patterns("*.npz", "*.mlir", "*.json", "*.key", "*.vmfb",
                                                                      "*.npy"))
     shutil.copy(layers_dir / "manifest.json", copy / "manifest.json")
+    for archive in layers_dir.parent.glob("*.irpa"):  # the weights the layer models refer to (weight_store)
+        shutil.copy(archive, copy.parent / archive.name)  # their folder: ../.. of a layer model, as in work/<model>
     for f in layers_dir.glob("*/inputs.npz"):  # the layer inputs of the whole-model run
         shutil.copy(f, copy / f.parent.name / "inputs.npz")
     layers = [l for l in json.loads((copy / "manifest.json").read_text())["layers"] if not l.get("not_testable")]

@@ -16,7 +16,8 @@ limit again): all its layers are compiled alone.
 
 Files, per batch and executor (``work/<model>/batches/<executor>/<batch id>/``):
 ``module.vmfb`` (empty when no member compiled), ``batch.mlir`` (the merged module
-of the last compile, the reproducer) and ``batch.json`` (:data:`BATCH_SCHEMA`).
+of the last compile, the reproducer: kept only when no member compiled, as its text
+holds the members' weights twice over) and ``batch.json`` (:data:`BATCH_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .fileio import atomic_write_text, read_json, write_json
 from .isolation import check_running
+from .limits import BATCH_WEIGHT_BYTES
 from .logs import append_record
 
 BATCH_SCHEMA = "torq-gen-config/compile-batch/1"
@@ -53,8 +55,16 @@ def settings_key(settings: Any) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def plan_batches(slugs: list[str], size: int, key: str | None = None) -> list[dict]:
-    """Cut the tested layers (``slugs``, manifest order) into batches of ``size``.
+def plan_batches(slugs: list[str], size: int, key: str | None = None, *, weights: Mapping[str, int] | None = None,
+                 max_bytes: int = BATCH_WEIGHT_BYTES, unit: int | None = None) -> list[dict]:
+    """Cut the tested layers (``slugs``, manifest order) into batches of at most ``size``.
+
+    ``weights``: bytes of each layer's weights (:func:`layer_weight_bytes`); a batch then
+    also ends before its weights would pass ``max_bytes`` (the merged module's text holds
+    them twice, in the compile job's memory and in the compiler's), so a layer heavier
+    than that is a batch of its own, which :func:`compile_batch` leaves to its own test
+    (no merge). ``unit``: batches never cross a multiple of ``unit`` slugs (the units of
+    :func:`~torq_gen_config.steps.units.plan_units`).
 
     Without ``key``, the batch id is ``<index:04d>-<10 hex digits of sha256 of the
     member slugs>``: a batch keeps its id while its members stay, and another
@@ -77,12 +87,38 @@ def plan_batches(slugs: list[str], size: int, key: str | None = None) -> list[di
     """
     if size < 1:
         raise ValueError(f"compile_batch must be >= 1, got {size}")
+    groups: list[list[str]] = []
+    current: list[str] = []
+    held = 0
+    for k, slug in enumerate(slugs):
+        w = (weights or {}).get(slug, 0)
+        if current and (len(current) == size or (weights is not None and held + w > max_bytes)
+                        or (unit and k % unit == 0)):
+            groups.append(current)
+            current, held = [], 0
+        current.append(slug)
+        held += w
+    if current:
+        groups.append(current)
     out = []
-    for k in range(0, len(slugs), size):
-        members = list(slugs[k:k + size])
+    for index, members in enumerate(groups):
         tail = key if key is not None else hashlib.sha256("\n".join(members).encode()).hexdigest()[:10]
-        out.append({"id": f"{k // size:04d}-{tail}", "members": members})
+        out.append({"id": f"{index:04d}-{tail}", "members": members})
     return out
+
+
+def layer_weight_bytes(layer: Mapping) -> int:
+    """Bytes of a manifest layer's initializers (``initializers``: dtype, shape)."""
+    import numpy as np
+
+    total = 0
+    for init in layer.get("initializers") or []:
+        try:
+            item = np.dtype(init["dtype"]).itemsize
+        except TypeError:  # a dtype numpy does not name (e.g. float8): one byte a value or less
+            item = 1
+        total += item * int(np.prod(init["shape"], dtype=np.int64))
+    return total
 
 
 def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_s: float,
@@ -94,8 +130,8 @@ def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_
             run-wide tool options applied); its backend must have ``batch_compile``.
         members: per layer ``{"slug", "layer_id", "mlir" (path), "import_status"
             (path of its import.json)}``, in batch order.
-        out_dir: the batch directory (created); gets ``module.vmfb``, ``batch.mlir``
-            and ``batch.json`` (written last, atomically).
+        out_dir: the batch directory (created); gets ``module.vmfb``, ``batch.json``
+            (written last, atomically) and, when nothing compiled, ``batch.mlir``.
         timeout_s: wall-clock limit (s) of each compiler run.
         log_path: the job's log (command lines and compiler output).
 
@@ -126,6 +162,9 @@ def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_
         if status.get("status") != "ok":
             entry.update(status=IMPORT_FAILED, reason="the MLIR import failed (the layer's test reports it)")
             continue
+        if len(members) == 1:  # nothing to share: its own test compiles its own file, nothing merged
+            entry["reason"] = "a batch of one layer (its weights fill a batch, or it is the last layer)"
+            continue
         try:
             layer = parse_layer_module(Path(m["mlir"]).read_text())
         except (OSError, MergeError) as e:
@@ -139,6 +178,8 @@ def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_
     module = out / MODULE_FILE
     if artifact is None:
         atomic_write_text(module, "")  # the declared output; no member runs from it
+    else:  # the merged text (twice the weights' size) is kept only to reproduce a failure
+        (out / MERGED_FILE).unlink(missing_ok=True)
     in_batch = [e for e in entries if e["status"] == COMPILED]
     info = dict(artifact.info) if artifact is not None else {}
     for key in ("signature", "onnx_path", "function", "compiler_stderr"):

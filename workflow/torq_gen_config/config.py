@@ -133,6 +133,10 @@ def check_values(config: dict) -> None:
             make_backend(ex)
         except ConfigError as e:
             raise ConfigError(f"invalid configuration at executors ({ex['name']}): {e}") from None
+    from .backends.parameters import check_setting
+
+    skipped = set(config.get("skip_executors") or [])
+    check_setting(config.get("parameters", "auto"), [e for e in config["executors"] if e["name"] not in skipped])
 
 
 _ONNX_OPSETS = {"1.23": 28}

@@ -47,3 +47,9 @@ def model_job_limit(timeout_s: float, calls: int = 3) -> float:
 def probe_limit(timeout_s: float) -> float:
     """Limit of one ``--version`` probe, seconds."""
     return min(float(timeout_s), PROBE_S)
+
+#: Weights a compile batch may hold (bytes): the merged module's text holds them twice
+#: over, a few times in the batch job's memory (about 6x: 3.3 GB for a batch of 256 MB of
+#: weights, measured) and again in the compiler's; heavier layers compile alone, from their
+#: own file. A layer of this size compiles for seconds: batching it saves little.
+BATCH_WEIGHT_BYTES = 16 << 20

@@ -26,6 +26,7 @@ from typing import Any
 from .fileio import damaged_work_file, load_npz, save_npz  # noqa: F401 (load_npz, save_npz re-exported: their old home)
 from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
 from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
+from .weight_store import load_model
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
 from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS  # noqa: F401 (DEFAULT_TIMEOUT_S: its old home)
 from .limits import call_limit
@@ -72,10 +73,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         ``engine_version``, ``ort_version``, ``input_names``, ``output_names``,
         ``run_ms``, ``layer_inputs``, ``second``, ``engines_agreement``).
     """
-    import time
-
     import numpy as np
-    import onnx
 
     from .compare import compare_on_model
     from .isolation import WorkerCrash, WorkerTimeout, run_isolated_each
@@ -83,7 +81,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
-    layer = onnx.load(str(layer_path))
+    layer = load_model(layer_path, weights=False)
     how = "random"
     if inputs is not None:
         how = inputs_source or "given"
@@ -282,12 +280,10 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     Raises:
         ModelError: ``model_inputs`` lacks an input of the model.
     """
-    import onnx
-
     from .model_inputs import load_model_inputs
     from .model_run import run_model_by_node, run_summary
 
-    model = onnx.load(str(prepared_path))
+    model = load_model(prepared_path, weights=False)  # each node reads its weights from the store
     feeds, meta = load_model_inputs(model_inputs, model)
     source = f"whole-model run on {meta.get('source') or 'model inputs'}"
     layers = [layer for layer in manifest["layers"] if not layer.get("not_testable")]

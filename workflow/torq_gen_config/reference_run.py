@@ -23,6 +23,9 @@ import os
 import threading
 from typing import Any, Callable
 
+from .model.graph import copy_proto
+from .weight_store import is_external, load_model, load_weights, model_tensors, session_options
+
 ENGINES = ("onnxruntime", "onnx")
 """Reference engine names (config ``reference``, ``--reference``)."""
 
@@ -78,6 +81,9 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
     bf16 = has_bfloat16(model)
+    if (engine != "onnxruntime" or model_path is None or bf16) and any(is_external(t) for t in model_tensors(model)):
+        model = copy_proto(model)  # the engine gets the model from memory: its weights are read in
+        load_weights(model)
     if bf16:
         from .precision.widening import widen_bf16_to_fp32
 
@@ -111,9 +117,7 @@ def run_reference_file(model_path: str, feeds: dict, output_names: list[str], en
     """
     import time
 
-    import onnx
-
-    model = onnx.load(model_path)
+    model = load_model(model_path, weights=False)
     t0 = time.perf_counter()
     outs = run_reference(model, feeds, output_names, engine=engine, timeout_s=timeout_s, model_path=model_path,
                          intra_op_num_threads=intra_op_num_threads)
@@ -129,6 +133,8 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
     if intra_op_num_threads is not None:
         so.intra_op_num_threads = intra_op_num_threads
     so.log_severity_level = 4  # failures come back as exceptions; no stderr noise
+    if model_path is not None:
+        session_options(model_path, so)
     src = str(model_path) if model_path is not None else model.SerializeToString()
     sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     run_options = ort.RunOptions()

@@ -34,6 +34,7 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     ("work/*/units/*/prepared.json", "unit_prepared.schema.yaml"),  # before the executors' records
     ("work/*/units/*/*.json", "unit_tests.schema.yaml"),
     ("work/*/report_summary.json", "report_summary.schema.yaml"),
+    ("work/*/keep_work.json", "keep_work.schema.yaml"),
     ("work/*/quant/calibration.json", "calibration.schema.yaml"),
     ("work/*/quant/quantize.json", "quantize.schema.yaml"),
     ("work/*/quant/manifest.json", "quantized_manifest.schema.yaml"),

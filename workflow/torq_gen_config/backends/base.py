@@ -150,8 +150,8 @@ class Backend(ABC):
     What differs per backend for the workflow (its *capabilities*) is read from the
     class, never from the backend's name: :attr:`needs_mlir`,
     :attr:`chain_unavailable`, :attr:`takes_tool_options`, :attr:`override_options`,
-    :attr:`run_only_options`, :meth:`with_tool_options`, :meth:`with_debug_ir` and
-    :meth:`whole_model`. The defaults suit an in-process backend without a compiler
+    :attr:`run_only_options`, :attr:`inline_weights_only`, :meth:`with_tool_options`,
+    :meth:`with_parameters`, :meth:`with_debug_ir` and :meth:`whole_model`. The defaults suit an in-process backend without a compiler
     (``onnxruntime``).
 
     Attributes:
@@ -173,6 +173,8 @@ class Backend(ABC):
         batch_compile: :meth:`compile` also compiles a module holding several layers,
             each its own exported function (``torq_gen_config.batch_compile``), and
             :meth:`run` runs the function named by ``artifact.info["function"]``.
+        inline_weights_only: why the compiler needs the weights inside the module
+            (``parameters: external`` is refused, auto is inline), or None.
         name: the executor's name from the configuration.
         options: the executor's options as given (a shallow copy).
     """
@@ -185,6 +187,7 @@ class Backend(ABC):
     packages: ClassVar[tuple[str, ...]] = ()
     run_only_options: ClassVar[tuple[str, ...]] = ()
     batch_compile: ClassVar[bool] = False
+    inline_weights_only: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -213,6 +216,13 @@ class Backend(ABC):
             if (overrides or {}).get(key):
                 opts[key] = overrides[key]
         return opts
+
+    @classmethod
+    def with_parameters(cls, options: Mapping[str, Any] | None, archives: Sequence[str]) -> dict | None:
+        """The options that load the weight store's ``archives`` (IREE parameter archives)
+        at run time (``parameters: external``, docs/parameters.md; a new dict), or None
+        when the backend takes no parameters (the default: it reads the ONNX model)."""
+        return None
 
     @classmethod
     def with_debug_ir(cls, options: dict, directory: str) -> dict:
@@ -246,15 +256,8 @@ class Backend(ABC):
         self.options = dict(options)
 
     @abstractmethod
-    def compile(
-        self,
-        *,
-        onnx_path: str,
-        mlir_path: str | None,
-        work_dir: str,
-        timeout_s: float,
-        log_path: str | None,
-    ) -> CompiledArtifact:
+    def compile(self, *, onnx_path: str, mlir_path: str | None, work_dir: str, timeout_s: float,
+                log_path: str | None) -> CompiledArtifact:
         """Compile one layer.
 
         Args:
@@ -273,17 +276,9 @@ class Backend(ABC):
         """
 
     @abstractmethod
-    def run(
-        self,
-        artifact: CompiledArtifact,
-        *,
-        inputs: dict[str, "np.ndarray"],
-        input_names: list[str],
-        output_names: list[str],
-        work_dir: str,
-        timeout_s: float,
-        log_path: str | None,
-    ) -> tuple[dict[str, "np.ndarray"], float]:
+    def run(self, artifact: CompiledArtifact, *, inputs: dict[str, "np.ndarray"], input_names: list[str],
+            output_names: list[str], work_dir: str, timeout_s: float,
+            log_path: str | None) -> tuple[dict[str, "np.ndarray"], float]:
         """Run a compiled layer once.
 
         Args:

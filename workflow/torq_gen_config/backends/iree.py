@@ -19,7 +19,8 @@ Executor options (all optional):
     ``--iree-input-demote-f64-to-f32=false``: by default IREE demotes f64 to f32
     and the run then fails with ``buffer view byte length ... exceeds backing buffer``.
 ``run_flags`` (list of str)
-    Extra ``iree-run-module`` flags, appended at the end.
+    Extra ``iree-run-module`` flags, appended at the end. With ``parameters: external``
+    the workflow adds ``--parameters=model=<archive>`` for the weight store's (docs/parameters.md).
 ``compile_threads`` (bool, default ``False``)
     Let ``iree-compile`` use its MLIR thread pool. Off by default: a layer module is
     tiny, and ``--mlir-disable-threading`` made one llvm-cpu Conv compile faster
@@ -58,6 +59,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..tools import ToolNotFoundError, bounded_message, run_tool, tool_version
+from ..weight_store import PARAMETER_SCOPE
 from .base import (Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args,
                    raise_for_tool_failure, runtime_stats)
 from .iree_tools import (  # noqa: F401 (re-exported: the old home of these names)
@@ -114,6 +116,12 @@ class IreeBackend(Backend):
     takes_tool_options = True
     run_only_options = ("run_flags",)
     batch_compile = True
+
+    @classmethod
+    def with_parameters(cls, options: dict | None, archives: list[str]) -> dict:
+        """``options`` with ``--parameters=model=<archive>`` per archive appended to ``run_flags`` (a new dict)."""
+        return {**(options or {}), "run_flags": [*((options or {}).get("run_flags") or []),
+                                                  *(f"--parameters={PARAMETER_SCOPE}={a}" for a in archives)]}
 
     @classmethod
     def with_debug_ir(cls, options: dict, directory: str) -> dict:
@@ -183,15 +191,8 @@ class IreeBackend(Backend):
                 "-o", output_path]
 
     # -------------------------------------------------------------- compile
-    def compile(
-        self,
-        *,
-        onnx_path: str,
-        mlir_path: str | None,
-        work_dir: str,
-        timeout_s: float,
-        log_path: str | None,
-    ) -> CompiledArtifact:
+    def compile(self, *, onnx_path: str, mlir_path: str | None, work_dir: str, timeout_s: float,
+                log_path: str | None) -> CompiledArtifact:
         """Compile the layer's MLIR into ``<work_dir>/module.vmfb``.
 
         Command: ``iree-compile <mlir> --iree-hal-target-device=<local|cuda|hip|vulkan>

@@ -31,6 +31,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..weight_store import session_options
 from ..tools import bounded_message
 from .base import Backend, CompiledArtifact, StageError, check_inputs, check_timing_args
 from .ort_session import (  # noqa: F401 (re-exported: the old home of these names)
@@ -107,7 +108,7 @@ class OnnxRuntimeBackend(Backend):
         missing = missing_providers(self.provider_names)
         if missing:
             raise StageError("compile", missing)
-        so = self._session_options()
+        so = session_options(onnx_path, self._session_options())  # the weight store's folder
         start = time.perf_counter()
         try:
             session = ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=self.providers)

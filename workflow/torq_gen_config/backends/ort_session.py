@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError
 from ..logs import append_record
+from ..weight_store import session_options
 from ..tools import bounded_message
 from .base import StageError, check_options, runtime_stats
 
@@ -71,6 +72,7 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.intra_op_num_threads = int(intra_op_num_threads)
     so.log_severity_level = 3  # errors only
+    session_options(onnx_path, so)  # a layer model's weights are in the work directory's store
     return ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
 
 

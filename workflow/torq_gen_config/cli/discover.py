@@ -19,6 +19,7 @@ from pathlib import Path
 from ..backends import run_wide_options
 from .options import (  # noqa: F401 (re-exported: the names' old home)
     add_execution_options,
+    add_keep_work_option,
     add_model_options,
     add_precision_options,
     add_reduce_options,
@@ -58,6 +59,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--compile-batch", type=int, metavar="N",
                    help="layers compiled by one compiler process per iree/torq executor (default 32; 1 = one "
                         "compile per layer); verdicts are the same (docs/compile_batches.md)")
+    add_keep_work_option(p)
     p.add_argument("--skip-executors", metavar="A,B", help="comma-separated executor names not to test")
     p.add_argument("--skip-ops", metavar="OP,OP", help="comma-separated op types not to test (case-insensitive), "
                                                       "e.g. MaxPool,Add; those layers get no recommendation")
@@ -180,4 +182,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Compiler JSON: {out / compiler_file(name)}")
     if layout["subgraph"]:
         print(f"Work files:    {out / layout['work']}")
+    from ..keep_work import measure, size_line
+
+    print(size_line(measure(out / layout["work"], config["model"]), out / layout["work"], config["keep_work"]))
     return status

@@ -40,6 +40,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target-opset", type=int, metavar="N",
                    help="upgrade models below opset N to N (default 17: IREE's importer needs it for several ops); "
                         "an upgrade that would change the model's inputs or outputs is not applied")
+    p.add_argument("--parameters", choices=["auto", "inline", "external"],
+                   help="how compiled modules get the weights (docs/parameters.md): inline (module constants), "
+                        "external (IREE parameters loaded at run time from work/<model>/weights.irpa; not with torq "
+                        "executors) or auto (default: external when the weights are >= parameters_auto_mb MiB)")
     add_precision_options(p)
 
 
@@ -52,6 +56,14 @@ def add_execution_options(p: argparse.ArgumentParser, *, what: str = "parallel j
                    help="Snakemake profile to run with instead of profiles/default, e.g. profiles/slurm (every job "
                         "but the cheap ones submitted to SLURM; needs pip install -e '.[cluster]'; README, "
                         "\"Running on a cluster\")")
+
+
+def add_keep_work_option(p: argparse.ArgumentParser) -> None:
+    """``--keep-work minimal|all`` (discover, run): what a finished run keeps in its work directory."""
+    p.add_argument("--keep-work", choices=["minimal", "all"],
+                   help="all (default): keep every intermediate in <output-dir>/work/<model>; minimal: once the "
+                        "report is written, remove what the finished run no longer needs (compiled modules, batch "
+                        "and layer MLIR, partition modules); a later job that needs one makes it again")
 
 
 def add_reduce_options(p: argparse.ArgumentParser, *, what: str = "the run") -> None:
@@ -177,6 +189,10 @@ def build_config(args: argparse.Namespace) -> dict:
         config["dedup_layers"] = True
     if getattr(args, "compile_batch", None) is not None:
         config["compile_batch"] = args.compile_batch
+    if getattr(args, "parameters", None):
+        config["parameters"] = args.parameters
+    if getattr(args, "keep_work", None):
+        config["keep_work"] = args.keep_work
     if getattr(args, "skip_mode", False):
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):

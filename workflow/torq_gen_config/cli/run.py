@@ -45,7 +45,7 @@ from ..fullrun.reduce import parse_budget
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``run`` subcommand."""
-    from .options import add_execution_options, add_model_options, add_reduce_options
+    from .options import add_execution_options, add_keep_work_option, add_model_options, add_reduce_options
 
     p = sub.add_parser(
         "run",
@@ -69,6 +69,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                         "for values that start with '-'); changing it recompiles")
     p.add_argument("--runtime-option", action="append", default=[], metavar="OPT",
                    help="extra flag for the runtime of iree executors (repeatable; --runtime-option=--flag)")
+    add_keep_work_option(p)
     add_reduce_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="show progress lines only, not each job")
     p.add_argument("-v", "--verbose", action="store_true", help="print full failure messages and Snakemake's debug output")
@@ -248,8 +249,10 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         return 1, None
     result = read_json(out / result_file, "full-model result")
     section = full_model_section(result, tolerance=tolerance, result_file=result_file)
+    work_sec = finish_work(config, out, layout)  # --keep-work minimal: the finished run's intermediates removed
     if report is not None:
         report = read_json(report_path, "report JSON")  # re-read: keep edits made meanwhile
+        report["work_dir"] = work_sec
         publish_report(report_path, compiler_path, report, full_model=section, rederive=False)
     if echo:
         print(render_full_model_text(section))
@@ -265,7 +268,31 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
             print(f"Compiler JSON: {compiler_path} (no report JSON: the result is only in {result_file})")
         if debug_ir:
             print(f"Debug IR:      {debug_ir}/<partition id>")
+        from ..keep_work import size_line
+
+        print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
     return (0 if section["status"] == "success" else 1), section
+
+
+def finish_work(config: dict, out: Path, layout: dict) -> dict:
+    """The report's ``work_dir`` section at the end of a run, after the clean-up of
+    ``--keep-work minimal`` (:func:`torq_gen_config.steps.report.finish_work_dir`), under
+    the run lock (another run working there now: nothing is removed)."""
+    from .. import run_lock
+    from ..steps.report import finish_work_dir
+
+    lock = out / lock_file(layout["name"])
+    try:
+        run_lock.acquire(lock, what=f"{out} for {layout['name']}")
+        held = True
+    except run_lock.RunLocked:
+        held = False
+    try:
+        return finish_work_dir(str(out / layout["work"]), config.get("keep_work", "all") if held else "all",
+                               config["model"], output_dir=str(out))
+    finally:
+        if held:
+            run_lock.release(lock)
 
 
 def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | None, cores: int, budget) -> dict | None:
@@ -351,8 +378,10 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
     reduced["raw_commands"] = raw_commands(reducer, found, red_dir)
     save_reduced(red_dir, reduced)
     report_path = out / report_file(name)
+    work_sec = finish_work(config, out, layout)  # the reduction's compiled candidates (--keep-work minimal)
     if report_path.is_file():
         report = read_json(report_path, "report JSON")
+        report["work_dir"] = work_sec
         publish_report(report_path, out / compiler_file(name), report, full_model={**section, "reduced": reduced},
                        rederive=False)
     print("\n".join(reduced_lines(reduced)))
@@ -393,7 +422,8 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
 
 #: Settings of the run that the reproducer keeps in ``reduced/config.yaml`` (how each
 #: executor compiles and runs, how the outputs are judged).
-REPRODUCER_KEYS = ("executors", "tolerance", "reference", "timeout_s", "compiler_options", "runtime_options")
+REPRODUCER_KEYS = ("executors", "tolerance", "reference", "timeout_s", "compiler_options", "runtime_options",
+                   "parameters", "parameters_auto_mb")
 #: Environment variables that choose the executors' tools (backends/iree_tools.py,
 #: backends/torq/toolchain.py): the reproducer sets those that are set.
 TOOL_ENV_VARS = ("IREE_COMPILE", "IREE_RUN_MODULE", "IREE_BENCHMARK_MODULE", "TORQ_COMPILE", "TORQ_RUN_MODULE",

@@ -185,7 +185,8 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
     full = []
     for m in members:
         pdir = Path(partitions_dir) / m["slug"]
-        st = import_partition(str(pdir / PARTITION_MODEL), str(pdir / PARTITION_MLIR))
+        st = import_partition(str(pdir / PARTITION_MODEL), str(pdir / PARTITION_MLIR),
+                              parameters=executor.get("parameters") == "external")
         write_json(pdir / IMPORT_FILE, st)
         full.append({**m, "mlir": str(pdir / PARTITION_MLIR), "import_status": str(pdir / IMPORT_FILE)})
     try:

@@ -11,6 +11,7 @@ from ..backends import capabilities, make_backend
 from ..backends.base import StageError
 from ..limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from ..tools import bounded_message, first_error_line
+from ..weight_store import load_model
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, _round
 
 
@@ -19,7 +20,10 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     """Compile one partition for its executor; never raises for a failing partition.
 
     For backends that compile MLIR the partition is imported first
-    (:func:`torq_gen_config.mlir.importer.import_model`, into ``<work_dir>/model.mlir``).
+    (:func:`torq_gen_config.mlir.importer.import_model`, into ``<work_dir>/model.mlir``,
+    removed once the module compiled: it is imported again for any later compile); with
+    the stored weights as IREE parameters when the executor definition says
+    ``"parameters": "external"`` (:func:`~torq_gen_config.backends.parameters.with_parameters`).
     The whole-model partition of a whole-model plan (one its backend's
     :meth:`~torq_gen_config.backends.whole_model.WholeModel.is_whole_model`
     recognises) is compiled by that backend's hook (torq: ``full.mlir`` with
@@ -73,7 +77,7 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     mlir_path = None
     if backend.needs_mlir:
         mlir_path = str(Path(work_dir) / PARTITION_MLIR)
-        imp = import_partition(model_path, mlir_path)
+        imp = import_partition(model_path, mlir_path, parameters=executor.get("parameters") == "external")
         if imp["status"] != "ok":
             return fail("import", imp["message"])
         res["import_ms"] = imp["import_ms"]
@@ -84,6 +88,8 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
         return fail(e.stage, e.message, e.during)
     except Exception as e:  # a backend bug must not stop the workflow
         return fail("compile", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+    if mlir_path:  # imported anew for each compile; its text holds the weights twice over
+        Path(mlir_path).unlink(missing_ok=True)
     res["status"] = "ok"
     res["compile_ms"] = _round(artifact.compile_ms)
     res["artifact"] = {"path": artifact.path, "info": artifact.info}
@@ -91,25 +97,25 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     return res
 
 
-def import_partition(model_path: str, mlir_path: str) -> dict:
+def import_partition(model_path: str, mlir_path: str, parameters: bool = False) -> dict:
     """Import one partition's ONNX model into ``mlir_path`` (written atomically, only
-    on success) with :func:`torq_gen_config.mlir.importer.import_model`; never raises.
+    on success) with :func:`torq_gen_config.mlir.importer.import_model` (``parameters``:
+    the stored weights as IREE parameters); never raises.
 
     Returns:
         ``{"status": "ok"|"error", "stage": None|"import", "message": str|None
-        (``<exception type>: <text>``), "import_ms": float|None}`` (the form of a
-        layer's ``import.json``).
+        (``<exception type>: <text>``), "import_ms": float|None, "parameters":
+        "inline"|"external"}`` (the form of a layer's ``import.json``).
     """
-    import onnx
-
     from ..mlir.importer import import_model
 
+    mode = "external" if parameters else "inline"
     try:
-        imp = import_model(onnx.load(model_path), mlir_path)
+        imp = import_model(load_model(model_path, weights=False), mlir_path, parameters=parameters)
     except Exception as e:  # importer errors come as many exception types
         return {"status": "error", "stage": "import", "message": f"{type(e).__name__}: {str(e).strip()}",
-                "import_ms": None}
-    return {"status": "ok", "stage": None, "message": None, "import_ms": imp["import_ms"]}
+                "import_ms": None, "parameters": mode}
+    return {"status": "ok", "stage": None, "message": None, "import_ms": imp["import_ms"], "parameters": mode}
 
 
 def safe_describe(executor: Mapping, timeout_s: float) -> dict | None:

@@ -14,6 +14,7 @@ from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
 from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..tools import bounded_message, first_error_line
+from ..weight_store import load_model
 from .batches import batch_module_of
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 
@@ -380,10 +381,8 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
 
 def _constant_outputs(plan: Mapping) -> dict:
     """Model outputs that are constants (rare): evaluated again from the prepared model."""
-    import onnx
-
     from ..model.folding import fold_constants
 
-    model = onnx.load(plan["prepared_model"])
+    model = load_model(plan["prepared_model"], weights=False)
     values, _, _ = fold_constants(model)
     return {t: values[t] for t in plan["constant_outputs"]}

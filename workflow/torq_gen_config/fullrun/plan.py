@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 from ..backends import NEEDS_MLIR, capabilities
+from ..backends.parameters import with_parameters
 from ..fileio import write_bytes_if_changed
-from ..model.graph import tensor_consumers, value_types
+from ..weight_store import model_bytes, store_folded
+from ..model.graph import node_inputs, tensor_consumers, value_types
 from ..batch_compile import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches
 from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
@@ -26,7 +28,8 @@ QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: Mapping, executors: list[dict],
               partitions_dir: str | os.PathLike, *, compiler_options: Iterable[str] = (),
               runtime_options: Iterable[str] = (), write: bool = True, prune: bool = True,
-              full_mlir: str | None = None, compile_batch: int = 1) -> dict:
+              full_mlir: str | None = None, compile_batch: int = 1, parameters: Mapping | None = None,
+              folded_store: str | os.PathLike | None = None) -> dict:
     """Partition the prepared model and write one ONNX model per partition.
 
     When every executor of the assignment is of a backend that compiles whole
@@ -49,6 +52,14 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         full_mlir: ``work/full.mlir`` (only used, and then needed, for a whole-model plan).
         compile_batch: partitions per compile batch (config ``compile_batch``; 1: each
             partition compiled by its own job; :func:`~.batches.plan_partition_batches`).
+        parameters: the resolved weights mode (:func:`~torq_gen_config.backends.parameters.resolve`)
+            with ``archives``, the absolute paths of the weight store and of ``folded_store``;
+            in external mode each chain executor's definitions get them
+            (:func:`~torq_gen_config.backends.parameters.with_parameters`: the partitions
+            are imported with parameters, and run with the archives). None: inline.
+        folded_store: the archive beside the model's stored tensors that receives the
+            folded values the partitions read (:func:`~torq_gen_config.weight_store.store_folded`);
+            None: they are copied into the partition models.
 
     Returns:
         The plan (JSON-safe): ``partitions`` (in run order: ``index``, ``pid``,
@@ -79,6 +90,9 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     chain_executors = [e for e in executors if not capabilities(e.get("backend")).chain_unavailable]
     by_layer, fallbacks, warnings = resolve_assignment(assignment, layers, locations, chain_executors)
     values, folded, fold_warnings = fold_constants(model, keep_op_types=QDQ_OPS)
+    if folded_store is not None and write:
+        store_folded(values, {t for j, n in enumerate(model.graph.node) if j not in folded for t in node_inputs(n)},
+                     folded_store)
     node_layer: dict[int, str] = {}
     for layer in layers:
         for j in layer["prepared_node_indices"]:
@@ -96,14 +110,17 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     graph_outputs = [o.name for o in model.graph.output]
     debug_ir = (assignment.get("options") or {}).get("debug_ir")
     options = {"compiler_options": list(compiler_options), "runtime_options": list(runtime_options),
-               "debug_ir": debug_ir, "compile_batch": compile_batch}
+               "debug_ir": debug_ir, "compile_batch": compile_batch,
+               "parameters": {k: v for k, v in parameters.items() if k != "archives"} if parameters else None}
     parts_dir = Path(partitions_dir)
     partitions = []
     for index, (ex_name, members) in enumerate(partition_runs(seq)):
         part_model, io = build_partition_model(model, members, values, types=types, consumers=consumers,
                                                graph_outputs=graph_outputs)
-        data = part_model.SerializeToString(deterministic=True)
+        data = model_bytes(part_model, parts_dir / "pid" / PARTITION_MODEL)  # its weights stay in the store
         run_def = effective_executor(by_name[ex_name], compiler_options, runtime_options)
+        if parameters:
+            run_def = with_parameters(run_def, parameters, parameters["archives"])
         comp_def = compile_definition(run_def)
         pid = partition_id(data, comp_def, debug_ir)
         if debug_ir:

@@ -47,6 +47,7 @@ from ..model.graph import tensor_consumers, value_types
 from .compile import compile_partition, safe_describe
 from .execute import run_partitions
 from .common import PARTITION_MODEL, PARTITIONS_MODE
+from ..weight_store import load_model, model_bytes
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .plan import QDQ_OPS
 from .tensor_values import TensorValues
@@ -161,12 +162,10 @@ class Reducer:
     def __init__(self, *, model_path: str, manifest: Mapping, layer_executors: Mapping[str, str],
                  executors: Mapping[str, dict], reference_npz: str, tolerance: Mapping, work_dir: str | os.PathLike,
                  jobs: int = 1, timeout_s: float = 300.0, budget: Budget = Budget(), progress=None):
-        import onnx
-
         from ..model.folding import fold_constants
 
         self.model_path = model_path
-        self.model = onnx.load(model_path)
+        self.model = load_model(model_path, weights=False)
         self.work = Path(work_dir)
         self.jobs = max(1, int(jobs))
         self.timeout_s = float(timeout_s)
@@ -312,12 +311,12 @@ class Reducer:
         model, io = self.candidate_model(nodes)
         cdir.mkdir(parents=True, exist_ok=True)
         model_path = cdir / "model.onnx"
-        model_path.write_bytes(model.SerializeToString(deterministic=True))
+        model_path.write_bytes(model_bytes(model, model_path))
         partitions = []
         for index, (ex_name, members) in enumerate(partition_runs([(j, self.node_executor[j]) for j in nodes])):
             pmodel, pio = build_partition_model(self.model, members, self.constants, types=self.types,
                                                 consumers=self.consumers, graph_outputs=self.graph_outputs)
-            data = pmodel.SerializeToString(deterministic=True)
+            data = model_bytes(pmodel, parts_dir / "pid" / PARTITION_MODEL)  # same depth as the file
             run_def = self.executors[ex_name]
             comp_def = compile_definition(run_def)
             pid = partition_id(data, comp_def, None)

@@ -14,6 +14,7 @@ from typing import Mapping
 
 from ..backends import make_backend
 from ..fileio import read_json, write_json
+from ..weight_store import self_contained_bytes
 from .reduce import Outcome, Reducer
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:
@@ -32,7 +33,7 @@ def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir:
     model, io = reducer.candidate_model(nodes)
     model.graph.name = "reduced"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "model.onnx").write_bytes(model.SerializeToString(deterministic=True))
+    (out_dir / "model.onnx").write_bytes(self_contained_bytes(model))  # a file to hand on: weights inside
     tmp = out_dir / "inputs.tmp.npz"
     np.savez(tmp, **{n: reducer.value(n) for n in io["inputs"]})
     os.replace(tmp, out_dir / "inputs.npz")

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
+from ..weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, is_external, load_model, parameter_key, stored_bytes
 
 #: the Python distribution of the ONNX -> MLIR importer (its version goes to the report)
 IMPORTER_PACKAGE = "iree-base-compiler"
@@ -24,14 +26,28 @@ IMPORTER_PACKAGE = "iree-base-compiler"
 _LOC = re.compile(r'loc\("(?P<file>.*)":(?P<line>\d+):(?P<col>\d+)\)')
 
 
-def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *, record_locations: bool = False) -> dict:  # noqa: F821
+def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *, record_locations: bool = False,  # noqa: F821
+                 elide_weights: bool = False, parameters: bool = False) -> dict:
     """Import an in-memory ONNX model to MLIR and write it to ``mlir_path`` atomically.
 
     Args:
-        onnx_model: model with inferred shapes (graph name becomes the function name).
+        onnx_model: model with inferred shapes (graph name becomes the function name);
+            its tensors may be in the weight store (:func:`~torq_gen_config.weight_store.load_model`
+            with ``weights=False``): they are mapped, not copied.
         mlir_path: output ``.mlir`` file.
         record_locations: also return, per ONNX node, the location of the op that
             defines the node's results (needs a re-parse of the written file).
+        elide_weights: leave the values of resources of more than
+            :data:`~torq_gen_config.weight_store.MIN_EXTERNAL_BYTES` bytes out of the
+            printed ``dialect_resources`` (the ops and their ``line:col`` are unchanged,
+            the file cannot be compiled): for a map of locations only.
+        parameters: the tensors of the weight store become IREE parameters
+            (``parameters: external``, docs/parameters.md): each one a module-level
+            ``util.global private @<name> = #stream.parameter.named<"model"::"<archive
+            key>"> : tensor<...>`` read by ``util.global.load`` +
+            ``torch_c.from_builtin_tensor`` where the constant was (the form of
+            iree's own ``iree-import-onnx --externalize-params``); the module then
+            runs with ``--parameters=model=<the store>``. Other tensors stay inline.
 
     Returns:
         ``{"import_ms": float, "locations": [per node: {"line", "col", "mlir_op",
@@ -47,28 +63,159 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
     t0 = time.perf_counter()
     spans: list[tuple[int, int]] = []
 
-    class _RecordingImporter(onnx_importer.NodeImporter):
+    class _StoreImporter(onnx_importer.NodeImporter):
+        """The importer, reading tensors of the weight store through a memory map (their
+        bytes become the resource blobs without a copy in memory) and, with
+        ``record_locations``, recording how many ops each node adds."""
+
         __slots__ = ()
 
         def import_node(self, node):  # noqa: D401 - same contract as the base class
             before = len(self._b.operations)
             super().import_node(node)
-            spans.append((before, len(self._b.operations)))
+            if record_locations:
+                spans.append((before, len(self._b.operations)))
 
+        def import_initializer(self, initializer, extern_name=None):
+            large_inline = initializer.HasField("raw_data") and len(initializer.raw_data) >= MIN_EXTERNAL_BYTES
+            if not is_external(initializer) and not large_inline:
+                return super().import_initializer(initializer, extern_name)
+            iname = extern_name if extern_name else initializer.name
+            key = parameter_key(initializer, store_keys) if parameters else None
+            if key is not None:
+                return self._import_parameter(initializer, iname, key)
+            with ir.InsertionPoint(self._b), ir.Location.name(iname):
+                cc = self._cc
+                data = stored_bytes(initializer) if is_external(initializer) else initializer.raw_data
+                value = ir.DenseResourceElementsAttr.get_from_buffer(
+                    data, cc._sanitize_name(initializer.name), cc.tensor_proto_to_builtin_type(initializer), alignment=8)
+                blobs[_resource_key(str(value))] = data  # printed by _write_asm, streamed
+                op = ir.Operation.create(name="torch.operator", results=[cc.tensor_proto_to_type(initializer)],
+                                         attributes={"name": ir.StringAttr.get("onnx.Constant"),
+                                                     "torch.onnx.value": value})
+                self._nv_map[iname] = op.result
+            return op.result
+
+        def _import_parameter(self, t, iname, key):
+            """A stored tensor as a global named parameter, loaded where it is used."""
+            from iree.compiler.dialects import util
+            from iree.compiler.tools.import_onnx.importer_externalization_overrides import (
+                ELEM_TYPE_TO_SIGNLESS_IR_TYPE,
+            )
+
+            cc = self._cc
+            with self._c, ir.Location.unknown():  # a signless builtin tensor, converted to the torch type
+                gtype = ir.RankedTensorType.get(tuple(t.dims), ELEM_TYPE_TO_SIGNLESS_IR_TYPE[t.data_type]())
+            if not globals_state:
+                globals_state["table"] = ir.SymbolTable(self._m)
+            with ir.InsertionPoint.at_block_begin(self._m.regions[0].blocks[0]), ir.Location.unknown(self._c):
+                value = ir.Attribute.parse(f"#stream.parameter.named<{ir.StringAttr.get(PARAMETER_SCOPE)}::"
+                                           f"{ir.StringAttr.get(key)}> : {gtype}")
+                g = util.GlobalOp(ir.StringAttr.get(cc._sanitize_name(t.name or "param")), ir.TypeAttr.get(gtype),
+                                  sym_visibility=ir.StringAttr.get("private"), initial_value=value)
+                globals_state["table"].insert(g)  # renamed when the name is taken
+                if globals_state.get("last") is not None:
+                    g.move_after(globals_state["last"])  # declaration order
+                globals_state["last"] = g
+            sym = ir.StringAttr(g.attributes["sym_name"]).value
+            with ir.InsertionPoint(self._b), ir.Location.name(iname):
+                load = util.GlobalLoadOp(gtype, sym)
+                result = ir.Operation.create("torch_c.from_builtin_tensor", results=[cc.tensor_proto_to_type(t)],
+                                             operands=[load.result]).result
+            self._nv_map[iname] = result
+            return result
+
+    store_keys: dict = {}  # store -> {offset: archive key} (weight_store.parameter_key)
+    blobs: dict = {}  # resource key -> its bytes (a memory map of the store, or the tensor's raw data)
+    globals_state: dict = {}  # the module's symbol table and its last parameter global
     ctx = ir.Context()
     model_info = onnx_importer.ModelInfo(onnx_model)
     module = model_info.create_module(context=ctx).operation
     imp = onnx_importer.NodeImporter.define_function(model_info.main_graph, module)
-    if record_locations:
-        imp.__class__ = _RecordingImporter
+    imp.__class__ = _StoreImporter
     imp.import_all()
     module.verify()
-    text = module.get_asm(assume_verified=True) + "\n"
-    atomic_write_text(mlir_path, text)
+    _write_asm(module, mlir_path, blobs, elide=elide_weights)
     result: dict[str, Any] = {"import_ms": round((time.perf_counter() - t0) * 1000, 3)}
     if record_locations:
         result["locations"] = _read_locations(ctx, Path(mlir_path), list(onnx_model.graph.node), spans)
     return result
+
+
+_RESOURCE_USE = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.-]*)>')
+_RESOURCE_LINE = re.compile(r'      ("(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.-]*): ".*"\Z')
+#: the printed form of a blob of alignment 8 (MLIR's: the alignment as a 4-byte little-endian prefix)
+_BLOB_PREFIX = "0x08000000"
+#: bytes hexed at a time when a blob is written out
+_HEX_CHUNK = 8 << 20
+
+
+def _resource_key(attr_text: str) -> str:
+    """The key of a ``dense_resource<key> : type`` attribute, as printed."""
+    m = _RESOURCE_USE.search(attr_text)
+    if not m:
+        raise ValueError(f"not a dense_resource attribute: {attr_text[:80]}")
+    return m.group(1)
+
+
+def _write_asm(module, mlir_path: str | os.PathLike, blobs: dict, *, elide: bool = False) -> None:
+    """Print ``module`` to ``mlir_path`` atomically, the importer's text form, without
+    ever holding the weights' text (twice their size) in memory: MLIR prints the module
+    with its large resources elided, and each of them is written out from its bytes in
+    ``blobs`` (key -> bytes or memory map), in chunks. A large resource not in ``blobs``
+    (made elsewhere than the initializers) makes MLIR print the whole module instead.
+    ``elide``: the large resources stay out (the file is a map of the ops' locations,
+    not a module to compile).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path = Path(mlir_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            # resources whose printed value is longer are elided: those of MIN_EXTERNAL_BYTES bytes and more
+            module.print(file=f, assume_verified=True, large_resource_limit=len(_BLOB_PREFIX) + 2 * MIN_EXTERNAL_BYTES - 1)
+            f.write("\n")
+        text = Path(tmp).read_text(encoding="utf-8")  # small: the large values are not in it
+        body, sep, tail = text.partition("\n{-#\n")
+        present = {}  # key -> its printed entry (the small ones)
+        for ln in tail.split("\n"):
+            m = _RESOURCE_LINE.match(ln.rstrip(","))
+            if m:
+                present[m.group(1)] = ln.rstrip(",")
+        # in MLIR's order (creation: the order the ops first use them)
+        order = [k for k in dict.fromkeys(m.group(1) for m in _RESOURCE_USE.finditer(body))
+                 if k in present or not elide]
+        order += [k for k in present if k not in order]
+        if any(k not in present and k not in blobs for k in order):  # a value only MLIR holds: it prints all
+            with open(tmp, "w", encoding="utf-8") as f:
+                module.print(file=f, assume_verified=True)
+                f.write("\n")
+            os.replace(tmp, path)
+            return
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(body.rstrip("\n") + "\n")
+            if order:
+                f.write("\n{-#\n  dialect_resources: {\n    builtin: {\n")
+                for i, key in enumerate(order):
+                    if key in present:
+                        f.write(present[key])
+                    else:
+                        f.write(f'      {key}: "{_BLOB_PREFIX}')
+                        data = memoryview(blobs[key]).cast("B")
+                        for k in range(0, len(data), _HEX_CHUNK):
+                            f.write(data[k:k + _HEX_CHUNK].hex().upper())
+                        f.write('"')
+                    f.write(",\n" if i < len(order) - 1 else "\n")
+                f.write("    }\n  }\n#-}\n")
+            f.write("\n")  # as the importer's text always ended
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _read_locations(ctx, mlir_path: Path, nodes: list, spans: list[tuple[int, int]]) -> list[dict]:
@@ -108,20 +255,19 @@ def _onnx_op_name(op) -> str | None:
         return None
 
 
-def import_layer(onnx_path: str | os.PathLike, mlir_path: str | os.PathLike) -> dict:
+def import_layer(onnx_path: str | os.PathLike, mlir_path: str | os.PathLike, parameters: bool = False) -> dict:
     """Import one layer model file to MLIR; never raises for importer failures.
+    ``parameters``: its stored tensors as IREE parameters (:func:`import_model`).
 
     Returns:
         ``{"status": "ok"|"error", "message": str|None, "import_ms": float}``. On
         error ``mlir_path`` is written empty so that the workflow's file contract
         holds; the layer-test job reads the status and records an ``import`` error.
     """
-    import onnx
-
     t0 = time.perf_counter()
     try:
-        model = onnx.load(str(onnx_path))
-        res = import_model(model, mlir_path)
+        model = load_model(onnx_path, weights=False)  # the importer maps the stored weights
+        res = import_model(model, mlir_path, parameters=parameters)
         return {"status": "ok", "message": None, "import_ms": res["import_ms"]}
     except Exception as e:  # importer errors come as many exception types
         atomic_write_text(mlir_path, "")
@@ -129,8 +275,12 @@ def import_layer(onnx_path: str | os.PathLike, mlir_path: str | os.PathLike) -> 
         return {"status": "error", "message": msg[:4000], "import_ms": round((time.perf_counter() - t0) * 1000, 3)}
 
 
-def import_full_model(prepared_path: str | os.PathLike, mlir_path: str | os.PathLike) -> dict:
+def import_full_model(prepared_path: str | os.PathLike, mlir_path: str | os.PathLike, weights: bool = True) -> dict:
     """Import the whole prepared model once and build the node -> ``line:col`` map.
+
+    ``weights``: the file keeps the weights (an executor compiles it: TORQ's whole-model
+    run); False: they are elided (:func:`import_model`), the file is the map of the
+    compiler JSON's keys only, and a fraction of the weights' size.
 
     Returns:
         JSON-safe ``{"mlir_file": str, "status", "message", "import_ms", "nodes":
@@ -138,11 +288,9 @@ def import_full_model(prepared_path: str | os.PathLike, mlir_path: str | os.Path
         "n_mlir_ops", "verified"}], "n_unverified": int}``. An importer failure
         is recorded (``status: error``) and leaves every node unmapped.
     """
-    import onnx
-
-    model = onnx.load(str(prepared_path))
+    model = load_model(prepared_path, weights=False)
     try:
-        res = import_model(model, mlir_path, record_locations=True)
+        res = import_model(model, mlir_path, record_locations=True, elide_weights=not weights)
     except Exception as e:
         atomic_write_text(mlir_path, "")
         return {"mlir_file": str(mlir_path), "status": "error", "message": f"{type(e).__name__}: {str(e).strip()[:2000]}",

@@ -19,7 +19,15 @@
 :func:`merge_modules` puts the functions of several such modules into one module:
 each function renamed (``@main`` -> its own name), each ``builtin`` resource key
 prefixed with that name (weights of different layers often share a key, e.g. two
-layers' ``_w_0``), one ``dialect_resources`` section at the end. The text is
+layers' ``_w_0``), one ``dialect_resources`` section at the end. A layer imported
+with ``parameters: external`` (docs/parameters.md) also has module-level globals
+before its function, one per stored tensor::
+
+      util.global private @conv1_w_0 = #stream.parameter.named<"model"::"conv1_w_0"> : tensor<64x3x3x3xf32>
+
+each renamed like the resources (``@<function>__conv1_w_0``, with its
+``util.global.load`` references): two layers that use the same tensor get a global
+each, reading the same parameter. The text is
 merged, not re-parsed: the importer's output has one fixed form, which
 :func:`parse_layer_module` checks line by line; a module of any other form (module
 attributes, a second function, another dialect's resources) raises
@@ -36,6 +44,9 @@ _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
 _RESOURCE_REF = re.compile(r'dense_resource<("(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.-]*)>')
 _RESOURCE_ENTRY = re.compile(r'      ("(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.-]*): (".*"),?\Z')
 _HEADER = "  func.func @main("
+_SYMBOL = r'("(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.]*)'
+_GLOBAL = re.compile(r"  util\.global private @" + _SYMBOL + r"( = #stream\.parameter\.named<.*)\Z")
+_GLOBAL_REF = re.compile(r"(util\.global\.load(?: immutable)? )@" + _SYMBOL)
 
 
 class MergeError(ValueError):
@@ -51,10 +62,13 @@ class LayerModule:
             without newlines, indented as in the module.
         resources: ``builtin`` resource key (as printed, maybe quoted) -> value text
             (the quoted hex string).
+        globals: the module's parameter globals, symbol (as printed, maybe quoted)
+            -> the rest of the line (`` = #stream.parameter.named<...> : tensor<...>``).
     """
 
     function_lines: tuple[str, ...]
     resources: tuple[tuple[str, str], ...]
+    globals: tuple[tuple[str, str], ...] = ()
 
 
 def function_name(slug: str, taken: set[str]) -> str:
@@ -76,14 +90,18 @@ def parse_layer_module(text: str) -> LayerModule:
 
     Raises:
         MergeError: empty text (a failed import), module attributes, not exactly one
-            top-level ``func.func @main``, or a resource section with anything
-            but ``builtin`` entries.
+            top-level ``func.func @main`` (after the parameter globals, if any), or a
+            resource section with anything but ``builtin`` entries.
     """
     body, sep, tail = text.partition("\n{-#\n")
     lines = body.rstrip("\n").split("\n")
     if not lines or lines[0] != "module {" or lines[-1] != "}":
         raise MergeError("not a plain 'module { ... }' (empty, or module attributes)")
     inner = lines[1:-1]
+    globals_: list[tuple[str, str]] = []
+    while inner and (g := _GLOBAL.match(inner[0])):
+        globals_.append((g.group(1), g.group(2)))
+        inner = inner[1:]
     if not inner or not inner[0].startswith(_HEADER) or inner[-1] != "  }":
         raise MergeError("the module does not hold exactly one function @main")
     for ln in inner[1:-1]:
@@ -102,7 +120,7 @@ def parse_layer_module(text: str) -> LayerModule:
             resources.append((m.group(1), m.group(2)))
     elif tail:
         raise MergeError("text after the module")
-    return LayerModule(function_lines=tuple(inner), resources=tuple(resources))
+    return LayerModule(function_lines=tuple(inner), resources=tuple(resources), globals=tuple(globals_))
 
 
 def _renamed_key(prefix: str, key: str) -> str:
@@ -127,7 +145,7 @@ def merge_modules(members: list[tuple[str, LayerModule]]) -> tuple[str, dict[str
 
     Raises:
         MergeError: two members share a function name, or a function refers to a
-            resource its module does not define.
+            resource or a global its module does not define.
     """
     out = ["module {"]
     spans: dict[str, tuple[int, int]] = {}
@@ -142,10 +160,23 @@ def merge_modules(members: list[tuple[str, LayerModule]]) -> tuple[str, dict[str
                 raise MergeError(f"{name}: dense_resource<{m.group(1)}> is not defined in its module")
             return f"dense_resource<{keys[m.group(1)]}>"
 
+        symbols = {sym: _renamed_key(name, sym) for sym, _ in layer.globals}
+
+        def rename_global(m: re.Match, symbols=symbols) -> str:
+            if m.group(2) not in symbols:
+                raise MergeError(f"{name}: util.global.load @{m.group(2)} is not a global of its module")
+            return f"{m.group(1)}@{symbols[m.group(2)]}"
+
         first = len(out) + 1
+        out.extend(f"  util.global private @{symbols[sym]}{rest}" for sym, rest in layer.globals)
         lines = list(layer.function_lines)
         lines[0] = f"  func.func @{name}(" + lines[0][len(_HEADER):]
-        out.extend(_RESOURCE_REF.sub(rename, ln) if "dense_resource<" in ln else ln for ln in lines)
+        for ln in lines:
+            if "dense_resource<" in ln:
+                ln = _RESOURCE_REF.sub(rename, ln)
+            if "util.global.load" in ln:
+                ln = _GLOBAL_REF.sub(rename_global, ln)
+            out.append(ln)
         spans[name] = (first, len(out))
         resources.extend(f"      {keys[key]}: {value}" for key, value in layer.resources)
     out.append("}")

@@ -13,7 +13,7 @@ that runs those nodes alone:
 * **Initializers**: the tensors in ``constants`` that the nodes read, in order of first
   read (or the names given as ``initializers``). A numpy value becomes a new tensor with
   its data embedded (``numpy_helper.from_array``); a ``TensorProto`` (an initializer of
-  the model) is copied as it is: one whose data is still external (the model was loaded
+  the model, or the :meth:`~.folding.ConstantValues.proto` of a name) is copied as it is: one whose data is still external (the model was loaded
   with ``load_external_data=False``) keeps its ``external_data`` reference, which is
   relative to the directory of the original model. Nothing else of the model's
   initializers is copied.
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from .folding import ConstantValues
 from .graph import copy_proto, node_inputs, tensor_consumers, value_info, value_types
 
 #: Output policies of :func:`extract_model` (or a list of names).
@@ -123,7 +124,8 @@ def extract_model(model, members: Sequence[int], *, constants: Mapping[str, Any]
 
     inits = []
     for t in initializers:
-        v = constants[t]
+        proto = constants.proto(t) if isinstance(constants, ConstantValues) else None
+        v = proto if proto is not None else constants[t]
         inits.append(copy_proto(v) if isinstance(v, onnx.TensorProto) else numpy_helper.from_array(np.asarray(v), name=t))
     new_nodes = [copy_proto(n) for n in nodes]
     if value_info_policy == "produced":

@@ -10,9 +10,11 @@ makes these values initializers of the layers that read them, the shape completi
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Iterator
 
-from .graph import node_attr
+from .graph import copy_proto, node_attr
+from ..weight_store import is_external, tensor_array
 from ..limits import NOTE_CHARS
 
 #: Ops whose output is not a function of their inputs: never folded.
@@ -30,14 +32,14 @@ def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = fro
             DequantizeLinear of int8 weights, so the compiler sees int8 weights).
 
     Returns:
-        ``(values, folded, warnings)``: ``values`` maps tensor name -> numpy array
-        for initializers and folded node outputs; ``folded`` holds the indices of
-        folded nodes in ``model.graph.node``.
+        ``(values, folded, warnings)``: ``values`` (:class:`ConstantValues`) maps
+        tensor name -> numpy array for initializers and folded node outputs (a
+        ``Constant`` or ``Identity`` of a stored tensor keeps referring to it);
+        ``folded`` holds the indices of folded nodes in ``model.graph.node``.
     """
     import numpy as np
-    from onnx import numpy_helper
 
-    values: dict[str, Any] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    values = ConstantValues(model.graph.initializer)
     shapes = static_shapes(model)
     folded: set[int] = set()
     warnings: list[str] = []
@@ -60,6 +62,9 @@ def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = fro
             continue
         if not all(t in values for t in ins):
             continue
+        if _alias(node, values):
+            folded.add(j)
+            continue
         try:
             outs = evaluate_node(node, values, opsets)
         except Exception as e:  # a node the reference evaluator cannot run stays a layer
@@ -70,6 +75,72 @@ def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = fro
                 values[name] = np.asarray(val)
         folded.add(j)
     return values, folded, warnings
+
+
+class ConstantValues(Mapping):
+    """Tensor name -> numpy array of a model's constant tensors, without holding the
+    model's weights a second time: an initializer (or a ``Constant`` value) is kept as
+    its ``TensorProto`` and converted on each access (read from the weight store when
+    its data is external, :mod:`.weights`; small ones are converted once and kept);
+    folded values are arrays. :meth:`proto` gives the ``TensorProto`` of a name, so
+    that a model cut from this one refers to the stored bytes instead of copying them.
+    """
+
+    #: in-model tensors up to this many bytes are converted once and kept (bytes)
+    CACHE_BYTES = 1 << 20
+
+    def __init__(self, tensors=()):
+        self._protos: dict[str, Any] = {t.name: t for t in tensors}
+        self._arrays: dict[str, Any] = {}
+
+    def __getitem__(self, name: str):
+        if name in self._arrays:
+            return self._arrays[name]
+        t = self._protos[name]
+        value = tensor_array(t)
+        if not is_external(t) and value.nbytes <= self.CACHE_BYTES:
+            self._arrays[name] = value
+        return value
+
+    def __setitem__(self, name: str, value) -> None:
+        self._protos.pop(name, None)
+        self._arrays[name] = value
+
+    def set_proto(self, name: str, tensor) -> None:
+        """Make ``name`` the values of ``tensor`` (a copy named ``name`` is kept)."""
+        t = copy_proto(tensor)
+        t.name = name
+        self._arrays.pop(name, None)
+        self._protos[name] = t
+
+    def proto(self, name: str):
+        """The ``TensorProto`` holding ``name``'s values (named ``name``), or None for a
+        folded value that is only an array."""
+        return self._protos.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._protos or name in self._arrays
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._protos
+        yield from (k for k in self._arrays if k not in self._protos)
+
+    def __len__(self) -> int:
+        return len(self._protos.keys() | self._arrays.keys())
+
+
+def _alias(node, values: ConstantValues) -> bool:
+    """Fold a ``Constant`` with a tensor ``value`` or an ``Identity`` of a tensor kept
+    as a proto, by reference (no copy of the values); False when ``node`` is not one."""
+    if node.op_type == "Constant" and len(node.output) == 1:
+        attr = next((a for a in node.attribute if a.name == "value"), None)
+        if attr is not None and attr.HasField("t"):
+            values.set_proto(node.output[0], attr.t)
+            return True
+    if node.op_type == "Identity" and len(node.input) == 1 and values.proto(node.input[0]) is not None:
+        values.set_proto(node.output[0], values.proto(node.input[0]))
+        return True
+    return False
 
 
 def static_shapes(model) -> dict[str, list[int]]:

@@ -13,6 +13,7 @@ unique name before the conversion and the tags are read back afterwards
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -25,13 +26,18 @@ from .opset_upgrade import (  # noqa: F401 (some re-exported: their old home)
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 from .symbolic_dims import _dims_text, fix_symbolic_dims  # noqa: F401 (_dims_text: re-exported)
 from ..limits import NOTE_CHARS
+from ..weight_store import externalize, load_weights, resolve_locations
 
 
-def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
+def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None) -> "onnx.ModelProto":  # noqa: F821
     """Load an ONNX model file and check that it really is one.
 
     Args:
         path: ``.onnx`` file (external data next to it is loaded too).
+        store: move every large tensor into this weight store file
+            (:func:`~torq_gen_config.weight_store.externalize`) before the check, so that
+            the checker's copy of the model holds the graph only; the returned model's
+            stored tensors then have absolute locations.
 
     Returns:
         The loaded ``onnx.ModelProto``.
@@ -78,7 +84,18 @@ def load_model(path: str | os.PathLike) -> "onnx.ModelProto":  # noqa: F821
         raise ModelError(f"{p}: the model has no nodes (its graph only passes inputs to outputs): there is no "
                          "layer to test")
     try:
-        onnx.checker.check_model(model)
+        if store is None:
+            onnx.checker.check_model(model)
+        else:  # the checker copies what it gets: give it the graph, beside the store
+            externalize(model, store)
+            fd, skeleton = tempfile.mkstemp(dir=Path(store).parent, prefix=".check-", suffix=".onnx")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(model.SerializeToString())
+                onnx.checker.check_model(skeleton)
+            finally:
+                os.unlink(skeleton)
+            resolve_locations(model, Path(store).parent)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{p}: ONNX checker rejected the model: {_one_line(e)}") from None
     return model
@@ -159,7 +176,8 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
                   conversions: Sequence[tuple[str, Callable]] = (),
                   input_shapes: Mapping[str, list[int]] | None = None,
                   shape_sources: Mapping[str, str] | None = None,
-                  observe: Callable[..., dict] | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
+                  observe: Callable[..., dict] | None = None,
+                  store: str | os.PathLike | None = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Prepare the user's model for layer split and import.
 
     Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
@@ -195,6 +213,12 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             node it comes from); the reports go to ``info["precision"][key]``. Nodes a
             conversion inserts (Casts) belong to the user node they serve. Passed in by
             the caller, so that model preparation does not depend on the precision modes.
+        store: the weight store file (:mod:`torq_gen_config.weight_store`): right after
+            loading, every large tensor moves there and the steps after it work on the
+            graph alone (memory: the weights once, while loading); the returned model's
+            stored tensors have absolute locations (the caller saves it with
+            :func:`~torq_gen_config.weight_store.externalize` again, which keeps an
+            unchanged store as it is). None: the weights stay in memory.
 
     Returns:
         ``(prepared_model, info)``; ``info`` is JSON-safe and holds
@@ -214,7 +238,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     import onnx
     from onnx import version_converter
 
-    model = load_model(src)
+    model = load_model(src, store)
     info: dict[str, Any] = {"source": str(src), "warnings": [], "fixed_dims": []}
     info["user_nodes"] = user_node_table(model)
     orig_opset = default_opset(model)
@@ -286,6 +310,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         model, origin = _cut_subgraph(model, origin, info, subgraph)
     info["shapes"]["unknown"] = unknown_runtime_tensors(model)
     if conversions:
+        load_weights(model)  # the conversions rewrite weights: their values are needed here
         info["precision"] = {}
         for key, convert in conversions:
             model, report = convert(model)

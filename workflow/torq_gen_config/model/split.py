@@ -22,10 +22,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..fileio import write_bytes_if_changed
+from ..weight_store import save_model, store_folded
 from .folding import NONDETERMINISTIC_OPS, fold_constants, static_shapes as _static_shapes  # noqa: F401 (re-exported)
 from .extract import extract_model
-from .graph import value_types
+from .graph import node_inputs, value_types
 from .shapes import type_is_complete, type_table, type_text
 
 #: Name of the layer model file inside each layer directory.
@@ -47,15 +47,22 @@ def layer_slug(layer_id: str, max_len: int = 80) -> str:
     return s
 
 
-def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.PathLike) -> dict:  # noqa: F821
+def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.PathLike,  # noqa: F821
+                 folded_store: str | os.PathLike | None = None) -> dict:
     """Write one ONNX model per layer and return the manifest.
 
     Args:
         model: the prepared model (see :func:`torq_gen_config.model.prepare.prepare_model`).
         info: the preparation info (``user_nodes``, ``prepared_nodes``).
-        layers_dir: directory that receives ``<slug>/model.onnx`` per layer. A file
-            whose bytes did not change is left untouched (its mtime too), so only
+        layers_dir: directory that receives ``<slug>/model.onnx`` per layer (a tensor of
+            ``model`` in the weight store stays there: the layer model refers to it,
+            :mod:`~torq_gen_config.weight_store`). A file whose bytes did not change is left untouched (its mtime too), so only
             changed layers rerun; directories of layers that no longer exist are removed.
+        folded_store: the archive beside the weight store (its :data:`~torq_gen_config.weight_store.FOLDED_FILE`)
+            that receives the folded values the layers read (weights computed by
+            ``ConstantOfShape``, a folded ``Transpose``...):
+            :func:`~torq_gen_config.weight_store.store_folded`; the layer models refer
+            to it. None: such values are copied into each layer model that reads them.
 
     Returns:
         The manifest (JSON-safe): ``layers`` (in model order) with ``layer_id``,
@@ -73,6 +80,8 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
     layers_dir.mkdir(parents=True, exist_ok=True)
     values, folded, warnings = fold_constants(model)
     nodes = list(model.graph.node)
+    if folded_store is not None:
+        store_folded(values, {t for j, n in enumerate(nodes) if j not in folded for t in node_inputs(n)}, folded_store)
     groups: dict[int, list[int]] = {}
     for j, p in enumerate(info["prepared_nodes"]):
         groups.setdefault(p["graph_index"], []).append(j)
@@ -98,8 +107,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         slugs[slug] = layer_id
         primary = next((j for j in members if nodes[j].op_type == un["op_type"]), members[-1])
         layer_model, io = build_layer_model(model, members, values, types, graph_outputs, layer_id, un["node_index"])
-        data = layer_model.SerializeToString(deterministic=True)
-        write_bytes_if_changed(layers_dir / slug / LAYER_MODEL, data)
+        save_model(layer_model, layers_dir / slug / LAYER_MODEL, only_if_changed=True)
         untestable = not_testable_reason(io, all_types, info)
         layers.append({
             "layer_id": layer_id,

@@ -27,7 +27,8 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
                     executors: list[dict], tolerance: dict, options: dict, output_dir: str,
                     skip_ops: list[str] = (), dedup_layers: bool = False, user_choices: str | None = None,
                     recommend_by_timing: bool = False, quantized_manifest: str | None = None,
-                    quantize_info: str | None = None, unavailable: list[dict] = ()) -> dict:
+                    quantize_info: str | None = None, unavailable: list[dict] = (),
+                    parameters: dict | None = None) -> dict:
     """The discovery report (dict) from the work files of a run: the layer manifest
     (``manifest``), the preparation info, the MLIR locations, the (layer, executor)
     verdicts under ``results_root`` and the user's choices; paths in the report are
@@ -51,6 +52,9 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
     ``unavailable`` (``[{"name", "backend", "reason"}]``): the configured executors this
     machine cannot run (no device or execution provider), which got no layer jobs; the
     report names each once (``unavailable_executors`` and a line of the text).
+
+    ``parameters``: the resolved weights mode (:func:`torq_gen_config.backends.parameters.resolve`),
+    recorded as ``provenance.parameters`` and said in the text (docs/parameters.md).
     """
     man = read_json(manifest, "layer manifest")
     info = read_json(prepare_info, "preparation info")
@@ -112,6 +116,8 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
     mlir_file = os.path.relpath(Path(locations).parent / locs["mlir_file"], output_dir) if locs.get("status") == "ok" else None
     provenance = build_provenance(info=info, locations=locs, executors=executors, options=options,
                                   tool_version=__version__, ort_versions=sorted(ort_versions), executor_tools=tools)
+    if parameters:  # weights inline or as IREE parameters, and why
+        provenance["parameters"] = dict(parameters)
     if man.get("layer_inputs"):  # the whole-model run that gave the layers their inputs
         provenance["layer_inputs_run"] = man["layer_inputs"]
     rep = finish_report(model_name=model_name, ops=ops, names=names, default_tolerance=default_tol,

@@ -160,7 +160,8 @@ TRUST_ITEMS = 10
 def trust_lines(report: Mapping) -> list[str]:
     """What the verdicts rest on and where they cannot vouch for themselves, as plain
     lines (the final report text and ``view`` show the same): the reference engines
-    and versions, where the layer inputs came from, the input dims that were given
+    and versions, how the compiled modules got the weights (inline or as parameters),
+    where the layer inputs came from, the input dims that were given
     values, layers not testable, reference failures, reference disputes and
     inconclusive checks (:func:`torq_gen_config.report.summary.trust_lists`). Ends with
     an empty line; empty for reports without provenance or such lists."""
@@ -181,6 +182,11 @@ def trust_lines(report: Mapping) -> list[str]:
         rule = ("; a layer ONNX Runtime fails on is judged against the latter" if engine == "onnxruntime"
                 else "; a layer the spec fails on is unverified")
         lines.append(f"Reference: {first}; second opinion: {second}{rule}")
+    weights = prov.get("parameters") or {}
+    if weights.get("mode"):  # docs/parameters.md
+        how = ("IREE parameters, loaded from the weight store when a module is loaded" if weights["mode"] == "external"
+               else "constants of each compiled module")
+        lines.append(f"Weights: {weights['mode']} ({weights.get('reason')}): {how}")
     options = prov.get("options") or {}
     model = prov.get("model") or {}
     source = (model.get("model_inputs") or {}).get("source")

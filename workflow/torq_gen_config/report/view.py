@@ -138,6 +138,10 @@ def render_summary(report: Mapping, console: Console) -> None:
         _line(console, f"Precision: {precision or 'fp32 as given (no bf16/int32 conversion, no quantization)'}")
     for ln in tool_lines(report):
         _line(console, ln)
+    if isinstance(report.get("work_dir"), Mapping):  # reports written before it was recorded have none
+        from ..keep_work import recorded_line
+
+        _line(console, recorded_line(report["work_dir"]))
     if summary.get("skipped_layers"):
         _line(console, f"Layers skipped (not tested): {summary['skipped_layers']}")
     _line(console)

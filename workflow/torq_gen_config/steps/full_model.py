@@ -15,6 +15,7 @@ from ..backends import capabilities
 from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..fullrun.common import PARTITIONS_MODE
 from ..job_support import _log, records_failure
+from ..weight_store import load_model
 
 
 def full_assignment(input, output, params, log) -> None:
@@ -25,12 +26,14 @@ def full_assignment(input, output, params, log) -> None:
 
 def plan_full_model(input, output, params, log) -> None:
     """Checkpoint ``plan_full_model``: plan.json and the partitions' side files.
-    Params: ``executors``, ``compiler_options``, ``runtime_options``, ``compile_batch``;
+    Params: ``executors``, ``compiler_options``, ``runtime_options``, ``compile_batch``,
+    ``parameters`` (the config's setting, resolved with input ``info``, prepare.json);
     untracked ``timeout_s``."""
     plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
              locations=input.locations, executors=params.executors, plan=output.plan,
              compiler_options=params.compiler_options, runtime_options=params.runtime_options,
-             full_mlir=input.mlir, compile_batch=params.compile_batch, timeout_s=params.timeout_s.value, log=log[0])
+             full_mlir=input.mlir, compile_batch=params.compile_batch, timeout_s=params.timeout_s.value, log=log[0],
+             parameters=params.parameters, prepare_info=input.info)
 
 
 def compile_partition_batch(input, output, params, log, wildcards) -> None:
@@ -143,25 +146,37 @@ def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
 
 def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
              compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
-             compile_batch: int = 1, log: str | None = None) -> dict:
+             compile_batch: int = 1, log: str | None = None, parameters: dict | None = None,
+             prepare_info: str | None = None) -> dict:
     """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one
     ``partitions/<pid>/model.onnx`` per partition (side files, rewritten only when
     their bytes change, so unchanged partitions are not compiled again). For a torq
     assignment: one whole-model partition whose side file is its executor map
     (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``.
-    ``compile_batch`` > 1: the plan's compile batches (``compile_batches``)."""
-    import onnx
-
+    ``compile_batch`` > 1: the plan's compile batches (``compile_batches``).
+    ``parameters`` (``{"setting", "auto_mb"}``) is resolved with ``prepare_info``
+    (:func:`~torq_gen_config.backends.parameters.resolve_from`; the store beside it)."""
     from ..fullrun import make_plan
 
     t0 = time.perf_counter()
     doc = read_json(assignment, "full-model assignment")
     man = read_json(manifest, "layer manifest")
     locs = read_json(locations, "MLIR locations") if locations and os.path.isfile(locations) else None
-    model = onnx.load(prepared)
+    model = load_model(prepared, weights=False)  # partitions refer to the weight store
     parts_dir = Path(plan).parent / "partitions"
+    from ..weight_store import FOLDED_RUN_FILE, STORE_FILE
+
+    folded_store = Path(prepared).parent / FOLDED_RUN_FILE  # beside the model's own external data
+    resolved = None
+    if parameters and prepare_info:
+        from ..backends.parameters import describe, resolve_from
+
+        resolved = resolve_from(parameters, read_json(prepare_info, "preparation info"), executors)
+        resolved["archives"] = [os.path.abspath(Path(prepare_info).parent / STORE_FILE), os.path.abspath(folded_store)]
+        _log(log, f"weights: {describe(resolved)}")
     result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
-                       runtime_options=runtime_options, full_mlir=full_mlir, compile_batch=compile_batch)
+                       runtime_options=runtime_options, full_mlir=full_mlir, compile_batch=compile_batch,
+                       parameters=resolved, folded_store=folded_store)
     result["prepared_model"] = prepared
     result["manifest"] = manifest  # the layers over the model's nodes (run --reduce reads them)
     write_json(plan, result)
@@ -300,6 +315,12 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
         f = parts_dir / part["pid"] / "compiled.json"
         if f.is_file():
             compiled[part["pid"]] = read_json(f, "compile result")
+            if _module_gone(compiled[part["pid"]], f.parent):  # --keep-work minimal removed it: compiled again
+                compiled[part["pid"]] = compile_partition_job(
+                    pid=part["pid"], model=str(f.parent / os.path.basename(part["model"])),
+                    executor=part["compile_def"], compiled=str(f), timeout_s=timeout_s,
+                    log=str(Path(log).parent / "compile_partition" / f"{part['pid']}.log") if log else None,
+                    log_file=log_file, verbose=verbose)
     res = run_partitions(p, reference_npz=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
                          partitions_dir=parts_dir, log_path=log)
     write_json(result, res)
@@ -313,6 +334,13 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
         text += res["failure"]["message"].rstrip() + "\n"
     _emit(text, log_file, "full-model run", log)
     return res
+
+
+def _module_gone(compiled: dict, pdir: Path) -> bool:
+    """Whether a partition compiled alone (its ``compiled.json`` names its own module in
+    ``pdir``) no longer has that module (``--keep-work minimal`` removes it after a run)."""
+    path = (compiled.get("artifact") or {}).get("path") if compiled.get("status") == "ok" else None
+    return bool(path) and Path(path).parent.name == pdir.name and not (pdir / Path(path).name).is_file()
 
 
 def _emit(text: str, log_file: str | None, title: str, log: str | None) -> None:

@@ -219,12 +219,23 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             continue
         full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": os.path.join(layers_dir, s, "model.mlir"),
                  "import_status": os.path.join(layers_dir, s, "import.json")} for s in b["members"]]
-        key = make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
-                       [p for m in full for p in (m["mlir"], m["import_status"])])
+        def batch_key(full=full) -> str:
+            return make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
+                            [p for m in full for p in (m["mlir"], m["import_status"])])
+
+        key = batch_key()
         if (force or timed_out_under_smaller(paths["info"], timeout_s)
                 or not is_current(paths["info"], key, paths["module"])):
             drop_key(paths["info"])
             consume_marker(paths["info"] + TIMED_OUT_SUFFIX)
+            try:
+                if any([restore_mlir(fm["mlir"], os.path.join(layers_dir, fm["slug"], _model_name(quantized)),
+                                     timeout_s) for fm in full]):  # what --keep-work minimal removed, imported again
+                    key = batch_key()  # the same unless an import gave other bytes
+            except DamagedWorkFile:  # the unit's preparation must run again
+                if prepared:
+                    Path(prepared).unlink(missing_ok=True)
+                raise
             compile_batch_job(executor=executor, members=full, out_dir=bdir, timeout_s=timeout_s,
                               log=os.path.join(logs_dir, "compile_batch", f"{name}.{b['id']}.log"))
             record_key(paths["info"], key)
@@ -235,7 +246,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         result = os.path.join(d, name, "result.json")
         if wanted is not None and slug not in wanted:
             continue
-        model = os.path.join(d, "quantized.onnx" if quantized else "model.onnx")
+        model = os.path.join(d, _model_name(quantized))
         mlir = os.path.join(d, "model.mlir") if needs_mlir else None
         status = os.path.join(d, "import.json") if needs_mlir else None
         earlier_results = [os.path.join(d, e, "result.json") for e in earlier] if skip_mode else []
@@ -258,6 +269,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             consume_marker(os.path.join(os.path.dirname(result), SKIPPED_MARKER))
         consume_marker(result + TIMED_OUT_SUFFIX)
         try:
+            restore_mlir(mlir, model, timeout_s)
             test_layer_job(layer=m, executor=executor, layer_onnx=model, reference=os.path.join(d, "reference.npz"),
                            mlir=mlir, import_status=status, result=result, tolerance=tolerance, timeout_s=timeout_s,
                            log=os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log"), log_file=log_file,
@@ -282,6 +294,35 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     if out:
         write_json(out, res)
     return res
+
+
+def _model_name(quantized: bool) -> str:
+    """The file of a layer's tests (and of its MLIR import): its quantized model or its own."""
+    return "quantized.onnx" if quantized else "model.onnx"
+
+
+def restore_mlir(mlir: str | None, model: str, timeout_s: float) -> bool:
+    """A layer's ``model.mlir`` that ``--keep-work minimal`` removed, imported again from
+    ``model`` before it is read (:func:`torq_gen_config.keep_work.restore`: with the same
+    bytes it gets its old identity back, so no key that names it changes). Returns
+    whether it was made again."""
+    if not mlir:
+        return False
+    from ..keep_work import restore
+    from .split import import_layer_job
+
+    def make(tmp: str) -> None:
+        status = os.path.join(os.path.dirname(tmp), f".{os.path.basename(tmp)}.import.tmp")
+        try:
+            import_layer_job(layer_onnx=model, mlir=tmp, status=status, timeout_s=timeout_s)
+            res = read_json(status, "import status")
+        finally:
+            Path(status).unlink(missing_ok=True)
+        if res.get("status") != "ok":  # it was imported before: the preparation is redone, and says why
+            raise DamagedWorkFile(f"{mlir} (removed by --keep-work minimal) could not be imported again: "
+                                  f"{res.get('message')}; run the same command again to prepare the layer anew")
+
+    return restore(mlir, make)
 
 
 def _status_of(result: str) -> str | None:

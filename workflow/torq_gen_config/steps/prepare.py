@@ -13,6 +13,7 @@ from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from ..limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ..errors import ConfigError
+from ..weight_store import STORE_FILE, externalize, self_contained_bytes
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
@@ -92,10 +93,16 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
                    if on]
     if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.narrowing)
         target_opset = max(target_opset, BF16_OPSET)
+    store = Path(prepared).parent / STORE_FILE
     m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph, conversions=conversions,
-                            input_shapes=shapes, shape_sources=sources, observe=observe)
-    data = m.SerializeToString(deterministic=True)
-    write_bytes_if_changed(prepared, data)
+                            input_shapes=shapes, shape_sources=sources, observe=observe, store=store)
+    if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
+        Path(precision["save_bf16_model"]).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(precision["save_bf16_model"], self_contained_bytes(m))
+        info["precision"]["bf16"]["saved_to"] = str(precision["save_bf16_model"])
+        print(f"bf16 model saved to {precision['save_bf16_model']}", file=sys.stderr)
+    info["weights"] = externalize(m, store)
+    write_bytes_if_changed(prepared, m.SerializeToString(deterministic=True))
     if model_inputs:
         feeds, source = run_state["feeds"], run_state["source"]
         if info.get("subgraph"):
@@ -111,12 +118,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         info["model_inputs"] = {"source": source, "notes": notes}
         for line in notes:
             print(f"note: {line}", file=sys.stderr)
-    if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
-
-        Path(precision["save_bf16_model"]).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(precision["save_bf16_model"], data)
-        info["precision"]["bf16"]["saved_to"] = str(precision["save_bf16_model"])
-        print(f"bf16 model saved to {precision['save_bf16_model']}", file=sys.stderr)
     for key, rep in (info.get("precision") or {}).items():
         print(precision_summary(key, rep), file=sys.stderr)
     info["onnx_version"] = onnx.__version__
@@ -201,17 +202,20 @@ def precision_summary(kind: str, report: dict) -> str:
 
 
 @records_failure
-def import_full_model_job(*, prepared: str, mlir: str, locations: str, timeout_s: float | None = None,
-                          log: str | None = None) -> None:
+def import_full_model_job(*, prepared: str, mlir: str, locations: str, weights: bool = True,
+                          timeout_s: float | None = None, log: str | None = None) -> None:
     """Rule ``import_full_model``: full-model MLIR and the node -> line:col map; the
     importer runs in a supervised worker (a hang or a crash is recorded as a failed
-    import: the layers then get no ``mlir_location``)."""
+    import: the layers then get no ``mlir_location``). ``weights``: the MLIR keeps the
+    weights (an executor compiles it), else they are elided
+    (:func:`~torq_gen_config.mlir.importer.import_full_model`)."""
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
     from ..mlir.importer import import_full_model
 
     limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
     try:
-        res = run_isolated(import_full_model, (prepared, mlir), limit_s=limit, what="the full-model MLIR import")
+        res = run_isolated(import_full_model, (prepared, mlir, weights), limit_s=limit,
+                           what="the full-model MLIR import")
     except (WorkerTimeout, WorkerCrash) as e:
         atomic_write_text(mlir, "")
         res = {"mlir_file": mlir, "status": "error", "message": str(e), "import_ms": None, "nodes": [],
@@ -238,7 +242,9 @@ def prepare_model(input, output, params, log) -> None:
 
 
 def import_full_model(input, output, params, log) -> None:
-    """Rule ``import_full_model``: full.mlir and locations.json (:func:`import_full_model_job`)."""
+    """Rule ``import_full_model``: full.mlir and locations.json (:func:`import_full_model_job`).
+    Params: ``weights`` (an executor compiles full.mlir: keep its weights), ``precision``,
+    ``outdated``; untracked ``timeout_s``."""
     mark_outdated(params.outdated)
     import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations,
-                          timeout_s=params.timeout_s.value, log=log[0])
+                          weights=params.weights, timeout_s=params.timeout_s.value, log=log[0])

@@ -11,6 +11,7 @@ from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from ..limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
+from ..weight_store import load_model
 
 @records_failure
 def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
@@ -124,13 +125,11 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
     layer's tests record an ``error`` verdict at stage ``quantize``
     (:func:`quantize_failure`).
     """
-    import onnx
-
     from ..precision.ort_quantization import QuantizationError
     from ..precision.quantize import quantize_model
 
     t0 = time.perf_counter()
-    model = onnx.load(layer_onnx)
+    model = load_model(layer_onnx)
     rng = read_json(ranges, "calibration ranges")["ranges"]
     qsettings = _quantize_settings(settings)
     wrap_only = None

@@ -4,8 +4,10 @@ results, with the recommendation per layer and the run's provenance."""
 from __future__ import annotations
 
 import os
+import sys
 
 from ..job_support import _log, records_failure
+from ..keep_work import finish
 from ..layout import clear_outdated
 from ..report.assemble import (  # noqa: F401 (re-exported: their old home)
     _dist_version,
@@ -20,14 +22,28 @@ from ..report.summary import status_counts_line
 
 
 @records_failure
-def aggregate_job(*, report: str, compiler: str, log: str | None = None, **kwargs) -> dict:
+def aggregate_job(*, report: str, compiler: str, log: str | None = None, work_dir: str | None = None,
+                  keep_work: str = "all", **kwargs) -> dict:
     """Rule ``aggregate_report``: the discovery report
     (:func:`~torq_gen_config.report.assemble.assemble_report`, whose keyword arguments
-    ``kwargs`` are), published with its compiler JSON to ``report`` / ``compiler``."""
+    ``kwargs`` are), published with its compiler JSON to ``report`` / ``compiler``.
+    Every test is done by then: with ``keep_work`` ``minimal`` the intermediates the
+    finished run no longer needs are removed from ``work_dir`` first; the report records
+    the work directory's size (``work_dir``, :func:`~torq_gen_config.keep_work.finish`)."""
     rep = assemble_report(**kwargs)
+    if work_dir:
+        rep["work_dir"] = finish_work_dir(work_dir, keep_work, (kwargs.get("options") or {}).get("model"),
+                                          output_dir=kwargs.get("output_dir"))
     publish_report(report, compiler, rep, rederive=False, force=True)
     _log(log, f"report written: {report}")
     return rep
+
+
+def finish_work_dir(work_dir: str, keep_work: str, model: str | None, *, output_dir: str | None = None) -> dict:
+    """The report's ``work_dir`` section after the clean-up of ``keep_work``
+    (:func:`~torq_gen_config.keep_work.finish`; what it removed: one line on stderr)."""
+    return finish(work_dir, keep_work, model, output_dir=output_dir,
+                  echo=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def aggregate_report(input, output, params, log) -> dict:
@@ -39,8 +55,15 @@ def aggregate_report(input, output, params, log) -> dict:
     overrides from ``edit``, when there are some). The layers' results are beside the
     manifest, the report is in the output directory. Params: ``model_name``,
     ``executors``, ``unavailable``, ``tolerance``, ``options``, ``skip_ops``, ``dedup_layers``,
-    ``recommend_by_timing``, ``outdated``. Returns the report (dict).
+    ``recommend_by_timing``, ``outdated``, ``keep_work`` (``minimal``: the work
+    directory's intermediates removed, :func:`aggregate_job`), ``parameters`` (the
+    weights setting, resolved here with ``info``: the report's ``provenance.parameters``).
+    Returns the report (dict).
     """
+    from ..backends.parameters import resolve_from
+    from ..fileio import read_json
+
+    resolved = resolve_from(params.parameters, read_json(input.info, "preparation info"), params.executors)
     rep = aggregate_job(model_name=params.model_name, manifest=input.manifest, prepare_info=input.info,
                         locations=input.locations, results_root=os.path.dirname(input.manifest),
                         executors=params.executors, tolerance=params.tolerance, options=params.options,
@@ -51,7 +74,9 @@ def aggregate_report(input, output, params, log) -> dict:
                         recommend_by_timing=params.recommend_by_timing,
                         quantized_manifest=input.quant[0] if input.quant else None,
                         quantize_info=input.quant[1] if input.quant else None,
-                        unavailable=params.unavailable, log=log[0])
+                        unavailable=params.unavailable, log=log[0],
+                        work_dir=os.path.dirname(os.path.dirname(input.manifest)), keep_work=params.keep_work,
+                        parameters=resolved)
     clear_outdated(params.outdated)
     summary = rep["discovery_report"]["summary"]
     print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "

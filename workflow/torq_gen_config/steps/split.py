@@ -16,6 +16,7 @@ from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out
 from .quantize import quantize_layer_job, quantized_input_ranges
 from .units import drop_key, file_identity, is_current, make_key, record_key
 from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
+from ..weight_store import FOLDED_FILE, load_model
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
@@ -42,14 +43,12 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
     Raises:
         ModelError: the model input values do not fit the model.
     """
-    import onnx
-
     from ..model.split import split_layers
 
     t0 = time.perf_counter()
-    model = onnx.load(prepared)
+    model = load_model(prepared, weights=False)  # the weights stay in the store: layers refer to them
     info = read_json(info_path, "preparation info")
-    man = split_layers(model, info, Path(manifest).parent)
+    man = split_layers(model, info, Path(manifest).parent, folded_store=Path(prepared).parent / FOLDED_FILE)
     _log(log, f"split into {len(man['layers'])} layers ({len(man['folded_nodes'])} constant nodes folded) "
               f"in {time.perf_counter() - t0:.2f} s")
     print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded"
@@ -115,24 +114,26 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
 
 @records_failure
 def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: float | None = None,
-                     log: str | None = None) -> None:
+                     log: str | None = None, parameters: bool = False) -> None:
     """Rule ``import_layer``: the layer's MLIR, imported in a supervised worker. An
     importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
-    timeout or crash), not raised: the layer's tests report it and the others go on."""
+    timeout or crash), not raised: the layer's tests report it and the others go on.
+    ``parameters``: the stored weights as IREE parameters (``parameters: external``)."""
     from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
     from ..mlir.importer import import_layer
 
     try:
-        res = run_isolated(import_layer, (layer_onnx, mlir), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
+        res = run_isolated(import_layer, (layer_onnx, mlir, parameters), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
                            what="the MLIR import of the layer")
         res.setdefault("stage", "import" if res["status"] != "ok" else None)
     except (WorkerTimeout, WorkerCrash) as e:
         atomic_write_text(mlir, "")
         res = {"status": "error", "stage": "timeout" if isinstance(e, WorkerTimeout) else "crash",
                "message": str(e), "import_ms": None}
+    res["parameters"] = "external" if parameters else "inline"
     write_json(status, res)
     record_timeout(status, res.get("stage") == "timeout", timeout_s)
-    _log(log, f"import {res['status']} ({res['import_ms']} ms) {res.get('message') or ''}")
+    _log(log, f"import {res['status']} ({res['import_ms']} ms, weights {res['parameters']}) {res.get('message') or ''}")
 
 
 #: the per-layer files of a prepared layer (their identities are in the unit's record)
@@ -142,7 +143,7 @@ PREPARED_LAYER_FILES = ("quantized.onnx", "reference.npz", "model.mlir", "import
 def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_dir: str, prepared: str,
                      input_settings: dict, layer_inputs: str, engine: str, precision: dict, import_mlir: bool,
                      quantize: dict | None = None, ranges: str | None = None, full_quant_info: str | None = None,
-                     timeout_s: float | None = None, force: bool = False) -> dict:
+                     timeout_s: float | None = None, force: bool = False, parameters: str = "inline") -> dict:
     """Rule ``prepare_unit``: for each member layer of the unit, in order, what its
     tests need, each step redone only when its key (:mod:`.units`) no longer matches
     or it timed out under a smaller limit than ``timeout_s`` (s):
@@ -152,7 +153,9 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
       ``quantize.json`` (:func:`~.quantize.quantize_layer_job`);
     - ``reference.npz``: its inputs and both references' outputs
       (:func:`reference_job`; ``input_settings``, ``layer_inputs``, ``engine``);
-    - with ``import_mlir``: ``model.mlir`` and ``import.json`` (:func:`import_layer_job`).
+    - with ``import_mlir``: ``model.mlir`` and ``import.json`` (:func:`import_layer_job`;
+      ``parameters``: the resolved mode, ``external`` imports the stored weights as IREE
+      parameters, and a change of mode imports again).
 
     ``force`` (``--recompute-cache``): every step of every member is redone.
 
@@ -203,12 +206,13 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                 redone.append("reference")
             if import_mlir:
                 mlir, status = os.path.join(d, "model.mlir"), os.path.join(d, "import.json")
-                key = make_key({"precision": precision}, [model])
+                external = parameters == "external"  # in the key only then: inline keeps the old keys
+                key = make_key({"precision": precision, **({"parameters": parameters} if external else {})}, [model])
                 if force or timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir):
                     drop_key(status)
                     consume_marker(status + TIMED_OUT_SUFFIX)
                     import_layer_job(layer_onnx=model, mlir=mlir, status=status, timeout_s=timeout_s,
-                                     log=_fresh_log(logs_dir, "import_layer", slug))
+                                     log=_fresh_log(logs_dir, "import_layer", slug), parameters=external)
                     record_key(status, key)
                     redone.append("import")
         except Exception as e:  # noqa: BLE001 - one layer's bug must not stop the unit's others
@@ -251,7 +255,8 @@ def prepare_unit(input, output, params, log) -> None:
     """Rule ``prepare_unit``: the unit's layers prepared (:func:`prepare_unit_job`).
     Inputs: ``manifest``, with quantize ``ranges`` and ``full``. Params: ``unit``,
     ``members``, ``files`` (the members' split files' identities), ``inputs``, ``layer_inputs``,
-    ``engine``, ``precision``, ``quantize``, ``import_mlir``, ``rerun`` (the members'
+    ``engine``, ``precision``, ``quantize``, ``import_mlir``, ``parameters`` (the resolved
+    mode: inline or external), ``rerun`` (the members'
     timeout records: :func:`~.markers.timeout_rerun_token`), ``outdated``; untracked
     ``timeout_s``, ``layers_dir``, ``logs_dir``, ``force``."""
     mark_outdated(params.outdated)
@@ -259,4 +264,5 @@ def prepare_unit(input, output, params, log) -> None:
                      logs_dir=params.logs_dir.value, prepared=output.prepared, input_settings=params.inputs,
                      layer_inputs=params.layer_inputs, engine=params.engine, precision=params.precision,
                      import_mlir=params.import_mlir, quantize=params.quantize, ranges=input.get("ranges"),
-                     full_quant_info=input.get("full"), timeout_s=params.timeout_s.value, force=params.force.value)
+                     full_quant_info=input.get("full"), timeout_s=params.timeout_s.value, force=params.force.value,
+                     parameters=params.parameters)

@@ -27,6 +27,7 @@ import os
 from typing import Any, Iterable
 
 from ..fileio import atomic_write_text
+from ..keep_work import cleaned_identity
 
 #: layers per unit, rounded up to a whole number of compile batches (:func:`unit_size`)
 UNIT_LAYERS = 32
@@ -60,13 +61,15 @@ def plan_units(slugs: list[str], compile_batch: int) -> list[dict]:
 
 
 def file_identity(path: str | os.PathLike | None) -> list[int] | None:
-    """``[size (bytes), mtime_ns]`` of ``path``, or None when there is none."""
+    """``[size (bytes), mtime_ns]`` of ``path``, or None when there is none. A file that
+    ``--keep-work minimal`` removed and recorded as restorable keeps the identity it had
+    (:func:`~torq_gen_config.keep_work.cleaned_identity`): its removal redoes nothing."""
     if path is None:
         return None
     try:
         st = os.stat(path)
     except OSError:
-        return None
+        return cleaned_identity(path)
     return [st.st_size, st.st_mtime_ns]
 
 
@@ -84,7 +87,7 @@ def is_current(output: str | os.PathLike, key: str, *others: str | os.PathLike) 
     ``key`` (it was made from what ``key`` describes) and ``output`` is still the file
     the key was recorded for (same content up to :data:`CONTENT_ID_BYTES`, else same
     size and mtime: one edited, damaged or replaced outside the workflow is made again)."""
-    if not all(os.path.exists(p) for p in (output, *others)):
+    if not all(os.path.exists(p) or cleaned_identity(p) is not None for p in (output, *others)):
         return False
     try:
         with open(f"{output}{KEY_SUFFIX}") as f:

@@ -37,6 +37,7 @@ class TorqBackend(Backend):
                       "(torq-run-module --torq_hw_type, e.g. sim); empty keeps each executor's option"),
     )
     batch_compile = True
+    inline_weights_only = "TORQ's compiler packs the weights into the module at compile time"
 
     @classmethod
     def whole_model(cls) -> "WholeModel":
