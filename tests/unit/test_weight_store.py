@@ -14,6 +14,7 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
+from torq_gen_config import external_data as xd
 from torq_gen_config import weight_store as ws
 from torq_gen_config.batch_compile import layer_weight_bytes, plan_batches
 from torq_gen_config.model.folding import ConstantValues, fold_constants
@@ -60,10 +61,10 @@ def test_externalize_moves_large_tensors_once_and_ort_reads_them(tmp_path):
     expected = ort.InferenceSession(m.SerializeToString()).run(None, {"x": x})[0]
     info = ws.externalize(m, tmp_path / ws.STORE_FILE)
     assert info["tensors"] == 3 and info["tensor_bytes"] == 3 * 64 * 64 * 4  # W1, W2, the Constant's value
-    inside = [t.name for t in ws.model_tensors(m) if not ws.is_external(t)]
+    inside = [t.name for t in xd.model_tensors(m) if not xd.is_external(t)]
     assert "s" in inside  # 4 bytes: stays in the model
-    for t in ws.model_tensors(m):
-        if ws.is_external(t):
+    for t in xd.model_tensors(m):
+        if xd.is_external(t):
             e = {x.key: x.value for x in t.external_data}
             assert e["location"] == ws.STORE_FILE and int(e["offset"]) % 64 == 0 and len(e["checksum"]) == 40
     path = tmp_path / "prepared.onnx"
@@ -92,30 +93,30 @@ def test_derived_models_refer_to_the_store_from_another_folder(tmp_path):
     m = _mlp()
     ws.externalize(m, tmp_path / ws.STORE_FILE)
     (tmp_path / "prepared.onnx").write_bytes(m.SerializeToString())
-    whole = ws.load_model(tmp_path / "prepared.onnx", weights=False)
+    whole = xd.load_model(tmp_path / "prepared.onnx", weights=False)
     assert all(os.path.isabs({e.key: e.value for e in t.external_data}["location"])
-               for t in ws.model_tensors(whole) if ws.is_external(t))
+               for t in xd.model_tensors(whole) if xd.is_external(t))
     layer = tmp_path / "layers" / "a" / "model.onnx"
     layer.parent.mkdir(parents=True)
-    ws.save_model(whole, layer)
+    xd.save_model(whole, layer)
     props = {p.key: p.value for p in onnx.load(str(layer), load_external_data=False).metadata_props}
-    assert props[ws.WEIGHTS_DIR_PROP] == os.path.join("..", "..")
-    assert ws.weights_dir(layer) == tmp_path.resolve()
+    assert props[xd.WEIGHTS_DIR_PROP] == os.path.join("..", "..")
+    assert xd.weights_dir(layer) == tmp_path.resolve()
     x = np.ones((1, 64), np.float32)
     want = ort.InferenceSession(str(tmp_path / "prepared.onnx")).run(None, {"x": x})[0]
-    got = ort.InferenceSession(str(layer), ws.session_options(layer)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(layer), xd.session_options(layer)).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
-    loaded = ws.load_model(layer)  # weights read in: self-contained in memory
-    assert not any(ws.is_external(t) for t in ws.model_tensors(loaded))
+    loaded = xd.load_model(layer)  # weights read in: self-contained in memory
+    assert not any(xd.is_external(t) for t in xd.model_tensors(loaded))
     np.testing.assert_array_equal(numpy_helper.to_array(loaded.graph.initializer[0]),
                                   numpy_helper.to_array(_mlp().graph.initializer[0]))
     # the bytes do not depend on where the output directory is
     other = tmp_path / "elsewhere"
     other.mkdir()
-    assert ws.model_bytes(whole, layer) == layer.read_bytes()
-    alone = onnx.load_from_string(ws.self_contained_bytes(whole))
-    assert not any(ws.is_external(t) for t in ws.model_tensors(alone))
-    assert ws.WEIGHTS_DIR_PROP not in {p.key for p in alone.metadata_props}
+    assert xd.model_bytes(whole, layer) == layer.read_bytes()
+    alone = onnx.load_from_string(xd.self_contained_bytes(whole))
+    assert not any(xd.is_external(t) for t in xd.model_tensors(alone))
+    assert xd.WEIGHTS_DIR_PROP not in {p.key for p in alone.metadata_props}
 
 
 def test_short_store_is_a_clear_error(tmp_path):
@@ -125,18 +126,18 @@ def test_short_store_is_a_clear_error(tmp_path):
     with open(tmp_path / ws.STORE_FILE, "r+b") as f:
         f.truncate(100)
     with pytest.raises(ValueError, match="holds .* of its"):
-        ws.load_model(tmp_path / "p.onnx")
+        xd.load_model(tmp_path / "p.onnx")
 
 
 def test_constant_values_read_stored_tensors_on_access(tmp_path):
     m = _big_const_mlp()
     ws.externalize(m, tmp_path / ws.STORE_FILE)
-    ws.resolve_locations(m, tmp_path)
+    xd.resolve_locations(m, tmp_path)
     values, folded, _ = fold_constants(m)
     assert isinstance(values, ConstantValues)
     # Identity of a stored weight and a Constant's stored value fold by reference
-    assert values.proto("W2i") is not None and ws.is_external(values.proto("W2i"))
-    assert values.proto("cbig") is not None and ws.is_external(values.proto("cbig"))
+    assert values.proto("W2i") is not None and xd.is_external(values.proto("W2i"))
+    assert values.proto("cbig") is not None and xd.is_external(values.proto("cbig"))
     np.testing.assert_array_equal(values["W2i"], numpy_helper.to_array(_mlp().graph.initializer[1]))
     assert values.proto("s") is not None and float(values["s"]) == 0.5
     assert "nothing" not in values and len(values) == len(set(values))
@@ -154,7 +155,7 @@ def test_split_layers_refer_to_the_store(tmp_path):
     model, info = prepare_model(src, store=store)
     ws.externalize(model, store)
     (work / "prepared.onnx").write_bytes(model.SerializeToString())
-    whole = ws.load_model(work / "prepared.onnx", weights=False)
+    whole = xd.load_model(work / "prepared.onnx", weights=False)
     man = split_layers(whole, info, work / "layers")
     layer_files = sorted((work / "layers").rglob("model.onnx"))
     assert len(layer_files) == len(man["layers"]) == 6
@@ -164,15 +165,15 @@ def test_split_layers_refer_to_the_store(tmp_path):
     for layer in man["layers"]:
         path = work / "layers" / layer["slug"] / "model.onnx"
         feeds = {i["name"]: x for i in layer["inputs"]}
-        got = ort.InferenceSession(str(path), ws.session_options(path)).run(None, feeds)
-        inline = ws.self_contained_bytes(ws.load_model(path, weights=False))
+        got = ort.InferenceSession(str(path), xd.session_options(path)).run(None, feeds)
+        inline = xd.self_contained_bytes(xd.load_model(path, weights=False))
         want = ort.InferenceSession(inline).run(None, feeds)
         for g, w in zip(got, want):
             np.testing.assert_array_equal(g, w)
     second = next(layer for layer in man["layers"] if layer["op_type"] == "MatMul" and
                   any(i["name"] == "W2i" for i in layer["initializers"]))
     t = onnx.load(str(work / "layers" / second["slug"] / "model.onnx"), load_external_data=False).graph.initializer[0]
-    assert ws.is_external(t)  # the Identity of a stored weight: still the stored bytes
+    assert xd.is_external(t)  # the Identity of a stored weight: still the stored bytes
 
 
 def test_batches_end_before_their_weights_pass_the_budget():
@@ -209,14 +210,14 @@ def test_split_writes_folded_weights_once_and_layers_refer_to_them(tmp_path):
     ws.externalize(model, work / ws.STORE_FILE)
     (work / "prepared.onnx").write_bytes(model.SerializeToString())
     folded = work / ws.FOLDED_FILE
-    man = split_layers(ws.load_model(work / "prepared.onnx", weights=False), info, work / "layers", folded_store=folded)
+    man = split_layers(xd.load_model(work / "prepared.onnx", weights=False), info, work / "layers", folded_store=folded)
     assert [layer["op_type"] for layer in man["layers"]] == ["MatMul", "MatMul"]
     assert sorted(ws.archive_offsets(folded)) == ["folded:Wt", "folded:fill"]
     mtime = folded.stat().st_mtime_ns
-    split_layers(ws.load_model(work / "prepared.onnx", weights=False), info, work / "layers", folded_store=folded)
+    split_layers(xd.load_model(work / "prepared.onnx", weights=False), info, work / "layers", folded_store=folded)
     assert folded.stat().st_mtime_ns == mtime
-    second = ws.load_model(work / "layers" / man["layers"][1]["slug"] / "model.onnx", weights=False)
+    second = xd.load_model(work / "layers" / man["layers"][1]["slug"] / "model.onnx", weights=False)
     t = next(t for t in second.graph.initializer if t.name == "Wt")
-    assert ws.is_external(t) and ws.parameter_key(t, {}) == "folded:Wt"
-    np.testing.assert_array_equal(ws.tensor_array(t), w.T)
+    assert xd.is_external(t) and ws.parameter_key(t, {}) == "folded:Wt"
+    np.testing.assert_array_equal(xd.tensor_array(t), w.T)
     assert all(p.stat().st_size < 2000 for p in (work / "layers").rglob("model.onnx"))

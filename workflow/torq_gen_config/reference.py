@@ -26,7 +26,7 @@ from typing import Any
 from .fileio import damaged_work_file, load_npz, save_npz  # noqa: F401 (load_npz, save_npz re-exported: their old home)
 from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
 from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
-from .weight_store import load_model
+from .external_data import load_model
 from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
 from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS  # noqa: F401 (DEFAULT_TIMEOUT_S: its old home)
 from .limits import call_limit

@@ -24,7 +24,7 @@ import threading
 from typing import Any, Callable
 
 from .model.graph import copy_proto
-from .weight_store import is_external, load_model, load_weights, model_tensors, session_options
+from .external_data import is_external, load_model, load_weights, model_tensors, session_options
 
 ENGINES = ("onnxruntime", "onnx")
 """Reference engine names (config ``reference``, ``--reference``)."""

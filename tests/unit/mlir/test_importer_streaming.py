@@ -9,6 +9,7 @@ import onnx
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
+from torq_gen_config import external_data as xd
 from torq_gen_config import weight_store as ws
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.model.prepare import prepare_model
@@ -27,7 +28,7 @@ def test_layers_of_squeezenet_print_as_mlir_does(tmp_path, squeezenet_path):
     man = split_layers(model, info, tmp_path / "layers")
     for layer in man["layers"][::5]:
         out = tmp_path / f"{layer['slug']}.mlir"
-        import_model(ws.load_model(tmp_path / "layers" / layer["slug"] / "model.onnx"), out)
+        import_model(xd.load_model(tmp_path / "layers" / layer["slug"] / "model.onnx"), out)
         assert out.read_text() == _mlir_print(out), layer["slug"]
 
 
@@ -41,11 +42,11 @@ def test_stored_weights_print_as_mlir_does_and_elide(tmp_path):
     ws.externalize(m, tmp_path / ws.STORE_FILE)
     onnx.save(m, tmp_path / "m.onnx")
     out = tmp_path / "m.mlir"
-    import_model(ws.load_model(tmp_path / "m.onnx", weights=False), out)
+    import_model(xd.load_model(tmp_path / "m.onnx", weights=False), out)
     text = out.read_text()
     assert text == _mlir_print(out)
     assert w.tobytes().hex().upper() in text and text.count("dense_resource<") == 2
     elided = tmp_path / "map.mlir"
-    import_model(ws.load_model(tmp_path / "m.onnx", weights=False), elided, elide_weights=True)
+    import_model(xd.load_model(tmp_path / "m.onnx", weights=False), elided, elide_weights=True)
     assert w.tobytes().hex().upper()[:64] not in elided.read_text()
     assert elided.read_text().split("\n{-#")[0] == text.split("\n{-#")[0]  # the same ops on the same lines

@@ -31,7 +31,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..weight_store import session_options
+from ..external_data import session_options
 from ..tools import bounded_message
 from .base import Backend, CompiledArtifact, StageError, check_inputs, check_timing_args
 from .ort_session import (  # noqa: F401 (re-exported: the old home of these names)

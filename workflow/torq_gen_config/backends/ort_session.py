@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError
 from ..logs import append_record
-from ..weight_store import session_options
+from ..external_data import session_options
 from ..tools import bounded_message
 from .base import StageError, check_options, runtime_stats
 

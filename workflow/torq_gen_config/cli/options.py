@@ -153,7 +153,7 @@ def build_config(args: argparse.Namespace) -> dict:
     model = resolve_model_path(args.model).resolve()  # also onnx:<path in the onnx package>, as in the config
     if "{" in str(model) or "}" in str(model):
         raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
-    onnx_model = load_model(model)  # one-line error for missing/corrupt/.tflite before anything starts
+    onnx_model = load_model(model, graph_only=True)  # one-line error for missing/corrupt/.tflite before anything starts
     config = load_config_file(DEFAULT_CONFIG_PATH)
     if getattr(args, "config_file", None):
         # config/gpu.yaml and config/torq.yaml are also found from another directory (and in a wheel)

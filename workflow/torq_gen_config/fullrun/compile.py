@@ -11,7 +11,7 @@ from ..backends import capabilities, make_backend
 from ..backends.base import StageError
 from ..limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from ..tools import bounded_message, first_error_line
-from ..weight_store import load_model
+from ..external_data import load_model
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, _round
 
 

@@ -14,7 +14,7 @@ from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
 from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..tools import bounded_message, first_error_line
-from ..weight_store import load_model
+from ..external_data import load_model
 from .batches import batch_module_of
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 

@@ -12,7 +12,8 @@ from typing import Iterable, Mapping
 from ..backends import NEEDS_MLIR, capabilities
 from ..backends.parameters import with_parameters
 from ..fileio import write_bytes_if_changed
-from ..weight_store import model_bytes, store_folded
+from ..external_data import model_bytes
+from ..weight_store import store_folded
 from ..model.graph import node_inputs, tensor_consumers, value_types
 from ..batch_compile import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches

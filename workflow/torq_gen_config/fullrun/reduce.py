@@ -47,7 +47,7 @@ from ..model.graph import tensor_consumers, value_types
 from .compile import compile_partition, safe_describe
 from .execute import run_partitions
 from .common import PARTITION_MODEL, PARTITIONS_MODE
-from ..weight_store import load_model, model_bytes
+from ..external_data import load_model, model_bytes
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .plan import QDQ_OPS
 from .tensor_values import TensorValues

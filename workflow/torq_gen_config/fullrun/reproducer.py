@@ -14,7 +14,7 @@ from typing import Mapping
 
 from ..backends import make_backend
 from ..fileio import read_json, write_json
-from ..weight_store import self_contained_bytes
+from ..external_data import self_contained_bytes
 from .reduce import Outcome, Reducer
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..fileio import atomic_write_text
-from ..weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, is_external, load_model, parameter_key, stored_bytes
+from ..external_data import is_external, load_model, stored_bytes
+from ..weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, parameter_key
 
 #: the Python distribution of the ONNX -> MLIR importer (its version goes to the report)
 IMPORTER_PACKAGE = "iree-base-compiler"
@@ -32,7 +33,7 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
 
     Args:
         onnx_model: model with inferred shapes (graph name becomes the function name);
-            its tensors may be in the weight store (:func:`~torq_gen_config.weight_store.load_model`
+            its tensors may be in the weight store (:func:`~torq_gen_config.external_data.load_model`
             with ``weights=False``): they are mapped, not copied.
         mlir_path: output ``.mlir`` file.
         record_locations: also return, per ONNX node, the location of the op that

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Iterator
 
 from .graph import copy_proto, node_attr
-from ..weight_store import is_external, tensor_array
+from ..external_data import is_external, tensor_array
 from ..limits import NOTE_CHARS
 
 #: Ops whose output is not a function of their inputs: never folded.

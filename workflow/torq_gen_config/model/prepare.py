@@ -26,18 +26,29 @@ from .opset_upgrade import (  # noqa: F401 (some re-exported: their old home)
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 from .symbolic_dims import _dims_text, fix_symbolic_dims  # noqa: F401 (_dims_text: re-exported)
 from ..limits import NOTE_CHARS
-from ..weight_store import externalize, load_weights, resolve_locations
+from ..external_data import external_data_problem, load_weights, resolve_locations
+from ..weight_store import MIN_EXTERNAL_BYTES, externalize
+from .onnx_file import WireError, read_skeleton
 
 
-def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None) -> "onnx.ModelProto":  # noqa: F821
+def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, *,
+               graph_only: bool = False) -> "onnx.ModelProto":  # noqa: F821
     """Load an ONNX model file and check that it really is one.
 
+    The file is read as a skeleton (:func:`~.onnx_file.read_skeleton`): the values of
+    its large tensors stay in the file (or in its external data files) until they are
+    needed, so that no step holds the weights twice (``onnx.load`` holds them twice
+    while it parses).
+
     Args:
-        path: ``.onnx`` file (external data next to it is loaded too).
-        store: move every large tensor into this weight store file
-            (:func:`~torq_gen_config.weight_store.externalize`) before the check, so that
-            the checker's copy of the model holds the graph only; the returned model's
-            stored tensors then have absolute locations.
+        path: ``.onnx`` file (external data next to it is read too).
+        store: copy every large tensor into this weight store file, file to file
+            (:func:`~torq_gen_config.weight_store.externalize`), and check the graph
+            beside it; the returned model's stored tensors refer to the store (absolute
+            locations).
+        graph_only: no store, no weights read and no ONNX checker (the preparation runs
+            it): the early checks of the command line; large tensors refer to the file.
+        Neither: the weights are read in and the whole model is checked.
 
     Returns:
         The loaded ``onnx.ModelProto``.
@@ -45,7 +56,8 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None) 
     Raises:
         ModelError: the file is missing, a directory, a ``.tflite`` model (rejected:
             the tool is ONNX-only, seed 002 section 11), not a protobuf, truncated,
-            or has no graph.
+            has no graph, its external data is missing or short, or the checker
+            rejects it.
     """
     import onnx
     from google.protobuf.message import DecodeError
@@ -60,31 +72,32 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None) 
     if p.stat().st_size == 0:
         raise ModelError(f"{p}: file is empty, not an ONNX model")
     try:
-        model = onnx.load(str(p), load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
+        model = onnx.load_from_string(read_skeleton(p, min_bytes=MIN_EXTERNAL_BYTES)[0])
+    except (WireError, DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{p}: not a valid ONNX model (cannot parse the protobuf: {_one_line(e)})") from None
     except OSError as e:
         raise ModelError(f"{p}: cannot read model: {_one_line(e)}") from None
     missing = sorted({e.value for t in _all_tensors(model) for e in t.external_data if e.key == "location"
-                      and not (p.parent / e.value).is_file()})
+                      and not os.path.isabs(e.value) and not (p.parent / e.value).is_file()})
     if missing:
         raise ModelError(f"{p}: the model's external data file{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(str(p.parent / m) for m in missing)} not found (keep the data files next to "
                          "the .onnx file)")
-    try:
-        from onnx.external_data_helper import load_external_data_for_model
-
-        load_external_data_for_model(model, str(p.parent))
-    except Exception as e:  # a data file that is too short or unreadable
-        raise ModelError(f"{p}: cannot read the model's external data: {_one_line(e)}") from None
+    resolve_locations(model, p.parent)
+    short = external_data_problem(model)
+    if short:
+        raise ModelError(f"{p}: cannot read the model's external data: {short}")
     if not model.opset_import or not model.HasField("graph"):
         raise ModelError(f"{p}: not a valid ONNX model (no graph or opset; is the file truncated or of another "
                          "format?)")
     if len(model.graph.node) == 0:
         raise ModelError(f"{p}: the model has no nodes (its graph only passes inputs to outputs): there is no "
                          "layer to test")
+    if graph_only:
+        return model
     try:
         if store is None:
+            load_weights(model)
             onnx.checker.check_model(model)
         else:  # the checker copies what it gets: give it the graph, beside the store
             externalize(model, store)

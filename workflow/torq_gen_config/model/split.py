@@ -22,7 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..weight_store import save_model, store_folded
+from ..external_data import save_model
+from ..weight_store import store_folded
 from .folding import NONDETERMINISTIC_OPS, fold_constants, static_shapes as _static_shapes  # noqa: F401 (re-exported)
 from .extract import extract_model
 from .graph import node_inputs, value_types

@@ -15,7 +15,7 @@ from ..backends import capabilities
 from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..fullrun.common import PARTITIONS_MODE
 from ..job_support import _log, records_failure
-from ..weight_store import load_model
+from ..external_data import load_model
 
 
 def full_assignment(input, output, params, log) -> None:

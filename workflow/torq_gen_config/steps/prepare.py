@@ -13,7 +13,8 @@ from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from ..limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ..errors import ConfigError
-from ..weight_store import STORE_FILE, externalize, self_contained_bytes
+from ..external_data import self_contained_bytes
+from ..weight_store import STORE_FILE, externalize
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
@@ -61,7 +62,7 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     shapes = dict(input_shapes or {})
     sources = {name: "--input-shapes" for name in shapes}
     if input_data:
-        for name, shp in input_data_shapes(input_data, load_model(model)).items():
+        for name, shp in input_data_shapes(input_data, load_model(model, graph_only=True)).items():
             if name in shapes and list(shapes[name]) != shp:
 
                 raise ConfigError(f"--input-shapes {name}:{'x'.join(map(str, shapes[name]))} and the --input-data "

@@ -11,7 +11,7 @@ from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..job_support import _log, in_worker, records_failure
 from ..layout import mark_outdated
 from ..limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
-from ..weight_store import load_model
+from ..external_data import load_model
 
 @records_failure
 def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:

@@ -16,7 +16,8 @@ from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out
 from .quantize import quantize_layer_job, quantized_input_ranges
 from .units import drop_key, file_identity, is_current, make_key, record_key
 from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
-from ..weight_store import FOLDED_FILE, load_model
+from ..external_data import load_model
+from ..weight_store import FOLDED_FILE
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
