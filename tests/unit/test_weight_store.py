@@ -221,3 +221,27 @@ def test_split_writes_folded_weights_once_and_layers_refer_to_them(tmp_path):
     assert xd.is_external(t) and ws.parameter_key(t, {}) == "folded:Wt"
     np.testing.assert_array_equal(xd.tensor_array(t), w.T)
     assert all(p.stat().st_size < 2000 for p in (work / "layers").rglob("model.onnx"))
+
+
+def test_engines_read_stored_tensors_without_copies(tmp_path):
+    """A node model and a whole model whose tensors are in the store run on ONNX Runtime
+    from memory (the folder option) and on onnx's evaluator (weights read in), with the
+    outputs of the same model inline."""
+    from torq_gen_config.model_run import run_model_by_node
+    from torq_gen_config.reference_run import run_reference
+
+    inline = _big_const_mlp()
+    m = _big_const_mlp()
+    ws.externalize(m, tmp_path / ws.STORE_FILE)
+    xd.resolve_locations(m, tmp_path)
+    detached, folder = xd.detach_locations(m)
+    assert folder == str(tmp_path.resolve()) and all(
+        not os.path.isabs(xd.external_entries(t)["location"]) for t in xd.model_tensors(detached) if xd.is_external(t))
+    x = np.random.default_rng(2).standard_normal((1, 64), dtype=np.float32)
+    want = ort.InferenceSession(inline.SerializeToString()).run(None, {"x": x})[0]
+    for engine in ("onnxruntime", "onnx"):
+        got = run_reference(m, {"x": x}, ["z"], engine=engine)[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert xd.is_external(m.graph.initializer[0])  # the caller's model is not changed
+    by_node = run_model_by_node(m, {"x": x})
+    np.testing.assert_allclose(by_node["values"]["z"], want, rtol=1e-5, atol=1e-5)

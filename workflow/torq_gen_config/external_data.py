@@ -28,7 +28,7 @@ from .fileio import atomic_write_bytes, write_bytes_if_changed
 #: folder relative to the model file's folder (e.g. ``../..`` for a layer model).
 WEIGHTS_DIR_PROP = "torq_gen_config.weights_dir"
 #: The ONNX Runtime session option that names the folder external data is relative to.
-_ORT_FOLDER_OPTION = "session.model_external_initializers_file_folder_path"
+ORT_FOLDER_OPTION = "session.model_external_initializers_file_folder_path"
 
 
 def _graph_tensors(graph) -> Iterator[Any]:
@@ -251,6 +251,30 @@ def model_bytes(model, path: str | os.PathLike) -> bytes:
     return out.SerializeToString(deterministic=True)
 
 
+def detach_locations(model) -> tuple[Any, str | None]:
+    """A copy of ``model`` whose external tensors (absolute locations, one folder) name
+    their files by base name, and that folder (None when no tensor is external): for an
+    ONNX Runtime session made from bytes with :data:`ORT_FOLDER_OPTION` set to it.
+
+    Raises:
+        ValueError: external tensors in more than one folder.
+    """
+    out = type(model)()
+    out.CopyFrom(model)
+    folders = set()
+    for t in model_tensors(out):
+        if is_external(t):
+            entries = external_entries(t)
+            loc = entries.get("location", "")
+            if os.path.isabs(loc):
+                folders.add(os.path.dirname(loc))
+                entries["location"] = os.path.basename(loc)
+                set_external_entries(t, entries)
+    if len(folders) > 1:
+        raise ValueError(f"the model's external tensors are in several folders: {sorted(folders)}")
+    return out, (folders.pop() if folders else None)
+
+
 def save_model(model, path: str | os.PathLike, *, only_if_changed: bool = False) -> bool:
     """Write ``model`` to ``path`` atomically as :func:`model_bytes` gives it.
 
@@ -310,5 +334,5 @@ def session_options(path: str | os.PathLike, so=None):
     so = so if so is not None else ort.SessionOptions()
     folder = weights_dir(path)
     if folder != Path(path).parent.resolve():
-        so.add_session_config_entry(_ORT_FOLDER_OPTION, str(folder))
+        so.add_session_config_entry(ORT_FOLDER_OPTION, str(folder))
     return so

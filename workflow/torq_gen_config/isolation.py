@@ -22,6 +22,8 @@ exits when the Snakemake process does, also after ``kill -9``).
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -86,12 +88,8 @@ def _ctx():
 
 def _set_parent_death_signal() -> None:
     """Ask the kernel to SIGKILL this process when its parent (the forkserver) exits."""
-    try:
-        import ctypes
-
+    with contextlib.suppress(Exception):  # not Linux: the forkserver still kills nothing, kill_all does at exit
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
-    except Exception:  # not Linux: the forkserver still kills nothing, kill_all does at exit
-        pass
 
 
 def _release_inherited_fds() -> None:
@@ -131,10 +129,10 @@ Call = tuple  # (Callable, tuple, dict)
 
 
 def _worker_main(conn, run_pid: int) -> None:
-    """Body of a worker: receive call sequences (with the caller's working directory,
-    which the calls run in) until the pipe closes (or ``None``); run each sequence's calls in order, sending ``("start", i)`` before and
-    ``("ok", i, value)`` or the exception after each (a later call's hang does not
-    lose them)."""
+    """Body of a worker: receive call sequences (with the caller's working directory, which
+    the calls run in) until the pipe closes (or ``None``); run each sequence's calls in order,
+    sending ``("start", i)`` before and ``("ok", i, value)`` or the exception after each (a
+    later call's hang does not lose them), then return the memory they freed."""
     import pickle
 
     global _in_worker
@@ -167,6 +165,8 @@ def _worker_main(conn, run_pid: int) -> None:
                         _send(conn, ("raise", i, e, text))
                     except Exception:
                         _send(conn, ("error", i, f"{type(e).__name__}: {e}", text))
+                with contextlib.suppress(OSError, AttributeError):  # glibc keeps freed pages: a kept worker
+                    ctypes.CDLL(None).malloc_trim(0)  # would hold every call's peak (one layer's weights)
     finally:
         conn.close()
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from .model.folding import fold_constants
+from .external_data import is_external
+from .model.folding import ConstantValues, fold_constants
 from .model.graph import copy_proto, node_inputs
 from .reference_run import ENGINES, ReferenceTimeout, engine_label, run_reference
 
@@ -85,12 +86,21 @@ def node_model(model, node, feeds: dict, constants: dict, types: dict):
     """A one-node model of ``node`` (a node of ``model``): its run-time inputs (including
     names its subgraphs read from the enclosing graph) are graph inputs typed from
     their values in ``feeds``, constant inputs are initializers, outputs carry the
-    element types known in ``types`` (untyped when unknown)."""
+    element types known in ``types`` (untyped when unknown). A constant held in a weight
+    store (:meth:`~.model.folding.ConstantValues.proto`) is referred to, not copied: the
+    engine reads it from there (:func:`~.reference_run.run_reference`)."""
     from onnx import helper, numpy_helper
 
     ins = node_inputs(node)
     graph_inputs = [_input_info(t, feeds[t]) for t in ins if t in feeds]
-    inits = [numpy_helper.from_array(constants[t], name=t) for t in ins if t in constants and t not in feeds]
+    inits = []
+    for t in ins:
+        if t in constants and t not in feeds:
+            proto = constants.proto(t) if isinstance(constants, ConstantValues) else None
+            if proto is not None and is_external(proto):
+                inits.append(copy_proto(proto))
+            else:
+                inits.append(numpy_helper.from_array(constants[t], name=t))
     outs = [_output_info(o, types) for o in node.output if o]
     graph = helper.make_graph([copy_proto(node)], "node", graph_inputs, outs, initializer=inits)
     m = helper.make_model(graph, opset_imports=list(model.opset_import))

@@ -24,7 +24,8 @@ import threading
 from typing import Any, Callable
 
 from .model.graph import copy_proto
-from .external_data import is_external, load_model, load_weights, model_tensors, session_options
+from .external_data import (ORT_FOLDER_OPTION, detach_locations, is_external, load_model, load_weights, model_tensors,
+                            session_options)
 
 ENGINES = ("onnxruntime", "onnx")
 """Reference engine names (config ``reference``, ``--reference``)."""
@@ -81,9 +82,13 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
     bf16 = has_bfloat16(model)
-    if (engine != "onnxruntime" or model_path is None or bf16) and any(is_external(t) for t in model_tensors(model)):
-        model = copy_proto(model)  # the engine gets the model from memory: its weights are read in
-        load_weights(model)
+    folder = None
+    if any(is_external(t) for t in model_tensors(model)):
+        if engine == "onnxruntime" and model_path is None and not bf16:
+            model, folder = detach_locations(model)  # ONNX Runtime reads the stored tensors itself
+        elif engine != "onnxruntime" or model_path is None or bf16:
+            model = copy_proto(model)  # the engine gets the model from memory: its weights are read in
+            load_weights(model)
     if bf16:
         from .precision.widening import widen_bf16_to_fp32
 
@@ -95,7 +100,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
                  for k, v in feeds.items()}
     if engine == "onnxruntime":
         outs = _run_onnxruntime(model, feeds, output_names, timeout_s=timeout_s, model_path=model_path,
-                                intra_op_num_threads=intra_op_num_threads)
+                                intra_op_num_threads=intra_op_num_threads, data_folder=folder)
     else:
         outs = call_with_deadline(lambda: _run_onnx_reference(model, feeds, output_names), timeout_s,
                                   what=f"the ONNX reference implementation")
@@ -125,7 +130,7 @@ def run_reference_file(model_path: str, feeds: dict, output_names: list[str], en
 
 
 def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
-                     model_path, intra_op_num_threads: int | None) -> list:
+                     model_path, intra_op_num_threads: int | None, data_folder: str | None = None) -> list:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -135,6 +140,8 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
     so.log_severity_level = 4  # failures come back as exceptions; no stderr noise
     if model_path is not None:
         session_options(model_path, so)
+    elif data_folder is not None:
+        so.add_session_config_entry(ORT_FOLDER_OPTION, data_folder)
     src = str(model_path) if model_path is not None else model.SerializeToString()
     sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
     run_options = ort.RunOptions()
