@@ -246,9 +246,9 @@ def layer_batches(executor):
         settings = {"executor": run_executor(executor), "timing": get_timing(None)}
         plan = batch_compile.plan_batches(
             tested_layers(), COMPILE_BATCH, batch_compile.settings_key(settings),
-            # external weights (docs/parameters.md): the merged module holds none, no weight budget
-            weights=None if resolved_parameters()["mode"] == "external" else
-            {slug: batch_compile.layer_weight_bytes(layer) for slug, layer in layers.items()},
+            # inline, the merged text holds the batch's weights; external, every run of one of its
+            # layers loads all of the module's parameters: a budget either way (docs/parameters.md)
+            weights={slug: batch_compile.layer_weight_bytes(layer) for slug, layer in layers.items()},
             unit=units.unit_size(COMPILE_BATCH))
         _BATCH_CACHE[key] = ({b["id"]: b["members"] for b in plan},
                              {slug: b["id"] for b in plan for slug in b["members"]})
@@ -270,6 +270,8 @@ def resolved_parameters():
     """The weights mode (backends.parameters.resolve: mode, reason, ...), cached per
     prepare.json mtime; only for jobs after the split checkpoint (prepare.json is there)."""
     path = os.path.join(WORK, "prepare.json")
+    if not os.path.isfile(path):  # removed: the preparation runs again, and the jobs after it see it
+        return weights_mode.resolve_from(PARAMETER_SETTINGS, {}, list(EXECUTORS.values()))
     key = (path, os.stat(path).st_mtime_ns)
     if key not in _PARAMETERS_CACHE:
         _PARAMETERS_CACHE.clear()
@@ -531,7 +533,9 @@ def get_prepare_inputs(wildcards):
     stat each, where Snakemake's matching of an input file to the rules costs ~0.1 ms
     a file at every start (docs/scale.md)."""
     _unit_slugs(wildcards, known=False)  # the checkpoint, before the params read the manifest
-    inputs = {"manifest": os.path.join(LAYERS, "manifest.json")}
+    # the archives the layer models refer to (a removed one is made again by its job)
+    inputs = {"manifest": os.path.join(LAYERS, "manifest.json"), "weights": os.path.join(WORK, "weights.irpa"),
+              "folded": os.path.join(WORK, "folded.irpa")}
     if QUANTIZE:
         inputs["ranges"] = os.path.join(QUANT, "calibration.json")
         inputs["full"] = os.path.join(QUANT, "quantize.json")

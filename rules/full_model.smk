@@ -42,9 +42,14 @@ checkpoint plan_full_model:
         mlir=rules.import_full_model.output.mlir,
         # the stored weights' size: parameters: auto is resolved with it
         info=rules.prepare_model.output.info,
+        # the partition models refer to the weight store: a removed store is made again
+        weights=rules.prepare_model.output.weights,
     output:
         plan=FULL_PLAN,
     params:
+        # the archives' absolute paths are in the external-mode run flags: a moved output
+        # directory plans (and runs) again
+        store=os.path.abspath(os.path.join(WORK, "weights.irpa")),
         # run-wide backend settings (torq_hw, ...) applied as in discovery (compiler/runtime
         # options are applied by the plan itself)
         executors=[backends.executor_with_tool_options(e, [], [], backends.run_wide_overrides(config))

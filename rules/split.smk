@@ -8,10 +8,13 @@
 checkpoint split_layers:
     input:
         model=rules.prepare_model.output.model,
+        # the layer models refer to the weight store: a removed store is made again
+        weights=rules.prepare_model.output.weights,
         info=rules.prepare_model.output.info,
         model_inputs=MODEL_INPUTS,
     output:
         manifest=os.path.join(LAYERS, "manifest.json"),
+        folded=os.path.join(WORK, "folded.irpa"),
     params:
         layer_inputs=config["layer_inputs"],
         timeout_s=TIMEOUT,

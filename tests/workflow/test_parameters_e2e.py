@@ -88,7 +88,7 @@ def discover_both(tmp_path: Path, model: Path, name: str, snakemake_external: tu
     return found
 
 
-def check_modes(found: dict, external_reason: str = "set in the config") -> None:
+def check_modes(found: dict, external_reason: str = "chosen with --parameters or in the config") -> None:
     """The same verdicts and the same full-model verdict both ways; each mode says what it was."""
     inline, external = found["inline"]["report"], found["external"]["report"]
     assert verdicts(inline) == verdicts(external)
@@ -96,7 +96,7 @@ def check_modes(found: dict, external_reason: str = "set in the config") -> None
     assert inline["full_model"]["status"] == external["full_model"]["status"] == "success"
     for mode in ("inline", "external"):
         rec = found[mode]["report"]["provenance"]["parameters"]
-        assert (rec["mode"], rec["reason"]) == (mode, "set in the config" if mode == "inline" else external_reason)
+        assert (rec["mode"], rec["reason"]) == (mode, "chosen with --parameters or in the config" if mode == "inline" else external_reason)
         assert found[mode]["plan"]["options"]["parameters"]["mode"] == mode
         iree_parts = [p for p in found[mode]["plan"]["partitions"] if p["backend"] == "iree"]
         flags = [" ".join(p["executor_def"]["options"].get("run_flags") or []) for p in iree_parts]
@@ -110,7 +110,7 @@ def test_transformer_block_same_verdicts_smaller_modules(tmp_path):
     # external through auto, in the Snakemake form: 770 KiB of stored weights >= 0.5 MiB
     found = discover_both(tmp_path, model, "block", snakemake_external=("parameters=auto", "parameters_auto_mb=0.5"))
     check_modes(found, external_reason="auto: 770.0 KiB of weights >= 0.5 MiB")
-    assert "Weights: inline (set in the config)" in found["inline"]["stdout"]
+    assert "Weights: inline (chosen with --parameters or in the config)" in found["inline"]["stdout"]
     ext = work(found["external"]["out"])
     assert "#stream.parameter.named" in (ext / "layers" / "Gemm_f1" / "model.mlir").read_text()
     assert json.loads((ext / "layers" / "Gemm_f1" / "import.json").read_text())["parameters"] == "external"

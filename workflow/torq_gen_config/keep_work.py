@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .external_data import model_tensors
 from .fileio import read_json, write_json
 from .layout import LAYERS_DIR
 
@@ -358,6 +359,26 @@ def forget(path: str | os.PathLike) -> None:
 
 # ---- the summary line and the report's work_dir
 
+def _model_bytes(model: str | os.PathLike) -> int | None:
+    """The model file's size plus that of the external data files it names (its weights
+    may be there), or None when it cannot be read. Only a file under 64 MiB is parsed: a
+    model with its weights outside is small."""
+    try:
+        size = os.stat(model).st_size
+        if size > (64 << 20):
+            return size
+        data = Path(model).read_bytes()
+        if b"\x0a\x08location" not in data:  # names no external data file
+            return size
+        import onnx
+
+        locations = {e.value for t in model_tensors(onnx.load_from_string(data)) for e in t.external_data
+                     if e.key == "location"}
+        return size + sum(os.stat(Path(model).parent / loc).st_size for loc in locations)
+    except Exception:  # an unreadable model or data file: the size line says what it can
+        return None
+
+
 def measure(work: str | os.PathLike, model: str | os.PathLike | None, *,
             output_dir: str | os.PathLike | None = None) -> dict:
     """The report's ``work_dir`` section: ``{"path"`` (relative to ``output_dir`` when
@@ -368,10 +389,7 @@ def measure(work: str | os.PathLike, model: str | os.PathLike | None, *,
     w = Path(work)
     entries = _scan(w)
     total, files = _usage(entries)
-    try:
-        model_bytes = os.stat(model).st_size if model else None
-    except OSError:
-        model_bytes = None
+    model_bytes = _model_bytes(model) if model else None
     path = os.path.relpath(w, output_dir) if output_dir else str(w)
     sec = {"path": Path(path).as_posix(), "bytes": total, "files": files, "model_bytes": model_bytes,
            "ratio": round(total / model_bytes, 2) if model_bytes else None,

@@ -31,8 +31,8 @@ def test_auto_is_external_from_the_threshold_and_says_why():
 
 
 def test_explicit_settings_and_torq():
-    assert describe(resolve("inline", 1024, 10 * GIB, [IREE])) == "inline (set in the config)"
-    assert describe(resolve("external", 1024, 0, [IREE])) == "external (set in the config)"
+    assert describe(resolve("inline", 1024, 10 * GIB, [IREE])) == "inline (chosen with --parameters or in the config)"
+    assert describe(resolve("external", 1024, 0, [IREE])) == "external (chosen with --parameters or in the config)"
     pinned = resolve("auto", 1, 10 * GIB, [IREE, NSS])
     assert pinned["mode"] == "inline" and "'nss'" in pinned["reason"] and "compile time" in pinned["reason"]
     with pytest.raises(ConfigError, match="external.*'nss'.*compile time"):

@@ -83,7 +83,7 @@ def resolve(setting: str, auto_mb: float, weights_bytes: int | None, executors: 
     check_setting(setting, executors)
     rec: dict[str, Any] = {"setting": setting, "weights_bytes": weights_bytes, "auto_mb": auto_mb}
     if setting in ("inline", "external"):
-        return {**rec, "mode": setting, "reason": "set in the config"}
+        return {**rec, "mode": setting, "reason": "chosen with --parameters or in the config"}
     pinned = inline_only(executors)
     if pinned:
         name, why = pinned[0]

@@ -25,6 +25,7 @@ from .options import (  # noqa: F401 (re-exported: the names' old home)
     add_reduce_options,
     build_config,
     output_layout,
+    repair_rules,
     resolve_execution_options,
     subgraph_flags,
 )
@@ -128,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
     # report over a missing intermediate is "up to date" to it), so the report job is forced;
     # its missing inputs are then made again too.
     forcerun = ["aggregate_report"] if (out / layout["work"] / OUTDATED_MARKER).is_file() else []
+    # likewise a removed weight archive under the models that refer to it: its job runs again
+    forcerun += sorted(set(repair_rules(out / layout["work"]).values()))
 
     def discovery(forcerun: list[str]) -> None:
         if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)

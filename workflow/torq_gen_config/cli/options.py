@@ -136,6 +136,21 @@ def add_precision_options(p: argparse.ArgumentParser) -> None:
                    help="with --quantize and no --calibration-data: number of random calibration samples (default 20)")
 
 
+def repair_rules(work: Path) -> dict[str, str]:
+    """The weight archives of the work directory ``work`` that are missing while the
+    models that refer to them are there (removed by hand), each with the rule that makes
+    it: Snakemake would not make them again (an existing output over a missing
+    intermediate is up to date to it), so the caller forces that rule."""
+    from ..weight_store import FOLDED_FILE, STORE_FILE
+
+    found = {}
+    if (work / "prepared.onnx").is_file() and not (work / STORE_FILE).is_file():
+        found[STORE_FILE] = "prepare_model"
+    if (work / "layers" / "manifest.json").is_file() and not (work / FOLDED_FILE).is_file():
+        found[FOLDED_FILE] = "split_layers"
+    return found
+
+
 def build_config(args: argparse.Namespace) -> dict:
     """The validated workflow config for the given command-line options.
 

@@ -201,7 +201,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     )
     from ..report.publish import publish_report
     from ..workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
-    from .options import subgraph_flags
+    from .options import repair_rules, subgraph_flags
 
     name = layout["name"]
     report_path = out / report_file(name)
@@ -225,6 +225,10 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         raise ReportError(f"no report JSON ({report_path.name}) or compiler JSON ({compiler_path.name}) in {out}; "
                           f"run `torq-gen-config discover --model {model_arg or config['model']} --output-dir "
                           f"{output_dir_arg or out}{subgraph_flags(layout)}` first")
+    for archive in repair_rules(out / layout["work"]):  # the models of the run refer to them
+        raise ReportError(f"{archive} in {out / layout['work']} is missing (removed?); run `torq-gen-config discover "
+                          f"--model {model_arg or config['model']} --output-dir {output_dir_arg or out}"
+                          f"{subgraph_flags(layout)}` again to make it")
     try:
         tolerance = normalize_tolerance(tolerance)
         zero = sorted(k for k, v in tolerance.items() if k != "int_atol" and not v > 0)

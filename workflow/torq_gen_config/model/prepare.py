@@ -26,7 +26,7 @@ from .opset_upgrade import (  # noqa: F401 (some re-exported: their old home)
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 from .symbolic_dims import _dims_text, fix_symbolic_dims  # noqa: F401 (_dims_text: re-exported)
 from ..limits import NOTE_CHARS
-from ..external_data import external_data_problem, load_weights, resolve_locations
+from ..external_data import external_data_problem, load_weights, model_bytes, resolve_locations
 from ..weight_store import MIN_EXTERNAL_BYTES, externalize
 from .onnx_file import WireError, read_skeleton
 
@@ -99,19 +99,34 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
         if store is None:
             load_weights(model)
             onnx.checker.check_model(model)
-        else:  # the checker copies what it gets: give it the graph, beside the store
+        else:
             externalize(model, store)
-            fd, skeleton = tempfile.mkstemp(dir=Path(store).parent, prefix=".check-", suffix=".onnx")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(model.SerializeToString())
-                onnx.checker.check_model(skeleton)
-            finally:
-                os.unlink(skeleton)
             resolve_locations(model, Path(store).parent)
+            _check_beside(model, store)
     except onnx.checker.ValidationError as e:
         raise ModelError(f"{p}: ONNX checker rejected the model: {_one_line(e)}") from None
     return model
+
+
+def _check_beside(model, store: str | os.PathLike | None) -> None:
+    """The ONNX checker on ``model``; with a weight store, on its graph written beside the
+    store (the checker copies what it is given, and refuses absolute locations).
+
+    Raises:
+        onnx.checker.ValidationError: the model fails the checker.
+    """
+    import onnx
+
+    if store is None:
+        onnx.checker.check_model(model)
+        return
+    fd, skeleton = tempfile.mkstemp(dir=Path(store).parent, prefix=".check-", suffix=".onnx")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model_bytes(model, skeleton))
+        onnx.checker.check_model(skeleton)
+    finally:
+        os.unlink(skeleton)
 
 
 _LOCATION_ENTRY = b"\x0a\x08location"
@@ -305,7 +320,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         model.ir_version = min_ir
     model, static = complete_static_shapes(model, info["warnings"])
     try:
-        onnx.checker.check_model(model)
+        _check_beside(model, store)
     except Exception as e:
         info["warnings"].append(f"prepared model does not pass the ONNX checker: {_one_line(e)}")
     info["shapes"] = {"inferred_after_folding": static["learnt_from_folding"], "observed": [], "conflicts": [],
