@@ -227,25 +227,16 @@ def model_bytes(model, path: str | os.PathLike) -> bytes:
         ValueError: external tensors in more than one folder.
     """
     path = Path(path)
-    out = type(model)()
-    out.CopyFrom(model)
-    folders = set()
-    for t in model_tensors(out):
-        if is_external(t):
-            entries = external_entries(t)
-            loc = entries.get("location", "")
-            if os.path.isabs(loc):
-                folders.add(os.path.dirname(loc))
-                entries["location"] = os.path.basename(loc)
-                set_external_entries(t, entries)
-    if len(folders) > 1:
-        raise ValueError(f"{path}: the model's external tensors are in several folders: {sorted(folders)}")
+    try:
+        out, folder = detach_locations(model)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     kept = [(p.key, p.value) for p in out.metadata_props if p.key != WEIGHTS_DIR_PROP]
     del out.metadata_props[:]
     for k, v in kept:
         out.metadata_props.add(key=k, value=v)
-    if folders:
-        rel = os.path.relpath(folders.pop(), os.path.abspath(path.parent))
+    if folder is not None:
+        rel = os.path.relpath(folder, os.path.abspath(path.parent))
         if rel != ".":
             out.metadata_props.add(key=WEIGHTS_DIR_PROP, value=rel)
     return out.SerializeToString(deterministic=True)
