@@ -67,6 +67,11 @@ Usage::
     python benchmarks/conformance.py --jobs 2 --json conf.json            # all ~1380 tests
     python benchmarks/conformance.py --jobs 2 --generated --json gen.json
 
+The node tests, figure 1's rule, the discover command, its refusal message and the re-run of a
+compiled layer are the product's (``torq_gen_config.conformance``, also behind
+``torq-gen-config conformance``, which writes an op type x executor support matrix for all
+executors: README, "Conformance: ONNX's node tests").
+
 Median 2.2 s per test (process start-up, Snakemake, compile): all 1381 tests in about 30 min
 with --jobs 2 on 2 cores. Results and their causes: docs/comparison.md, "Conformance benchmark".
 """
@@ -77,13 +82,9 @@ import argparse
 import collections
 import concurrent.futures as cf
 import json
-import os
-import random
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -93,200 +94,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workflow"))
 
-DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
 GOALS = {"fig1": 97.0, "fig2": 98.0, "fig3": 0.0, "gen": 5.0}
 
-
-# --------------------------------------------------------------------- test data
-def tensor_io_only(model) -> bool:
-    return all(v.type.HasField("tensor_type") for v in list(model.graph.input) + list(model.graph.output))
-
-
-def as_array(v):
-    """A node test's input/output value as a numpy array (TensorProto -> to_array,
-    object arrays of str -> unicode)."""
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
-
-    if isinstance(v, onnx.TensorProto):
-        v = numpy_helper.to_array(v)
-    a = np.asarray(v)
-    if a.dtype == object and all(isinstance(x, (str, bytes)) for x in a.flat):
-        a = np.array([x.decode() if isinstance(x, bytes) else x for x in a.flat], dtype=str).reshape(a.shape)
-    return a
-
-
-def widen(a):
-    """An ml_dtypes array other than bfloat16 as the exact values in a numpy type
-    (float8/float4 -> float32, int4/int2 -> int8, uint4/uint2 -> uint8); others unchanged."""
-    import numpy as np
-
-    if not a.dtype.type.__module__.startswith("ml_dtypes") or a.dtype.name == "bfloat16":
-        return a
-    if a.dtype.name in ("int4", "int2"):
-        return a.astype(np.int8)
-    if a.dtype.name in ("uint4", "uint2"):
-        return a.astype(np.uint8)
-    return a.astype(np.float32)
-
-
-def op_types(model) -> str:
-    return "+".join(sorted({n.op_type for n in model.graph.node})) or "-"
-
-
-# --------------------------------------------------------------------- comparisons
-def _kind(a) -> str:
-    import numpy as np
-
-    if a.dtype.kind in "USO":
-        return "string"
-    if a.dtype == np.bool_:
-        return "bool"
-    name = a.dtype.name
-    if a.dtype.kind in "iu" or name in ("int4", "uint4", "int2", "uint2"):
-        return "int"
-    return "float"
-
-
-def _same_dtype(a, e) -> bool:
-    if _kind(a) == "string" and _kind(e) == "string":
-        return True
-    return a.dtype == e.dtype
-
-
-def close_to_expected(actual, expected, rtol: float, atol: float) -> str | None:
-    """None when ``actual`` matches ``expected`` (figure 1's rule), else why not (one line)."""
-    import numpy as np
-
-    a, e = as_array(actual), as_array(expected)
-    if not _same_dtype(a, e):
-        return f"dtype {a.dtype} differs from the expected {e.dtype}"
-    if a.shape != e.shape:
-        return f"shape {a.shape} differs from the expected {e.shape}"
-    k = _kind(e)
-    if k == "string":
-        sa, se = a.astype(str), e.astype(str)
-        bad = int(np.sum(sa != se))
-        i = _first(sa != se)
-        return f"{bad} of {e.size} strings differ (e.g. {sa.flat[i]!r} vs {se.flat[i]!r})" if bad else None
-    if k in ("bool", "int"):
-        ai, ei = a.astype(np.int64) if k == "int" and a.dtype != np.uint64 else a, \
-            e.astype(np.int64) if k == "int" and e.dtype != np.uint64 else e
-        neq = ai != ei
-        bad = int(np.sum(neq))
-        if not bad:
-            return None
-        i = _first(neq)
-        return f"{bad} of {e.size} elements differ exactly (e.g. {a.flat[i]} vs {e.flat[i]} at {i})"
-    af, ef = a.astype(np.float64), e.astype(np.float64)
-    with np.errstate(all="ignore"):
-        ok = np.isclose(af, ef, rtol=rtol, atol=atol, equal_nan=True)
-    bad = int(np.sum(~ok))
-    if not bad:
-        return None
-    i = _first(~ok)
-    with np.errstate(all="ignore"):
-        d = np.abs(af - ef)
-        fin = np.isfinite(d)
-        mx = float(np.max(d[fin])) if fin.any() else float("nan")
-    return (f"{bad} of {e.size} elements outside rtol {rtol:g} atol {atol:g} (max abs diff {mx:.3g}; "
-            f"e.g. {af.flat[i]:.7g} vs {ef.flat[i]:.7g} at {i})")
-
-
-def _first(mask) -> int:
-    import numpy as np
-
-    idx = np.flatnonzero(np.asarray(mask))
-    return int(idx[0]) if idx.size else 0
-
-
-def same_values(a, e) -> bool:
-    """Bit-for-bit equality (strings by value)."""
-    import numpy as np
-
-    a, e = as_array(a), as_array(e)
-    if a.shape != e.shape:
-        return False
-    if _kind(a) == "string" or _kind(e) == "string":
-        return _kind(a) == _kind(e) and bool(np.array_equal(a.astype(str), e.astype(str)))
-    if a.dtype != e.dtype:
-        return False
-    return bool(np.array_equal(np.ascontiguousarray(a).view(np.uint8), np.ascontiguousarray(e).view(np.uint8)))
-
-
-# --------------------------------------------------------------------- one test
-def first_line(text: str) -> str:
-    from torq_gen_config.tools import first_error_line
-
-    return first_error_line(text or "", 300)
-
-
-def refusal_message(stdout: str, stderr: str) -> str:
-    """The one-line error of a discover run that failed."""
-    lines = (stderr or "").splitlines() + (stdout or "").splitlines()
-    # a job that raised: Snakemake prints "RuleException:", "<Exc> in file <rule>, line N:", the message and
-    # the traceback; the CLI then only says "At least one job did not complete successfully."
-    for i, ln in enumerate(lines):
-        if ln.strip() == "RuleException:" and i + 2 < len(lines):
-            m = re.match(r"\s*(\w+) in file", lines[i + 1])
-            frames = []  # the innermost frame of this checkout (not numpy's)
-            for f in lines[i + 3:]:
-                fm = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', f)
-                if not fm:
-                    break
-                if fm.group(1).startswith(str(REPO)):
-                    frames.append(f"{Path(fm.group(1)).name}:{fm.group(2)} {fm.group(3)}")
-            where = f" (at {frames[-1]})" if frames else ""
-            return f"{m.group(1) if m else 'error'}: {lines[i + 2].strip()}{where}"[:300]
-    for ln in lines:
-        if ln.startswith("torq-gen-config: error:"):
-            return ln.strip()[:300]
-    exc = [ln for ln in lines if re.match(r"^\s*[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
-    if exc:
-        return exc[-1].strip()[:300]
-    return first_line(stderr or stdout)
-
-
-def run_discover(cmd: list[str], cwd: Path, timeout_s: float, env: dict) -> tuple[int | None, str, str, float]:
-    """Run one discovery in its own process group; kill the group on timeout."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout_s)
-        rc = p.returncode
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        out, err = p.communicate()
-        rc = None
-    return rc, out, err, time.perf_counter() - t0
-
-
-def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, meta: dict, work: Path,
-                   timeout_s: float) -> dict:
-    """The executor's outputs for the layer, by running the compiled layer again with the
-    product's backend on the stored inputs (see the module doc)."""
-    from torq_gen_config.backends import make_backend
-    from torq_gen_config.backends.base import CompiledArtifact
-
-    backend = make_backend(executor)
-    if backend.needs_mlir:
-        from torq_gen_config.backends.iree import parse_mlir_signature
-
-        module = layer_dir / name / "module.vmfb"
-        if not module.is_file():
-            raise FileNotFoundError(f"no compiled module {module}")
-        art = CompiledArtifact(path=str(module), compile_ms=None,
-                               info={"signature": parse_mlir_signature(layer_dir / "model.mlir")})
-    else:
-        art = CompiledArtifact(path=None, compile_ms=None, info={"onnx_path": str(layer_dir / "model.onnx")})
-    outs, _ = backend.run(art, inputs=inputs, input_names=meta["input_names"], output_names=meta["output_names"],
-                          work_dir=str(work), timeout_s=timeout_s, log_path=None)
-    return outs
+# the node tests, the expected-output rule, the discover subprocess and the re-run of a compiled
+# layer are the product's own (torq_gen_config.conformance, shared with `torq-gen-config conformance`)
+from torq_gen_config.conformance.cases import as_array, collect, op_types, tolerances, widen  # noqa: E402
+from torq_gen_config.conformance.discovery import (discover_command, discover_env, first_line,  # noqa: E402
+                                                   read_discovery, refusal_message, reports_in, rerun_executor,
+                                                   run_discover, tidy)
+from torq_gen_config.conformance.evaluate import reference_check  # noqa: E402
+from torq_gen_config.conformance.expected import close_to_expected  # noqa: E402
 
 
 def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
@@ -297,25 +114,12 @@ def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
     from torq_gen_config.reference import load_reference
 
     row: dict = {}
-    reports = sorted(d.glob("torq_gen_config_*.json"))
-    reports = [p for p in reports if not p.name.endswith("_compiler.json")]
-    report = json.loads(reports[0].read_text())
-    from torq_gen_config import layout
-
-    name = reports[0].name[len(layout.REPORT_PREFIX):-len(".json")]
-    layers_dir = d / layout.work_dir(name) / "layers"
-    manifest = json.loads((layers_dir / "manifest.json").read_text())
-    ops = report.get("ops") or {}
+    disc = read_discovery(d)
+    report, manifest, layers_dir, ops = disc.report, disc.manifest, disc.layers_dir, disc.ops
     tolerance = report.get("default_tolerance")
-    m = case.model
-    model_inputs = [i.name for i in m.graph.input]
-    model_outputs = [o.name for o in m.graph.output]
-    test_inputs = {n: as_array(v) for n, v in zip(model_inputs, case.data_sets[0][0])}
+    model_outputs = [o.name for o in case.model.graph.output]
     expected = {n: as_array(v) for n, v in zip(model_outputs, case.data_sets[0][1])}
-    rtol = getattr(case, "rtol", None) or DEFAULT_RTOL
-    atol = getattr(case, "atol", None)
-    atol = DEFAULT_ATOL if atol is None else atol
-    by_output = {o["name"]: L for L in manifest["layers"] for o in L["outputs"]}
+    rtol, atol = tolerances(case)
     row["layers"] = len(manifest["layers"])
 
     # ---- every layer: reference status (the generated figure) and its verdict
@@ -338,75 +142,34 @@ def evaluate(case, d: Path, args, executor: dict, generated: bool) -> dict:
                 if meta.get("status") != "ok":
                     lr["message"] = first_line(meta.get("message") or "")
                 lr["layer_inputs"] = meta.get("layer_inputs")
-        res = layers_dir / slug / executor["name"] / "result.json"
-        lr["verdict"] = json.loads(res.read_text())["status"] if res.is_file() else (
-            "not testable" if op.get("not_testable_reason") else "missing")
+        res = disc.result(L, executor["name"])
+        lr["verdict"] = res["status"] if res else ("not testable" if op.get("not_testable_reason") else "missing")
         layer_rows.append(lr)
     row["layer_rows"] = layer_rows
     if generated:
         return row
 
-    # ---- figure 1: the references of the layers that write model outputs
-    out_layers = []
-    missing = [n for n in model_outputs if n not in by_output]
-    for n in model_outputs:
-        L = by_output.get(n)
-        if L is not None and L not in out_layers:
-            out_layers.append(L)
+    # ---- figure 1: the references of the layers that write model outputs (the product's check)
+    out_layers, missing = disc.output_layers(model_outputs)
     row["output_layers"] = [L["layer_id"] for L in out_layers]
-    fig1, msg1 = "match", None
-    loaded = {}
-    if missing:
-        fig1, msg1 = "no layer", f"no layer writes the model output(s) {missing}"
-    for L in out_layers:
-        if fig1 != "match":
-            break
-        op = ops.get(L["layer_id"]) or {}
-        if op.get("not_testable_reason"):
-            fig1, msg1 = "not testable", first_line(op["not_testable_reason"])
-            break
-        ref = layers_dir / L["slug"] / "reference.npz"
-        if not ref.is_file():
-            fig1, msg1 = "no reference", f"{L['layer_id']}: no reference.npz"
-            break
-        ins, outs, meta = load_reference(ref)
-        loaded[L["layer_id"]] = (ins, outs, meta)
-        if meta.get("status") != "ok":
-            fig1, msg1 = "reference failed", first_line(meta.get("message") or "")
-            break
-        bad_in = [k for k, v in ins.items() if k in test_inputs and not same_values(v, test_inputs[k])]
-        if bad_in:
-            fig1, msg1 = "inputs differ", (f"{L['layer_id']}: stored layer input(s) {bad_in} are not the test's "
-                                           f"values (layer_inputs: {meta.get('layer_inputs')})")
-            break
-        for n in [o["name"] for o in L["outputs"] if o["name"] in expected]:
-            why = close_to_expected(outs[n], expected[n], rtol, atol) if n in outs else "no reference output"
-            if why:
-                fig1, msg1 = "mismatch", f"output {n!r}: {why}"
-                break
-        # the second opinion, for information (does the other engine match the spec's numbers?)
-        sec = meta.get("second_outputs") or {}
-        if sec:
-            bad = [n for n in sec if n in expected and close_to_expected(sec[n], expected[n], rtol, atol)]
-            row.setdefault("second_engine_mismatch", []).extend(bad)
-            if fig1 == "mismatch":
-                msg1 += (f" [second opinion ({(meta.get('second') or {}).get('engine')}) "
-                         f"{'differs too' if bad else 'matches the expected outputs'}]")
-        if (op.get("reference") or {}).get("dispute"):
-            row["reference_dispute"] = True
+    check, loaded = reference_check(disc, case, out_layers, missing)
+    fig1, msg1 = check["status"], check["message"]
+    if check["second_engine_mismatch"]:
+        row["second_engine_mismatch"] = check["second_engine_mismatch"]
+    if check["reference_dispute"]:
+        row["reference_dispute"] = True
     row["fig1"], row["fig1_message"] = fig1, msg1
 
     # ---- figure 2: verdict of the chosen executor vs its outputs against the expected ones
     verdicts = []
     for L in out_layers:
-        res = layers_dir / L["slug"] / executor["name"] / "result.json"
+        r = disc.result(L, executor["name"])
         op = ops.get(L["layer_id"]) or {}
         if op.get("not_testable_reason"):
             verdicts.append(("not testable", first_line(op["not_testable_reason"]), L))
-        elif not res.is_file():
+        elif r is None:
             verdicts.append(("missing", "no result.json", L))
         else:
-            r = json.loads(res.read_text())
             fr = r.get("failure_report") or {}
             verdicts.append((r["status"], fr.get("summary"), L))
     statuses = [v[0] for v in verdicts]
@@ -465,22 +228,19 @@ def run_one(case, loadable: bool, root: Path, args, executor: dict, others: list
     model_path = d / "model.onnx"
     onnx.save(case.model, str(model_path))
     row = {"name": case.name, "ops": op_types(case.model), "ort_loadable": loadable}
-    cmd = [sys.executable, "-m", "torq_gen_config", "discover", "--model", str(model_path), "--output-dir",
-           str(d / "out"), "-j", "1", "-q", "--timeout", str(max(10, int(args.timeout // 2)))]
-    if others:
-        cmd += ["--skip-executors", ",".join(others)]
     if not generated:
         names = [i.name for i in case.model.graph.input]
         arrays = {n: as_array(v) for n, v in zip(names, case.data_sets[0][0])}
         if args.widen_inputs:
             arrays = {n: widen(a) for n, a in arrays.items()}
         np.savez(d / "inputs.npz", **arrays)
-        cmd += ["--input-data", str(d / "inputs.npz")]
+    cmd = discover_command(model_path, d / "out", tool_timeout_s=args.timeout // 2, skip_executors=others,
+                           input_data=None if generated else d / "inputs.npz")
     rc, out, err, secs = run_discover(cmd, d, args.timeout, env)
     row["rc"], row["seconds"] = rc, round(secs, 2)
     (d / "discover.stdout").write_text(out or "")
     (d / "discover.stderr").write_text(err or "")
-    reports = [p for p in (d / "out").glob("torq_gen_config_*.json") if not p.name.endswith("_compiler.json")]
+    reports = reports_in(d / "out")
     if rc is None:
         row["refused"] = f"timed out after {args.timeout:g} s"
     elif rc != 0:
@@ -503,11 +263,6 @@ def run_one(case, loadable: bool, root: Path, args, executor: dict, others: list
 # --------------------------------------------------------------------- printing
 def pct(k: int, n: int) -> str:
     return f"{k} of {n} ({100.0 * k / n:.1f}%)" if n else f"{k} of 0"
-
-
-def tidy(msg: str) -> str:
-    """A message without the work directory's paths."""
-    return re.sub(r"\S*/(model\.mlir|model\.onnx)(:\d+:\d+)?:? ?", "", msg or "")
 
 
 def group_key(msg: str) -> str:
@@ -557,7 +312,6 @@ def main() -> None:
     import numpy as np  # noqa: F401
     import onnxruntime as ort
     import yaml
-    from onnx.backend.test.case.node import collect_testcases
 
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     executors = {e["name"]: e for e in config["executors"]}
@@ -567,17 +321,9 @@ def main() -> None:
     others = [n for n in executors if n != args.executor]
 
     t_start = time.perf_counter()
-    cases = collect_testcases(None)
-    n_all = len(cases)
-    cases = [c for c in cases if "_expanded" not in c.name]
-    n_expanded = n_all - len(cases)
-    n_seq = sum(1 for c in cases if not tensor_io_only(c.model))
-    cases = [c for c in cases if tensor_io_only(c.model)]
-    if args.match:
-        cases = [c for c in cases if re.search(args.match, c.name)]
-    n_considered = len(cases)
-    if args.sample and args.sample < len(cases):
-        cases = sorted(random.Random(args.seed).sample(cases, args.sample), key=lambda c: c.name)
+    sel = collect(match=args.match, sample=args.sample or None, seed=args.seed)
+    cases, n_all, n_expanded, n_seq, n_considered = (sel.cases, sel.collected, sel.expanded, sel.non_tensor_io,
+                                                     sel.considered)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4
@@ -592,10 +338,7 @@ def main() -> None:
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="conformance_"))
     root.mkdir(parents=True, exist_ok=True)
     args.cleanup = not args.out and not args.keep
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "workflow")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH")
-                                                                    else []))
-    env["PYTHONWARNINGS"] = "ignore"
+    env = discover_env()
 
     rows = []
     done = 0

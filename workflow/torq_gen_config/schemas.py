@@ -1,6 +1,6 @@
 """Where the JSON schemas of the tool's outputs are, and which output each one describes.
 
-Every JSON file that ``discover``, ``run``, ``edit`` and ``ck-profile`` write has a schema
+Every JSON file that ``discover``, ``run``, ``edit``, ``conformance`` and ``ck-profile`` write has a schema
 (JSON Schema draft 2020-12, YAML) in ``workflow/schemas/`` (shipped in the wheel: :mod:`workflow_files`); the tests validate every JSON
 file of real runs against them (``tests/workflow/test_output_schemas.py``), so a renamed or missing
 field, or a new output without a schema, fails a test. Only paths and the file -> schema
@@ -45,6 +45,10 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     ("work/*/full/partitions/*/import.json", "import.schema.yaml"),  # a partition of a compile batch
     ("work/*/full/batches/*/*/batch.json", "compile_batch.schema.yaml"),
     ("work/*/full/partitions/*/executor_map.json", "compiler.schema.yaml"),
+    # conformance, in its output directory (each tests/<test>/out/ is a discover output directory)
+    ("conformance.json", "conformance.schema.yaml"),
+    ("conformance_verdicts.json", "conformance_verdicts.schema.yaml"),
+    ("tests/*/conformance_result.json", "conformance_test.schema.yaml"),
     # ck-profile, in its output directory (results/ck/<configs>/) and the files it converts
     ("manifest.json", "ck_manifest.schema.yaml"),
     ("configs/*.json", "ck_config.schema.yaml"),

@@ -33,7 +33,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with all subcommands registered."""
-    from . import discover, edit, report, run, view
+    from . import conformance, discover, edit, report, run, view
 
     parser = OneLineErrorParser(
         prog="torq-gen-config",
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     edit.add_parser(sub)
     run.add_parser(sub)
     report.add_parser(sub)
+    conformance.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,123 @@
+"""One finished discovery of a node test, judged against the test's expected outputs: the
+layer reference (does the product's reference agree with ONNX?) and, per executor, the
+outcome (``passed``, ``differing``, ``failed`` with its stage) next to the product's verdict."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..reference import load_reference
+from .cases import expected_of, inputs_of, tolerances
+from .discovery import Discovery, first_line, rerun_executor, tidy
+from .expected import close_to_expected, same_values
+
+#: outcomes of (test, executor): the executor's outputs against the test's expected outputs
+PASSED, DIFFERING, FAILED = "passed", "differing", "failed"
+
+
+def reference_check(disc: Discovery, case, out_layers: list[dict], missing: list[str]) -> tuple[dict, dict]:
+    """The layer references of the layers that write the model outputs against the test's
+    expected outputs (with its rtol/atol).
+
+    Returns:
+        ``({"status": match | mismatch | no layer | not testable | no reference |
+        reference failed | inputs differ, "message", "second_engine_mismatch": [output
+        names where the second opinion differs from the expected], "reference_dispute"},
+        {layer ID: load_reference(...) of the layers read})``.
+    """
+    expected, test_inputs = expected_of(case), inputs_of(case)
+    rtol, atol = tolerances(case)
+    check = {"status": "match", "message": None, "second_engine_mismatch": [], "reference_dispute": False}
+    loaded: dict = {}
+    if missing:
+        check.update(status="no layer", message=f"no layer writes the model output(s) {missing}")
+        return check, loaded
+    for L in out_layers:
+        op = disc.ops.get(L["layer_id"]) or {}
+        if op.get("not_testable_reason"):
+            check.update(status="not testable", message=first_line(op["not_testable_reason"]))
+            break
+        ref = disc.layers_dir / L["slug"] / "reference.npz"
+        if not ref.is_file():
+            check.update(status="no reference", message=f"{L['layer_id']}: no reference.npz")
+            break
+        ins, outs, meta = loaded[L["layer_id"]] = load_reference(ref)
+        if meta.get("status") != "ok":
+            check.update(status="reference failed", message=first_line(meta.get("message") or ""))
+            break
+        bad_in = [k for k, v in ins.items() if k in test_inputs and not same_values(v, test_inputs[k])]
+        if bad_in:
+            check.update(status="inputs differ", message=f"{L['layer_id']}: stored layer input(s) {bad_in} are not "
+                                                         f"the test's values (layer_inputs: {meta.get('layer_inputs')})")
+            break
+        for n in [o["name"] for o in L["outputs"] if o["name"] in expected]:
+            why = close_to_expected(outs[n], expected[n], rtol, atol) if n in outs else "no reference output"
+            if why:
+                check.update(status="mismatch", message=f"output {n!r}: {why}")
+                break
+        sec = meta.get("second_outputs") or {}  # the second opinion: does the other engine match the spec?
+        bad = [n for n in sec if n in expected and close_to_expected(sec[n], expected[n], rtol, atol)]
+        check["second_engine_mismatch"] += bad
+        if check["status"] == "mismatch" and sec:
+            check["message"] += (f" [second opinion ({(meta.get('second') or {}).get('engine')}) "
+                                 f"{'differs too' if bad else 'matches the expected outputs'}]")
+        if (op.get("reference") or {}).get("dispute"):
+            check["reference_dispute"] = True
+        if check["status"] != "match":
+            break
+    return check, loaded
+
+
+def executor_outcome(disc: Discovery, case, executor: dict, out_layers: list[dict], missing: list[str],
+                     loaded: dict, work: Path, timeout_s: float) -> dict:
+    """One executor on one test: ``{"outcome", "stage", "verdict", "message"}``. The verdict
+    is the product's (against its reference; for several layers the worst); the outcome
+    comes from the executor's outputs, obtained by running the compiled layer again, against
+    the test's expected outputs with the test's rtol/atol. ``failed`` carries the stage:
+    the verdict's failure stage (``import``, ``compile``, ``run``, ``timeout``, ``crash``,
+    ...), ``no layer`` (folded to a constant), ``not testable``, ``unavailable``,
+    ``skipped``, ``missing`` (no verdict file) or ``rerun`` (running it again failed)."""
+    name = executor["name"]
+    if missing or not out_layers:
+        return {"outcome": FAILED, "stage": "no layer", "verdict": None,
+                "message": f"no layer writes the model output(s) {missing}"}
+    unavailable = {u.get("name"): u for u in disc.report.get("unavailable_executors") or []
+                   if isinstance(u, dict)}
+    if name in unavailable:
+        return {"outcome": FAILED, "stage": "unavailable", "verdict": None,
+                "message": first_line(str(unavailable[name].get("reason") or unavailable[name]))}
+    verdicts = []
+    for L in out_layers:
+        op = disc.ops.get(L["layer_id"]) or {}
+        if op.get("not_testable_reason"):
+            return {"outcome": FAILED, "stage": "not testable", "verdict": "not testable",
+                    "message": first_line(op["not_testable_reason"])}
+        r = disc.result(L, name)
+        if r is None:
+            return {"outcome": FAILED, "stage": "missing", "verdict": None, "message": f"{L['layer_id']}: no verdict"}
+        fr = r.get("failure_report") or {}
+        if r["status"] in ("error", "skipped"):
+            stage = fr.get("stage") or r["status"]
+            return {"outcome": FAILED, "stage": stage, "verdict": r["status"],
+                    "message": tidy(first_line(fr.get("summary") or fr.get("message")
+                                               or str(r.get("skipped_because") or "")))}
+        verdicts.append((r["status"], fr.get("summary"), L))
+    statuses = [v[0] for v in verdicts]
+    verdict = next((s for s in ("unverified", "difference") if s in statuses), "success")
+    summary = next((tidy(first_line(s)) for st, s, _ in verdicts if st != "success" and s), None)
+    expected = expected_of(case)
+    rtol, atol = tolerances(case)
+    try:
+        for _, _, L in verdicts:
+            ins, _, meta = loaded.get(L["layer_id"]) or load_reference(disc.layers_dir / L["slug"] / "reference.npz")
+            got = rerun_executor(executor, disc.layers_dir / L["slug"], name, ins, meta,
+                                 work / L["slug"] / name, timeout_s)
+            for n in [n for n in meta["output_names"] if n in expected]:
+                why = close_to_expected(got[n], expected[n], rtol, atol) if n in got else "no output"
+                if why:
+                    return {"outcome": DIFFERING, "stage": None, "verdict": verdict, "message": f"output {n!r}: {why}",
+                            "verdict_message": summary}
+    except Exception as e:  # running it again failed: the outputs are unknown
+        return {"outcome": FAILED, "stage": "rerun", "verdict": verdict,
+                "message": f"{type(e).__name__}: {first_line(str(e))}", "verdict_message": summary}
+    return {"outcome": PASSED, "stage": None, "verdict": verdict, "message": None, "verdict_message": summary}
