@@ -1,7 +1,8 @@
 """The HTML report: one self-contained page (plotly.js inlined, no network access) of a
 discovery report JSON, for a person to look at rather than read.
 
-Sections: summary; the layers x executors status matrix (hover for the verdict, click
+Sections: summary; the model graph (:mod:`torq_gen_config.report.graph`: layers as nodes,
+tensors as edges, from the run's layers manifest); the layers x executors status matrix (hover for the verdict, click
 for the whole message and metrics); verdicts per op type; compile and run time per
 executor and, with ``--collect-timing``, the recommended executor's speed-up per layer;
 error stages; what the verdicts cannot vouch for (reference disputes, inconclusive
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .cells import STATUS_COLORS, executor_names
+from .graph import find_manifest, graph_data, graph_html, graph_scripts
 from .plots import (
     error_stage_plot,
     matrix_details,
@@ -110,8 +112,9 @@ def _summary(report: Mapping, warnings: list[str]) -> str:
     dr = report.get("discovery_report") or {}
     s = dr.get("summary") or {}
     names = executor_names(report)
+    generated = (report.get("provenance") or {}).get("generated_at") or "(time not recorded)"
     parts = [f"<h1>torq-gen-config: {escape(str(report.get('model_name')))}</h1>",
-             f'<p class="note">report generated {escape(str((report.get("provenance") or {}).get("generated_at")))}; '
+             f'<p class="note">report generated {escape(str(generated))}; '
              f"{s.get('total_layers', len(report.get('ops') or {}))} layers; executors in priority order: "
              f"{escape(', '.join(names))}; recommendation rule: {escape(str(s.get('recommendation_rule')))}</p>"]
     parts += [f'<div class="warn">{escape(w)}</div>' for w in warnings]
@@ -283,7 +286,8 @@ def _provenance(report: Mapping, compiler: Mapping | None) -> str:
     return "\n".join(out)
 
 
-def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: list[str] | None = None) -> str:
+def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: list[str] | None = None,
+                manifest: Mapping | None = None) -> str:
     """The whole page for ``report`` (a discovery report JSON, as read).
 
     Args:
@@ -291,6 +295,8 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
         compiler: the compiler JSON next to it, when present (its assignments are
             compared with the report's recommendations).
         warnings: lines shown at the top (e.g. :func:`report.staleness.staleness`).
+        manifest: the run's layers manifest (the tensors between the layers and the node
+            names, for the model graph: :mod:`report.graph`); None: "graph unavailable".
 
     Returns:
         The HTML text (a few MB: plotly.js, about 4.5 MB, is inlined once).
@@ -299,6 +305,8 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
 
     body = [_summary(report, list(warnings or []))]
     matrix = status_matrix(report)
+    graph = graph_data(report, manifest)
+    body.append(graph_html(graph))
     body.append("<h2>Verdicts per layer and executor</h2>")
     if matrix is None:
         body.append('<p class="note">the report has no layers or no executors</p>')
@@ -330,11 +338,11 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
             f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>\n"
             + "\n".join(body)
             + f'\n<script type="application/json" id="cell-details">{details}</script>'
-            + f"<script>{_CLICK_JS % {'matrix': MATRIX_ID}}</script>\n</body></html>\n")
+            + f"<script>{_CLICK_JS % {'matrix': MATRIX_ID}}</script>{graph_scripts(graph)}\n</body></html>\n")
 
 
 def write_html(path: str | os.PathLike, report: Mapping, *, compiler: Mapping | None = None,
-               warnings: list[str] | None = None) -> None:
+               warnings: list[str] | None = None, manifest: Mapping | None = None) -> None:
     """Write :func:`render_html` to ``path`` atomically (a reader never sees half a page).
 
     Raises:
@@ -342,7 +350,7 @@ def write_html(path: str | os.PathLike, report: Mapping, *, compiler: Mapping | 
     """
     from ..fileio import atomic_write_text
 
-    atomic_write_text(path, render_html(report, compiler=compiler, warnings=warnings))
+    atomic_write_text(path, render_html(report, compiler=compiler, warnings=warnings, manifest=manifest))
 
 
 def write_report_html(report_path: str | os.PathLike, html_path: str | os.PathLike | None = None, *,
@@ -384,6 +392,13 @@ def write_report_html(report_path: str | os.PathLike, html_path: str | os.PathLi
                 compiler = None
         except ReportError as e:
             warnings.append(f"{e}; rerun discover or edit to regenerate it")
+    manifest = None
+    mpath = find_manifest(report_path, report)
+    if mpath is not None:  # the model graph's tensors; a broken one leaves the graph out, the page stays
+        try:
+            manifest = read_json(mpath, "layers manifest")
+        except ReportError as e:
+            warnings.append(f"{e}: the model graph is left out")
     out = Path(html_path) if html_path is not None else report_path.with_suffix(".html")
-    write_html(out, report, compiler=compiler, warnings=warnings)
+    write_html(out, report, compiler=compiler, warnings=warnings, manifest=manifest)
     return out
