@@ -3,12 +3,15 @@
 One self-contained page (works offline; plotly.js is inlined) next to the report JSON:
 ``<output dir>/torq_gen_config_<model>.html`` (:mod:`torq_gen_config.report.html`).
 Read-only on the report. A missing or malformed report JSON is a one-line error, exit
-status 2.
+status 2. ``--model-explorer DIR`` also writes the report as node-data overlays for Google's
+Model Explorer opened on the model (:mod:`torq_gen_config.report.model_explorer`).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -23,7 +26,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "mode, fixed dims and tool versions. Give the report JSON, or --model and --output-dir.",
         epilog="examples:\n"
                "  torq-gen-config report --model m.onnx --output-dir out\n"
-               "  torq-gen-config report out/torq_gen_config_m.json -o m.html",
+               "  torq-gen-config report out/torq_gen_config_m.json -o m.html\n"
+               "  torq-gen-config report --model m.onnx --output-dir out --model-explorer out/me\n"
+               "  model-explorer m.onnx --extensions=model_explorer_onnx \\\n"
+               "      --node_data_paths=out/me/recommended.json,out/me/verdict_llvm-cpu.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("report", nargs="?", metavar="REPORT_JSON", help="the report JSON (omit when using --model)")
@@ -31,18 +37,40 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default=".", help="directory holding the report (default: current directory)")
     p.add_argument("-o", "--output", metavar="FILE.html",
                    help="where to write the page (default: the report JSON's path with .html)")
+    p.add_argument("--model-explorer", metavar="DIR",
+                   help="also write node-data files for Model Explorer (pip install ai-edge-model-explorer "
+                        "model-explorer-onnx) into DIR: recommended executor, verdict, max relative difference and "
+                        "runtime per executor, keyed by the node ids of Model Explorer's ONNX adapter; needs the "
+                        "model (--model, else the model file the report names)")
     p.set_defaults(func=run)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the page and print its path (staleness warnings are on the page). Returns 0 (bad input
-    raises a TorqGenConfigError: exit status 2)."""
+    """Write the page and print its path (staleness warnings are on the page); with
+    ``--model-explorer``, first the overlays (so a model that does not fit the report
+    fails before anything is written), then the command that shows them. Returns 0 (bad
+    input raises a TorqGenConfigError: exit status 2)."""
 
     from ..report.files import resolve_report_path
     from ..report.html import write_report_html
 
     path = resolve_report_path(args.report, args.model, args.output_dir)
+    overlays = _write_model_explorer(path, args) if args.model_explorer else None
     out = write_report_html(path, args.output, model_path=args.model)
     print(f"HTML report: {out}")
+    if overlays is not None:
+        files, warnings, model = overlays
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        print(f"Model Explorer node data: {len(files)} files in {args.model_explorer}; view with:")
+        print(f"  model-explorer {shlex.quote(model)} --extensions=model_explorer_onnx "
+              f"--node_data_paths={shlex.quote(','.join(map(str, files)))}")
     return 0
+
+
+def _write_model_explorer(path, args: argparse.Namespace):
+    """Write the Model Explorer overlays: (files, staleness warnings, model path)."""
+    from ..report.model_explorer import write_model_explorer
+
+    return write_model_explorer(path, args.model_explorer, model_path=args.model)
