@@ -120,6 +120,12 @@ def test_rerun_is_a_no_op(first_run):
     print(f"rerun: {secs:.1f} s (first run {first:.1f} s)")
 
 
+def _sigint_as_on_a_terminal():
+    """SIGINT back to its default in the child: the suite may run as a background job (nohup ... &),
+    whose children start with SIGINT ignored (POSIX), where Ctrl-C on a terminal reaches them."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_interrupted_run_resumes(first_run):
     tmp, out, _, _, _ = first_run
     gone = ["test_add_int8", "test_add_uint16", "test_add_uint32"]
@@ -127,7 +133,8 @@ def test_interrupted_run_resumes(first_run):
         (out / "tests" / name / "conformance_result.json").unlink()
     exe = str(Path(sys.executable).parent / "torq-gen-config")
     p = subprocess.Popen([exe, "conformance", *ARGS[:2], "-j", "1", "--skip-executors", "vmvx", "--output-dir",
-                          str(out)], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                          str(out)], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_sigint_as_on_a_terminal)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not any((out / "tests" / n / "conformance_result.json").exists()
                                                    for n in gone):
