@@ -155,3 +155,20 @@ def test_close_to_expected_rule():
     assert "1 of 3 elements outside" in close_to_expected(np.array([1.01, np.nan, np.inf], np.float32), e, 1e-3, 1e-7)
     assert "dtype" in close_to_expected(e.astype(np.float64), e, 1e-3, 1e-7)
     assert close_to_expected(np.array([1, 2]), np.array([1, 3]), 0, 0).startswith("1 of 2 elements differ exactly")
+
+
+def test_empty_ops_is_refused_not_every_test(capsys):
+    """``--ops ""`` (an empty shell variable) would otherwise select all ~1400 tests."""
+    from torq_gen_config.cli.main import main
+
+    assert main(["conformance", "--ops", " , ", "--output-dir", "never-made"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("torq-gen-config: error: --ops names no op type") and "\n" not in err
+
+
+def test_output_dir_that_cannot_be_made_is_a_config_error(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    settings = runner.Settings(out=afile, config={"executors": []})
+    with pytest.raises(ConfigError, match=r"cannot create the output directory .*afile: File exists"):
+        runner.run(settings, Selection(cases=[]))

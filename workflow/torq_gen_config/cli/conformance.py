@@ -44,7 +44,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rerun", action="store_true", help="run every selected test again, also those with a current "
                                                          "record")
     p.add_argument("-q", "--quiet", action="store_true", help="progress lines only, no line per test, no live display")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, kept_on_interrupt="finished tests are kept")
     return p
 
 
@@ -86,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         if name not in tested:
             raise ConfigError(f"--expected-failures {spec}: {name!r} is not a tested executor ({', '.join(tested)})")
         settings.expected.append((name, path, matrix.load_expected_failures(path)))
+    if args.ops is not None and not _csv(args.ops):
+        raise ConfigError("--ops names no op type (give e.g. --ops Relu,Conv, or leave it out for every test)")
     try:
         selection = cases.collect(ops=_csv(args.ops) or None, match=args.match, sample=args.sample, seed=args.seed)
     except ValueError as e:

@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         signum = getattr(e, "signum", signal.SIGINT)  # workflow_api.Interrupted: Ctrl-C or SIGTERM
         what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-        print(f"torq-gen-config: {what}; finished layers are kept, rerun the same command to resume", file=sys.stderr)
+        kept = getattr(args, "kept_on_interrupt", "finished layers are kept")
+        print(f"torq-gen-config: {what}; {kept}, rerun the same command to resume", file=sys.stderr)
         return 128 + int(signum)
 
 

@@ -53,8 +53,8 @@ class TestProgress:
         return self
 
     def counts_text(self) -> str:
-        """The outcomes so far over all executors: ``passed 10, compile 2``."""
-        return ", ".join(f"{k} {v}" for k, v in self.outcomes.most_common()) or "-"
+        """The outcomes so far, counted per (test, executor): ``(test x executor) passed 10, compile 2``."""
+        return "(test x executor) " + (", ".join(f"{k} {v}" for k, v in self.outcomes.most_common()) or "-")
 
     def done(self, rec: dict) -> None:
         """One test finished."""

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import run_lock
+from ..errors import ConfigError
 from ..fileio import atomic_write_text, write_bytes_if_changed, write_json
 from ..layout import lock_file
 from ..tools import kill_all_tools
@@ -183,10 +184,14 @@ def run(settings: Settings, selection: node_cases.Selection, *, stream=None) -> 
 
     Raises:
         run_lock.RunLocked: another conformance run uses the output directory.
+        ConfigError: the output directory cannot be created.
         Interrupted: Ctrl-C or SIGTERM; the tests finished so far are kept.
     """
     out = settings.out
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cannot create the output directory {out}: {e.strerror or e}") from None
     lock = out / lock_file("conformance")
     run_lock.acquire(lock, what=f"the conformance output directory {out}")
     old_term = signal.signal(signal.SIGTERM, _on_signal) if threading.current_thread() is threading.main_thread() \
