@@ -17,6 +17,11 @@ class ReportError(TorqGenConfigError):
     """A report or compiler JSON is missing, malformed or of the wrong kind."""
 
 
+class OutputDirError(TorqGenConfigError):
+    """An output directory the user named cannot be created or written (it is a file, a
+    parent is not a directory, no permission); the message names it and says why."""
+
+
 class DamagedWorkFile(TorqGenConfigError):
     """A work file the workflow wrote (atomically) cannot be read: something outside the
     workflow damaged it. The file is removed, so the next run makes it again; the job

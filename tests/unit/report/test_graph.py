@@ -117,14 +117,51 @@ def test_large_graph_starts_collapsed(report):
 
 def test_full_model_placement(report):
     report["full_model"] = {"status": "success", "assignment": {"layer_executors": {"Conv_conv1": "vmvx",
-                                                                                    "Relu_relu1": "ort"}},
+                                                                                    "Relu_relu1": "llvm-cpu"}},
                             "partitions": [{"index": 0, "pid": "p0", "executor": "vmvx", "layer_ids": ["Conv_conv1"],
                                             "partition_check": {"status": "success", "summary": "ok"}}]}
-    nodes = {n["id"]: n for n in graph.graph_data(report, manifest())["nodes"]}
+    data = graph.graph_data(report, manifest())
+    nodes = {n["id"]: n for n in data["nodes"]}
     assert nodes["Conv_conv1"]["full"] == {"executor": "vmvx", "run_status": "success", "partition": 0, "pid": "p0",
                                            "check": "success", "check_summary": "ok"}
-    assert nodes["Relu_relu1"]["full"] == {"executor": "ort", "run_status": "success"}
+    assert nodes["Relu_relu1"]["full"] == {"executor": "llvm-cpu", "run_status": "success"}
     assert "full" not in nodes["MatMul_fc"]
+    assert data["full_model_stale"] is None
+
+
+def test_full_model_placement_of_a_moved_layer_is_out_of_date(report):
+    """`edit` moved a layer the run placed: its placement is flagged by the rule `view`
+    uses (fullrun.stale_reason), and the page says OUT OF DATE where `view` does."""
+    import io
+
+    from torq_gen_config.fullrun import stale_reason
+    from torq_gen_config.report.view import make_console, render_summary
+
+    report["full_model"] = {"status": "success", "assignment": {"layer_executors": {"Conv_conv1": "vmvx",
+                                                                                    "Relu_relu1": "llvm-cpu"}},
+                            "partitions": [{"index": 2, "pid": "p2", "executor": "llvm-cpu",
+                                            "layer_ids": ["Relu_relu1"], "partition_check": {"status": "success"}}]}
+    report["ops"]["Relu_relu1"]["recommended_executor"] = "ort"  # as `edit --layer Relu_relu1 --executor ort` sets it
+    data = graph.graph_data(report, manifest())
+    nodes = {n["id"]: n for n in data["nodes"]}
+    full = nodes["Relu_relu1"]["full"]
+    assert full["stale"] is True and full["executor"] == "llvm-cpu" and full["now"] == "ort" and full["partition"] == 2
+    assert "assignment changed since" in full["stale_reason"] and "llvm-cpu -> ort" in full["stale_reason"]
+    assert "stale" not in nodes["Conv_conv1"]["full"]
+    reason = stale_reason(report["full_model"], report["ops"])
+    assert reason and data["full_model_stale"] == reason
+    page = render_html(report, manifest=manifest())
+    section = page[page.index("<h2>Full-model comparison</h2>"):]
+    assert 'id="full-model-stale"' in section and "OUT OF DATE" in section and "Relu_relu1 (llvm-cpu -&gt; ort)" in section
+    assert "(out of date)" in section  # next to the status
+    assert page.index("OUT OF DATE") < page.index("<h2>Summary</h2>")  # and at the top of the page
+    assert "out of date: " in graph.asset("graph.js") and "stale_reason" in graph.asset("graph.js")
+    buf = io.StringIO()
+    render_summary(report, make_console(file=buf))
+    assert f"OUT OF DATE: {reason}" in " ".join(buf.getvalue().split())  # the same words in `view`
+    report["ops"]["Relu_relu1"]["recommended_executor"] = "llvm-cpu"  # moved back: current again
+    page = render_html(report, manifest=manifest())
+    assert "OUT OF DATE" not in page and "full-model-stale" not in page
 
 
 def test_graph_unavailable_says_why(report):
@@ -161,6 +198,10 @@ def test_write_report_html_reads_the_manifest_next_to_the_report(tmp_path, repor
     assert graph.find_manifest(path, report) == mdir / "manifest.json"
     page = write_report_html(path).read_text()
     assert 'id="graph-data"' in page and "graph unavailable" not in page
-    (mdir / "manifest.json").write_text("{not json")  # broken: a warning, the rest of the page stays
+    (mdir / "manifest.json").write_text('{"layers": [{"layer_id"')  # truncated: a warning, the rest stays
     page = write_report_html(path).read_text()
     assert "the model graph is left out" in page and "graph unavailable" in page
+    # the graph says the manifest there could not be read (the file and why), not that there is none
+    line = page.split('id="graph-unavailable">')[1].split("</p>")[0]
+    assert "no layers manifest" not in line and "could not be read" in line, line
+    assert str(mdir / "manifest.json") in line and "not valid JSON" in line, line

@@ -291,3 +291,36 @@ def test_report_path_alone_finds_the_model_it_names(tmp_path, capsys):
     assert main(["report", str(rpath), "--model-explorer", str(tmp_path / "me")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--model-explorer needs the model the report was made from: give --model" in err[0], err
+
+
+def test_moved_model_with_report_json_and_model(tmp_path, capsys):
+    """A model moved and renamed since discover: REPORT_JSON --model M --model-explorer DIR
+    (the error for a missing model says to give --model); both without --model-explorer
+    stay refused, with an error that says when they go together."""
+    mpath, rpath = write_inputs(tmp_path, folding_model(), make_report(folding_model(), folded_ops=FOLDED_OPS))
+    moved = tmp_path / "elsewhere" / "renamed.onnx"
+    moved.parent.mkdir()
+    mpath.rename(moved)
+    assert main(["report", str(rpath), "--model-explorer", str(tmp_path / "me")]) == 2
+    assert "give --model" in capsys.readouterr().err
+    assert main(["report", str(rpath), "--model", str(moved), "--model-explorer", str(tmp_path / "me")]) == 0, \
+        capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert (tmp_path / "me" / "recommended.json").is_file() and rpath.with_suffix(".html").is_file()
+    assert f"model-explorer {moved}" in out, out
+    assert main(["report", str(rpath), "--model", str(moved)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not both" in err[0] and "only with --model-explorer" in err[0], err
+
+
+def test_model_explorer_dir_that_is_a_file_is_one_line_exit_2(tmp_path, capsys):
+    _, rpath = write_inputs(tmp_path, folding_model(), make_report(folding_model(), folded_ops=FOLDED_OPS))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["report", str(rpath), "--model-explorer", str(afile)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"torq-gen-config: error: cannot create the Model Explorer output directory {afile}: it is a file"]
+    assert afile.read_text() == "x" and not rpath.with_suffix(".html").exists()
+    assert main(["report", str(rpath), "--model-explorer", str(afile / "sub")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot create the Model Explorer output directory" in err[0], err

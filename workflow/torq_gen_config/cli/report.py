@@ -23,17 +23,23 @@ def add_parser(sub) -> argparse.ArgumentParser:
                     "executors status matrix (hover or click for the message and metrics), verdicts per op type, "
                     "compile and run times, the recommended executor's speed-up (with --collect-timing), error "
                     "stages, reference disputes and inconclusive checks, the full-model comparison, precision "
-                    "mode, fixed dims and tool versions. Give the report JSON, or --model and --output-dir.",
+                    "mode, fixed dims and tool versions. Give the report JSON, or --model and --output-dir. "
+                    "With --model-explorer, --model may also go with the report JSON: the model file for the "
+                    "overlays (a model moved or renamed since discover); the report is the JSON given.",
         epilog="examples:\n"
                "  torq-gen-config report --model m.onnx --output-dir out\n"
                "  torq-gen-config report out/torq_gen_config_m.json -o m.html\n"
                "  torq-gen-config report --model m.onnx --output-dir out --model-explorer out/me\n"
+               "  torq-gen-config report out/torq_gen_config_m.json --model moved/m2.onnx --model-explorer out/me\n"
                "  model-explorer m.onnx --extensions=model_explorer_onnx \\\n"
                "      --node_data_paths=out/me/recommended.json,out/me/verdict_llvm-cpu.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("report", nargs="?", metavar="REPORT_JSON", help="the report JSON (omit when using --model)")
-    p.add_argument("--model", help="ONNX model whose report to show (with --output-dir)")
+    p.add_argument("report", nargs="?", metavar="REPORT_JSON", help="the report JSON (omit when using --model and --output-dir; with --model-explorer, "
+                        "--model may go with it as the model file for the overlays)")
+    p.add_argument("--model", help="ONNX model whose report to show (with --output-dir: the report is "
+                                    "torq_gen_config_<model name>.json there); with REPORT_JSON and --model-explorer: "
+                                    "the model file for the overlays, e.g. moved or renamed since discover")
     p.add_argument("--output-dir", default=".", help="directory holding the report (default: current directory)")
     p.add_argument("-o", "--output", metavar="FILE.html",
                    help="where to write the page (default: the report JSON's path with .html)")
@@ -41,7 +47,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="also write node-data files for Model Explorer (pip install ai-edge-model-explorer "
                         "model-explorer-onnx) into DIR: recommended executor, verdict, max relative difference and "
                         "runtime per executor, keyed by the node ids of Model Explorer's ONNX adapter; needs the "
-                        "model (--model, else the model file the report names)")
+                        "model (--model, else the model file the report names; with a report JSON path, "
+                        "give both: REPORT_JSON --model M --model-explorer DIR)")
     p.set_defaults(func=run)
     return p
 
@@ -52,10 +59,9 @@ def run(args: argparse.Namespace) -> int:
     fails before anything is written), then the command that shows them. Returns 0 (bad
     input raises a TorqGenConfigError: exit status 2)."""
 
-    from ..report.files import resolve_report_path
     from ..report.html import write_report_html
 
-    path = resolve_report_path(args.report, args.model, args.output_dir)
+    path = _report_path(args)
     overlays = _write_model_explorer(path, args) if args.model_explorer else None
     out = write_report_html(path, args.output, model_path=args.model)
     print(f"HTML report: {out}")
@@ -67,6 +73,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"  model-explorer {shlex.quote(model)} --extensions=model_explorer_onnx "
               f"--node_data_paths={shlex.quote(','.join(map(str, files)))}")
     return 0
+
+
+def _report_path(args: argparse.Namespace):
+    """The report JSON: REPORT_JSON, or found from --model and --output-dir. Both only with
+    --model-explorer: then --model is the model file for the overlays (moved or renamed)."""
+    from ..errors import ConfigError
+    from ..report.files import resolve_report_path
+
+    if args.report and args.model:
+        if not args.model_explorer:
+            raise ConfigError("give either a report JSON path or --model/--output-dir, not both (--model goes with "
+                              "a report JSON path only with --model-explorer, as the model file for the overlays)")
+        return resolve_report_path(args.report, None, None)
+    return resolve_report_path(args.report, args.model, args.output_dir)
 
 
 def _write_model_explorer(path, args: argparse.Namespace):

@@ -68,7 +68,14 @@ from .compile import compile_partition
 from .execute import run_partitions, run_whole_model
 from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
 from .plan import QDQ_OPS, make_plan, whole_model_plan
-from .report_section import TEXT_MARKER, full_model_section, render_full_model_text, stale_reason, with_full_model_text
+from .report_section import (
+    TEXT_MARKER,
+    full_model_section,
+    render_full_model_text,
+    stale_layers,
+    stale_reason,
+    with_full_model_text,
+)
 from .selection import (
     assignment_bytes,
     assignment_mode,
@@ -86,6 +93,6 @@ __all__ = [
     "assignment_bytes", "assignment_mode", "batch_dir", "batch_members", "build_partition_model", "check_selection", "compile_definition",
     "compile_partition", "compile_partition_batch", "compiled_from_batch", "effective_executor", "full_model_section", "make_assignment", "make_plan",
     "partition_id", "partition_runs", "plan_partition_batches", "render_full_model_text", "resolve_assignment", "run_partitions",
-    "run_whole_model", "selection_digest", "stale_reason", "selection_from_compiler_json", "selection_from_report",
+    "run_whole_model", "selection_digest", "stale_layers", "stale_reason", "selection_from_compiler_json", "selection_from_report",
     "whole_model_plan", "with_full_model_text",
 ]

@@ -58,6 +58,24 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
     }
 
 
+def stale_layers(section: Mapping, ops: Mapping) -> dict[str, tuple[str, str]]:
+    """``{layer_id: (executor the run placed it on, executor recommended now)}``: the layers
+    of a report's ``full_model`` section whose assignment changed since that run (empty
+    when none did, or when it cannot be told: a section without
+    ``assignment.layer_executors``, written before they were recorded). The one rule for
+    "out of date": :func:`stale_reason` (``view``, the report JSON's text) and the HTML
+    report (its full-model section and the model graph) all use it."""
+    placed = (section.get("assignment") or {}).get("layer_executors")
+    if not isinstance(placed, Mapping):
+        return {}
+    changed = {}
+    for layer_id, executor in placed.items():
+        name = _executor_name((ops.get(layer_id) or {}).get("recommended_executor"))
+        if name is not None and name != executor:
+            changed[layer_id] = (executor, name)
+    return changed
+
+
 def stale_reason(section: Mapping, ops: Mapping) -> str | None:
     """Why a report's ``full_model`` section no longer describes the report's own
     assignment, or None when it still does (or cannot be told: a section without
@@ -65,16 +83,10 @@ def stale_reason(section: Mapping, ops: Mapping) -> str | None:
 
     The section is out of date when a layer the run placed on one executor is now
     recommended on another (``edit`` changed it, or a later discovery did): the
-    comparison then belongs to an assignment that the compiler JSON no longer holds.
+    comparison then belongs to an assignment that the compiler JSON no longer holds
+    (:func:`stale_layers`).
     """
-    placed = (section.get("assignment") or {}).get("layer_executors")
-    if not placed:
-        return None
-    changed = []
-    for layer_id, executor in placed.items():
-        name = _executor_name((ops.get(layer_id) or {}).get("recommended_executor"))
-        if name is not None and name != executor:
-            changed.append(f"{layer_id} ({executor} -> {name})")
+    changed = [f"{lid} ({was} -> {now})" for lid, (was, now) in stale_layers(section, ops).items()]
     if not changed:
         return None
     more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""

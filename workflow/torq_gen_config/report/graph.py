@@ -91,10 +91,16 @@ def layer_flags(report: Mapping) -> dict[str, list[str]]:
 
 def full_run_placement(report: Mapping) -> dict[str, dict]:
     """``{layer_id: {executor, partition, pid, check, run_status}}`` from the report's
-    ``full_model`` (``torq-gen-config run``); empty without one."""
+    ``full_model`` (``torq-gen-config run``); empty without one. A layer whose assignment
+    changed since that run (:func:`~torq_gen_config.fullrun.stale_layers`, the rule
+    ``view`` uses for "OUT OF DATE") also has ``stale: True``, ``stale_reason`` and ``now``
+    (the executor recommended now): its placement is not the current assignment's."""
     fm = report.get("full_model") or {}
     if not fm:
         return {}
+    # imported only here: a report without a full-model result imports no backend
+    from ..fullrun import stale_layers
+
     status = fm.get("status")
     executors = (fm.get("assignment") or {}).get("layer_executors") or {}
     out = {lid: {"executor": ex, "run_status": status} for lid, ex in executors.items()}
@@ -104,6 +110,9 @@ def full_run_placement(report: Mapping) -> dict[str, dict]:
             out.setdefault(lid, {"executor": p.get("executor"), "run_status": status}).update(
                 partition=p.get("index"), pid=p.get("pid"), check=check.get("status"),
                 check_summary=check.get("summary"))
+    for lid, (was, now) in stale_layers(fm, report.get("ops") or {}).items():
+        out.setdefault(lid, {"executor": was, "run_status": status}).update(
+            stale=True, now=now, stale_reason=f"assignment changed since: {was} -> {now}")
     return out
 
 
@@ -171,17 +180,22 @@ def _executor_colors(names: list[str]) -> dict[str, str]:
     return {n: EXECUTOR_PALETTE[i % len(EXECUTOR_PALETTE)] for i, n in enumerate(names)}
 
 
-def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = MAX_VISIBLE) -> dict:
+def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = MAX_VISIBLE,
+               manifest_error: str | None = None) -> dict:
     """What the page's script draws: ``nodes`` (one per layer of the report, in report order:
     ``id``, ``row`` (its row in the status matrix, the key of its cell details), ``op``, ``name``
     (ONNX node name), ``scope``, ``worst``, ``rec``, ``verdicts`` ({executor: display status}),
     ``flags``, ``full`` (the full-model run's placement, when there is one)), ``edges``
     (``[writer, reader, tensor]``), ``level`` (:func:`initial_level`), the colours and the
-    legend; or ``{"unavailable": reason}`` when there is no manifest or it names none of the
-    report's layers."""
+    legend; or ``{"unavailable": reason}`` when there is no manifest (``manifest_error``: why
+    the one there could not be read, naming the file) or it names none of the report's
+    layers. ``full_model_stale``: why the full-model result is out of date (the words of
+    ``view``), or None; the layers it moved have ``stale`` in their ``full``."""
     ops = report.get("ops") or {}
     if not ops:
         return {"unavailable": "the report has no layers"}
+    if manifest is None and manifest_error:
+        return {"unavailable": f"the layers manifest could not be read: {manifest_error}"}
     if manifest is None:
         return {"unavailable": "no layers manifest (work/<model>/layers/manifest.json) next to the report; "
                                "the tensors between the layers are recorded there"}
@@ -214,9 +228,19 @@ def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = 
         "status_colors": {s: STATUS_COLORS[s] for s in CELL_STATUSES}, "status_rank": list(STATUS_RANK),
         "executor_colors": _executor_colors(names), "none_color": NO_RECOMMENDATION_COLOR,
         "blind_flags": list(BLIND_FLAGS), "full_model": bool(report.get("full_model")),
+        "full_model_stale": full_model_stale(report),
         "note": f"{missing} layers of the report are not in the layers manifest: shown without edges"
                 if missing else None,
     }
+
+
+def full_model_stale(report: Mapping) -> str | None:
+    """Why the report's full-model result is out of date (the same words as ``view``), or None."""
+    if not report.get("full_model"):
+        return None
+    from ..fullrun import stale_reason
+
+    return stale_reason(report["full_model"], report.get("ops") or {})
 
 
 def majority_recommendation(recs: list[str | None], names: list[str]) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .cells import STATUS_COLORS, executor_names
-from .graph import find_manifest, graph_data, graph_html, graph_scripts
+from .graph import find_manifest, full_model_stale, graph_data, graph_html, graph_scripts
 from .plots import (
     error_stage_plot,
     matrix_details,
@@ -197,9 +197,20 @@ def _full_model(report: Mapping) -> str:
     t = fm.get("timing") or {}
     a = fm.get("assignment") or {}
     status = fm.get("status") or "?"
-    rows = [["status", _pill(status)], ["summary", fm.get("summary")], ["mode", fm.get("mode")],
+    # the rule `view` uses (fullrun.stale_layers): imported only here, a report without a
+    # full-model result imports no backend
+    from ..fullrun import stale_layers
+
+    stale = full_model_stale(report)
+    if stale:
+        out.append(f'<div class="warn" id="full-model-stale"><b>OUT OF DATE</b>: {escape(stale)}. The result below '
+                   "is of the assignment the run used, not the current one.</div>")
+    moved = stale_layers(fm, report.get("ops") or {})
+    rows = [["status", ("html", _pill(status)[1] + (" (out of date)" if stale else ""))],
+            ["summary", fm.get("summary")], ["mode", fm.get("mode")],
             ["assignment", f"{a.get('source_file') or a.get('source')}: "
-                           + ", ".join(f"{k} {v}" for k, v in (a.get("layer_counts") or {}).items()) + " layers"],
+                           + ", ".join(f"{k} {v}" for k, v in (a.get("layer_counts") or {}).items()) + " layers"
+                           + (" (the run's; changed since)" if stale else "")],
             ["partitions", f"{fm.get('num_partitions')} ("
                            + ", ".join(f"{k} {v}" for k, v in (fm.get("partition_counts") or {}).items()) + ")"],
             ["max rel diff", m.get("max_rel_diff")], ["mean rel diff", m.get("mean_rel_diff")],
@@ -209,6 +220,9 @@ def _full_model(report: Mapping) -> str:
             ["reference", (fm.get("reference") or {}).get("fallback")
              or f"{(fm.get('reference') or {}).get('engine')} {(fm.get('reference') or {}).get('status')}"],
             ["recorded", fm.get("generated_at")]]
+    if moved:
+        rows.insert(4, ["layers moved since the run (run -> now)",
+                        ", ".join(f"{lid} ({was} -> {now})" for lid, (was, now) in list(moved.items())[:50])])
     if (fm.get("failure") or {}).get("summary"):
         rows.append(["failure", fm["failure"]["summary"]])
     red = fm.get("reduced")
@@ -287,7 +301,7 @@ def _provenance(report: Mapping, compiler: Mapping | None) -> str:
 
 
 def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: list[str] | None = None,
-                manifest: Mapping | None = None) -> str:
+                manifest: Mapping | None = None, manifest_error: str | None = None) -> str:
     """The whole page for ``report`` (a discovery report JSON, as read).
 
     Args:
@@ -297,15 +311,20 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
         warnings: lines shown at the top (e.g. :func:`report.staleness.staleness`).
         manifest: the run's layers manifest (the tensors between the layers and the node
             names, for the model graph: :mod:`report.graph`); None: "graph unavailable".
+        manifest_error: why the manifest there could not be read (the graph says so).
 
     Returns:
         The HTML text (a few MB: plotly.js, about 4.5 MB, is inlined once).
     """
     from plotly.offline import get_plotlyjs
 
-    body = [_summary(report, list(warnings or []))]
+    warnings = list(warnings or [])
+    stale = full_model_stale(report)
+    if stale:  # as `view` says it (fullrun.stale_reason); the section and the graph say it too
+        warnings.append(f"The full-model comparison is OUT OF DATE: {stale}")
+    body = [_summary(report, warnings)]
     matrix = status_matrix(report)
-    graph = graph_data(report, manifest)
+    graph = graph_data(report, manifest, manifest_error=manifest_error)
     body.append(graph_html(graph))
     body.append("<h2>Verdicts per layer and executor</h2>")
     if matrix is None:
@@ -342,7 +361,8 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
 
 
 def write_html(path: str | os.PathLike, report: Mapping, *, compiler: Mapping | None = None,
-               warnings: list[str] | None = None, manifest: Mapping | None = None) -> None:
+               warnings: list[str] | None = None, manifest: Mapping | None = None,
+               manifest_error: str | None = None) -> None:
     """Write :func:`render_html` to ``path`` atomically (a reader never sees half a page).
 
     Raises:
@@ -350,7 +370,8 @@ def write_html(path: str | os.PathLike, report: Mapping, *, compiler: Mapping | 
     """
     from ..fileio import atomic_write_text
 
-    atomic_write_text(path, render_html(report, compiler=compiler, warnings=warnings, manifest=manifest))
+    atomic_write_text(path, render_html(report, compiler=compiler, warnings=warnings, manifest=manifest,
+                                        manifest_error=manifest_error))
 
 
 def write_report_html(report_path: str | os.PathLike, html_path: str | os.PathLike | None = None, *,
@@ -392,13 +413,14 @@ def write_report_html(report_path: str | os.PathLike, html_path: str | os.PathLi
                 compiler = None
         except ReportError as e:
             warnings.append(f"{e}; rerun discover or edit to regenerate it")
-    manifest = None
+    manifest, manifest_error = None, None
     mpath = find_manifest(report_path, report)
     if mpath is not None:  # the model graph's tensors; a broken one leaves the graph out, the page stays
         try:
             manifest = read_json(mpath, "layers manifest")
         except ReportError as e:
+            manifest_error = str(e)
             warnings.append(f"{e}: the model graph is left out")
     out = Path(html_path) if html_path is not None else report_path.with_suffix(".html")
-    write_html(out, report, compiler=compiler, warnings=warnings, manifest=manifest)
+    write_html(out, report, compiler=compiler, warnings=warnings, manifest=manifest, manifest_error=manifest_error)
     return out

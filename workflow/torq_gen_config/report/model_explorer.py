@@ -32,12 +32,13 @@ import collections
 import math
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Mapping
 
 from onnx import AttributeProto
 
-from ..errors import ConfigError, ReportError
+from ..errors import ConfigError, OutputDirError, ReportError
 from ..fileio import atomic_write_files, json_bytes
 from ..model.prepare import load_model
 from .cells import STATUS_COLORS, cell_status, executor_names
@@ -233,24 +234,34 @@ def write_model_explorer(report_path: str | os.PathLike, out_dir: str | os.PathL
         ReportError: the report is missing or malformed, or does not fit the model.
         ConfigError: no model given and the report names none that exists.
         ModelError: the model file is missing or not ONNX.
-        OSError: the directory cannot be written.
+        OutputDirError: ``out_dir`` cannot be created (e.g. it is a file) or written.
     """
     report_path = Path(report_path)
     report = load_report(report_path)
     if model_path is None:
         source = ((report.get("provenance") or {}).get("model") or {}).get("source")
         if not isinstance(source, str) or not Path(source).is_file():
-            raise ConfigError(f"--model-explorer needs the model the report was made from: give --model (the report "
+            how = f"give --model, e.g. `report {shlex.quote(str(report_path))} --model M --model-explorer DIR`"
+            raise ConfigError(f"--model-explorer needs the model the report was made from: {how} (the report "
                               f"names {source!r}, which is not there)" if source else
-                              "--model-explorer needs the model the report was made from: give --model")
+                              f"--model-explorer needs the model the report was made from: {how}")
         model_path = source
     warnings = staleness(report_path, report, model_path)
     graph = load_model(model_path, graph_only=True).graph
     files = overlays(report, graph)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_files({out / name: json_bytes(data) for name, data in files.items()})
-    for old in out.iterdir():
-        if old.name not in files and old.is_file() and any(p.fullmatch(old.name) for p in _PATTERNS):
-            old.unlink()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        reason = "it is a file" if out.is_file() else (e.strerror or str(e))
+        raise OutputDirError(f"cannot create the Model Explorer output directory {out}: {reason}") from None
+    try:
+        atomic_write_files({out / name: json_bytes(data) for name, data in files.items()})
+        for old in out.iterdir():
+            if old.name not in files and old.is_file() and any(p.fullmatch(old.name) for p in _PATTERNS):
+                old.unlink()
+    except OSError as e:
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        raise OutputDirError(f"cannot write the Model Explorer output directory {out}: "
+                             f"{e.strerror or e}{where}") from None
     return [out / name for name in files], warnings, str(model_path)

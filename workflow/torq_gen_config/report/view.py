@@ -227,10 +227,12 @@ def render_summary(report: Mapping, console: Console) -> None:
     _line(console)
     _line(console, f"DEFAULT TOLERANCE: {_fmt_tol(report.get('default_tolerance'))}")
     if report.get("full_model"):  # the last `torq-gen-config run`
-        from ..fullrun import render_full_model_text
+        from ..fullrun import render_full_model_text, stale_reason
 
         _line(console)
-        for ln in render_full_model_text(report["full_model"]).rstrip("\n").splitlines():
+        # OUT OF DATE by the one rule (fullrun.stale_reason; the HTML report uses it too)
+        fm = {**report["full_model"], "stale": stale_reason(report["full_model"], report.get("ops") or {})}
+        for ln in render_full_model_text(fm).rstrip("\n").splitlines():
             _line(console, ln)
 
 

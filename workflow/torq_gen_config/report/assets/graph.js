@@ -116,6 +116,12 @@
       var gn = el('g', {'class': 'gnode' + (grp.scope ? ' gscope' : ''), 'data-id': id,
                         transform: 'translate(' + (nd.x - w / 2) + ',' + (nd.y - h / 2) + ')'}, layer);
       if (grp.scope) el('rect', {x: 4, y: 4, width: w, height: h, rx: 5, 'class': 'gstack'}, gn);
+      // a critical failure: a black double ring outside the node (and outside the selection
+      // ring, drawn on the body), plus a "!" badge, so it shows on a red error node too
+      if (fc.critical) {
+        el('rect', {x: -7, y: -7, width: w + 14, height: h + 14, rx: 9, 'class': 'gcritical-ring'}, gn);
+        el('rect', {x: -4, y: -4, width: w + 8, height: h + 8, rx: 7, 'class': 'gcritical-ring gcritical-inner'}, gn);
+      }
       var cls = 'gbody' + (fc.critical ? ' gcritical' : '') +
         (G.blind_flags.some(function (f) { return fc[f]; }) ? ' gblind' : '') + (id === selected ? ' gselected' : '');
       el('rect', {width: w, height: h, rx: 5, fill: c, 'class': cls}, gn);
@@ -132,6 +138,7 @@
       el('text', {x: w / 2, y: h / 2 - 3, fill: ink(c), 'class': 'gl1'}, gn).textContent = line1;
       el('text', {x: w / 2, y: h / 2 + 11, fill: ink(c), 'class': 'gl2'}, gn).textContent = line2;
       var badges = [];
+      if (fc.critical) badges.push(['!', 'gbadge-critical']);
       if (fc.dispute) badges.push(['\u26a0', 'gbadge-dispute']);
       if (fc['success*']) badges.push(['*', 'gbadge-star']);
       badges.forEach(function (b, i) {
@@ -195,8 +202,10 @@
       }
     });
     if (n.full) {
-      var f = n.full;
-      h += 'full-model run (' + esc(f.run_status || '?') + '): on <b>' + esc(f.executor || '?') + '</b>' +
+      var f = n.full;  // stale: the layer's assignment changed since that run (graph.py, as `view` says it)
+      h += (f.stale ? '<span class="gstale">full-model run (out of date: ' + esc(f.stale_reason || 'assignment changed since') +
+            '; that run: ' + esc(f.run_status || '?') + ')</span>'
+            : 'full-model run (' + esc(f.run_status || '?') + ')') + ': on <b>' + esc(f.executor || '?') + '</b>' +
         (f.partition !== undefined ? ', partition ' + esc(f.partition) + ' (' + esc(f.pid) + ')' : '') +
         (f.check ? ', partition check ' + esc(f.check) + (f.check_summary ? ': ' + esc(f.check_summary) : '') : '') + '<br>';
     } else if (G.full_model) {
@@ -208,10 +217,12 @@
     }
     panel.innerHTML = h;
   }
-  function showScope(grp) {
+  function showScope(grp, hidden) {  // hidden: the selected layer that this (collapsed) scope now holds
     var c = {}, fc = flagCounts(grp), ops = {};
     grp.members.forEach(function (m) { c[m.worst] = (c[m.worst] || 0) + 1; ops[m.op] = (ops[m.op] || 0) + 1; });
-    panel.innerHTML = '<b>/' + esc(grp.id.slice(2)) + '</b>: ' + grp.members.length + ' layers (expanded on the graph)<br>worst verdicts: ' +
+    panel.innerHTML = (hidden ? 'the selected layer <b>' + esc(hidden.id) + '</b> is now inside the collapsed scope:<br>' : '') +
+      '<b>/' + esc(grp.id.slice(2)) + '</b>: ' + grp.members.length + ' layers (' +
+      (hidden ? 'collapsed: click it on the graph to expand' : 'expanded on the graph') + ')<br>worst verdicts: ' +
       Object.keys(c).map(function (s) { return pill(s) + ' ' + c[s]; }).join(' ') + '<br>op types: ' +
       esc(Object.keys(ops).map(function (o) { return o + ' ' + ops[o]; }).join(', ')) +
       (Object.keys(fc).length ? '<br>marks: ' + esc(Object.keys(fc).map(function (f) { return f + ' ' + fc[f]; }).join(', ')) : '');
@@ -250,7 +261,7 @@
       : G.status_rank.map(function (s) { return [G.status_colors[s], s]; });
     document.getElementById('graph-legend').innerHTML = items.map(function (it) {
       return '<span class="swatch" style="background:' + it[0] + '"></span>' + esc(it[1]);
-    }).join(' &nbsp; ') + ' &nbsp;|&nbsp; <span class="gkey gkey-critical"></span>critical failure ' +
+    }).join(' &nbsp; ') + ' &nbsp;|&nbsp; <span class="gkey gkey-critical"></span><b class="gbadge-key gbadge-key-critical">!</b> critical failure (every executor failed) ' +
       '<span class="gkey gkey-blind"></span>blind spot (unverified, onnx reference, not testable, generated inputs, reference repeats) ' +
       '<b class="gbadge-key">\u26a0</b> reference dispute <b class="gbadge-key">*</b> success* &nbsp; stacked box: a collapsed scope';
   }
@@ -295,12 +306,26 @@
     view.k = k;
     apply();
   }, {passive: false});
+  function followSelection() {  // after scopes collapsed: a selected layer now hidden shows as its scope
+    if (!selected || shown[selected]) return;
+    var n = selected.charAt(0) === 'n' ? nodes[parseInt(selected.slice(2), 10)] : null;
+    var r = n ? rep(n) : null;
+    selected = null;
+    box.setAttribute('data-selected', '');
+    if (r && shown[r] && shown[r].scope) {
+      showScope(shown[r], n);
+    } else {
+      panel.innerHTML = 'click a layer for its verdicts, metrics and errors';
+    }
+    draw();
+  }
   panel.addEventListener('click', function (ev) {
     var p = ev.target.getAttribute && ev.target.getAttribute('data-scope');
     if (!p) return;
     delete expanded[p];
     Object.keys(expanded).forEach(function (q) { if (q.indexOf(p + '/') === 0) delete expanded[q]; });
     layout();
+    followSelection();
     centre('s:' + p);
   });
   function zoom(f) { view.k *= f; apply(); }
@@ -327,6 +352,7 @@
   levelSel.addEventListener('change', function () {
     setLevel(levelSel.value === 'all' ? null : parseInt(levelSel.value, 10));
     layout();
+    followSelection();
     fit(true);
   });
 
@@ -337,7 +363,8 @@
   box.setAttribute('data-done-ms', String(Math.round(performance.now())));
   window.torqGraph = {
     search: search, setMode: setMode, fit: fit,
-    setLevel: function (l) { setLevel(l); layout(); fit(true); levelSel.value = l === null ? 'all' : String(l); },
+    setLevel: function (l) { setLevel(l); layout(); followSelection(); fit(true); levelSel.value = l === null ? 'all' : String(l); },
+    selected: function () { return selected; },
     visible: function () { return Object.keys(shown).length; }
   };
 })();
