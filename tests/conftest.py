@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx import numpy_helper as nh
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,6 +45,27 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17, name="g"):
 def tvi(name, dtype, shape):
     """Shorthand for helper.make_tensor_value_info."""
     return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def folding_model() -> onnx.ModelProto:
+    """MatMul -> unnamed Relu -> Mul (constant) -> Add of a folded chain (Shape -> unnamed
+    Cast -> ReduceSum of the input's static shape) -> unnamed Sigmoid; Mul and Add both
+    named ``dup`` (Model Explorer's node ids: tests/unit/report/test_model_explorer.py and
+    tests/workflow/test_model_explorer_e2e.py)."""
+    h, T = helper, TensorProto
+    nodes = [
+        h.make_node("MatMul", ["x", "W"], ["mm"], name="matmul0"),
+        h.make_node("Relu", ["mm"], ["r"]),
+        h.make_node("Constant", [], ["c"], value=nh.from_array(np.array([2.0], np.float32), "cv")),
+        h.make_node("Shape", ["x"], ["shp"], name="shape_fold"),
+        h.make_node("Cast", ["shp"], ["shpf"], to=T.FLOAT),
+        h.make_node("ReduceSum", ["shpf"], ["s"], keepdims=1, name="sum_fold"),
+        h.make_node("Mul", ["r", "c"], ["m"], name="dup"),
+        h.make_node("Add", ["m", "s"], ["a"], name="dup"),
+        h.make_node("Sigmoid", ["a"], ["y"]),
+    ]
+    w = nh.from_array(np.full((4, 4), 0.1, np.float32), "W")
+    return make_model(nodes, [tvi("x", T.FLOAT, [2, 4])], [tvi("y", T.FLOAT, [2, 4])], [w], name="small")
 
 
 def work(out, name: str | None = None) -> Path:

@@ -24,37 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto as T
-from onnx import helper as h
-from onnx import numpy_helper as nh
 
-from conftest import make_model, run_cli, tvi
+from conftest import folding_model, run_cli
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 MODEL_EXPLORER = Path(sys.executable).parent / "model-explorer"
 pytestmark = pytest.mark.slow
-
-
-def folding_model() -> onnx.ModelProto:
-    """MatMul -> unnamed Relu -> Mul (constant) -> Add of a folded chain (Shape -> unnamed
-    Cast -> ReduceSum of the input's static shape) -> unnamed Sigmoid; Mul and Add both
-    named ``dup`` (as tests/unit/report/test_model_explorer.py's)."""
-    nodes = [
-        h.make_node("MatMul", ["x", "W"], ["mm"], name="matmul0"),
-        h.make_node("Relu", ["mm"], ["r"]),
-        h.make_node("Constant", [], ["c"], value=nh.from_array(np.array([2.0], np.float32), "cv")),
-        h.make_node("Shape", ["x"], ["shp"], name="shape_fold"),
-        h.make_node("Cast", ["shp"], ["shpf"], to=T.FLOAT),
-        h.make_node("ReduceSum", ["shpf"], ["s"], keepdims=1, name="sum_fold"),
-        h.make_node("Mul", ["r", "c"], ["m"], name="dup"),
-        h.make_node("Add", ["m", "s"], ["a"], name="dup"),
-        h.make_node("Sigmoid", ["a"], ["y"]),
-    ]
-    w = nh.from_array(np.full((4, 4), 0.1, np.float32), "W")
-    return make_model(nodes, [tvi("x", T.FLOAT, [2, 4])], [tvi("y", T.FLOAT, [2, 4])], [w], name="small")
 
 
 def _free_port() -> int:

@@ -20,7 +20,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from conftest import make_model, tvi
+from conftest import folding_model, make_model, tvi
 from sample_report import EXECUTORS, TOL, _err, _ok
 from torq_gen_config.cli.main import main
 from torq_gen_config.report.build import build_report
@@ -59,24 +59,6 @@ def tricky_model() -> onnx.ModelProto:
         h.make_node("Sigmoid", ["lo"], ["y"]),
     ]
     return make_model(nodes, [tvi("x", T.FLOAT, [2])], [tvi("y", T.FLOAT, [2])], name="main")
-
-
-def folding_model() -> onnx.ModelProto:
-    """MatMul -> unnamed Relu -> Mul (constant) -> Add of a folded chain (Shape -> unnamed
-    Cast -> ReduceSum of the input's static shape) -> unnamed Sigmoid."""
-    nodes = [
-        h.make_node("MatMul", ["x", "W"], ["mm"], name="matmul0"),
-        h.make_node("Relu", ["mm"], ["r"]),
-        h.make_node("Constant", [], ["c"], value=nh.from_array(np.array([2.0], np.float32), "cv")),
-        h.make_node("Shape", ["x"], ["shp"], name="shape_fold"),
-        h.make_node("Cast", ["shp"], ["shpf"], to=T.FLOAT),
-        h.make_node("ReduceSum", ["shpf"], ["s"], keepdims=1, name="sum_fold"),
-        h.make_node("Mul", ["r", "c"], ["m"], name="dup"),
-        h.make_node("Add", ["m", "s"], ["a"], name="dup"),
-        h.make_node("Sigmoid", ["a"], ["y"]),
-    ]
-    w = nh.from_array(np.full((4, 4), 0.1, np.float32), "W")
-    return make_model(nodes, [tvi("x", T.FLOAT, [2, 4])], [tvi("y", T.FLOAT, [2, 4])], [w], name="small")
 
 
 FOLDED_OPS = ("Shape", "Cast", "ReduceSum")
