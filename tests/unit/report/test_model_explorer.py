@@ -24,7 +24,8 @@ from conftest import folding_model, make_model, tvi
 from sample_report import EXECUTORS, TOL, _err, _ok
 from torq_gen_config.cli.main import main
 from torq_gen_config.report.build import build_report
-from torq_gen_config.report.model_explorer import EXECUTOR_PALETTE, FOLDED, adapter_node_ids, overlays
+from torq_gen_config.report.cells import EXECUTOR_PALETTE
+from torq_gen_config.report.model_explorer import FOLDED, adapter_node_ids, overlays
 
 
 # --------------------------------------------------------------------------- models

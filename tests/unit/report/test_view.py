@@ -7,7 +7,6 @@ non-terminal rich console, so it must be plain text.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import re
@@ -18,9 +17,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from torq_gen_config.cli import view as view_cli
 from torq_gen_config.compare import compare_outputs
-from torq_gen_config.errors import ReportError, TorqGenConfigError
+from torq_gen_config.errors import ReportError
 from torq_gen_config.report.build import build_compiler_json, build_report
 from torq_gen_config.report.edit import edit_report_file
 from torq_gen_config.report.view import (

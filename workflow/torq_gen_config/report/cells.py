@@ -23,6 +23,10 @@ STATUS_COLORS = {
     "skipped": "#90a4ae",
     "not tested": "#eceff1",
 }
+#: Colours of the executors, in priority order (the model graph and the Model Explorer
+#: overlays: one executor has one colour in both).
+EXECUTOR_PALETTE = ("#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00acc1", "#f4511e", "#6d4c41", "#c0ca33",
+                    "#3949ab", "#d81b60")
 #: Longest tool message kept per cell in the page (characters); the JSON has all of it.
 MESSAGE_CHARS = 3000
 
@@ -127,3 +131,9 @@ def cell_hover(detail: Mapping) -> str:
             lines.append(f"{label}: {escape(str(detail[key])[:160])}")
     lines.append("<i>click for the full message</i>")
     return "<br>".join(lines)
+
+
+def executor_colors(names: list[str]) -> dict[str, str]:
+    """``{executor: colour}`` for ``names`` in priority order (:data:`EXECUTOR_PALETTE`, repeated
+    past its end)."""
+    return {n: EXECUTOR_PALETTE[i % len(EXECUTOR_PALETTE)] for i, n in enumerate(names)}

@@ -27,15 +27,14 @@ from pathlib import Path
 from typing import Mapping
 
 from ..layout import work_dir
-from .cells import CELL_STATUSES, STATUS_COLORS, cell_status, executor_names
+from .cells import CELL_STATUSES, STATUS_COLORS, cell_status, executor_colors, executor_names
 
 #: Most nodes the graph shows at first: larger graphs start with scopes collapsed.
 MAX_VISIBLE = 300
 #: Display statuses from best to worst (a layer's colour is its worst verdict; a collapsed
 #: scope's, the worst of its members).
 STATUS_RANK = ("success", "skipped", "not tested", "success*", "unverified", "difference", "error")
-#: Colours of the recommended executors (in priority order); "none" for no recommendation.
-EXECUTOR_PALETTE = ("#1565c0", "#00897b", "#ef6c00", "#6a1b9a", "#ad1457", "#5d4037", "#00838f", "#9e9d24")
+#: Colour of a layer without a recommendation (executors: ``cells.executor_colors``).
 NO_RECOMMENDATION_COLOR = "#b0bec5"
 #: The report's marks shown on a node, with the ``discovery_report`` list each comes from.
 #: ``critical`` draws a thick red outline, ``dispute`` a warning badge, ``success*`` a star,
@@ -176,10 +175,6 @@ def initial_level(scopes: list[tuple[str, ...]], max_visible: int = MAX_VISIBLE)
     return 0
 
 
-def _executor_colors(names: list[str]) -> dict[str, str]:
-    return {n: EXECUTOR_PALETTE[i % len(EXECUTOR_PALETTE)] for i, n in enumerate(names)}
-
-
 def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = MAX_VISIBLE,
                manifest_error: str | None = None) -> dict:
     """What the page's script draws: ``nodes`` (one per layer of the report, in report order:
@@ -226,7 +221,7 @@ def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = 
         "level": initial_level(scopes, max_visible), "max_visible": max_visible,
         "depth": max((len(s) for s in scopes), default=0),
         "status_colors": {s: STATUS_COLORS[s] for s in CELL_STATUSES}, "status_rank": list(STATUS_RANK),
-        "executor_colors": _executor_colors(names), "none_color": NO_RECOMMENDATION_COLOR,
+        "executor_colors": executor_colors(names), "none_color": NO_RECOMMENDATION_COLOR,
         "blind_flags": list(BLIND_FLAGS), "full_model": bool(report.get("full_model")),
         "full_model_stale": full_model_stale(report),
         "note": f"{missing} layers of the report are not in the layers manifest: shown without edges"

@@ -41,7 +41,7 @@ from onnx import AttributeProto
 from ..errors import ConfigError, OutputDirError, ReportError
 from ..fileio import atomic_write_files, json_bytes
 from ..model.prepare import load_model
-from .cells import STATUS_COLORS, cell_status, executor_names
+from .cells import STATUS_COLORS, cell_status, executor_colors, executor_names
 from .files import load_report
 from .recommend import runtime_median_ms
 from .staleness import staleness
@@ -54,9 +54,6 @@ FOLDED = "folded"
 NO_RECOMMENDATION = "none"
 FOLDED_COLOR = "#b0bec5"
 NO_RECOMMENDATION_COLOR = "#eceff1"
-#: Colours of the executors in the recommended overlay, in priority order.
-EXECUTOR_PALETTE = ("#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00acc1", "#f4511e", "#6d4c41", "#c0ca33",
-                    "#3949ab", "#d81b60")
 #: max_rel_diff thresholds: one colour per decade up to 1, then everything above.
 REL_DIFF_THRESHOLDS = ((1e-6, "#1b5e20"), (1e-5, "#2e7d32"), (1e-4, "#66bb6a"), (1e-3, "#c0ca33"),
                        (1e-2, "#fdd835"), (1e-1, "#fb8c00"), (1.0, "#e53935"), (1e300, "#b71c1c"))
@@ -181,7 +178,7 @@ def overlays(report: Mapping, graph) -> dict[str, dict]:
     ops = report.get("ops") or {}
     names = executor_names(report)
     gid = graph.name
-    colour = {n: EXECUTOR_PALETTE[i % len(EXECUTOR_PALETTE)] for i, n in enumerate(names)}
+    colour = executor_colors(names)
     folded_results = {nid: {"value": FOLDED, "bgColor": FOLDED_COLOR} for nid in folded.values()}
 
     rec = {}
