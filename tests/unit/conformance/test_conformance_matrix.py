@@ -34,7 +34,9 @@ RECORDS = [
     rec("test_conv_a", "Conv", 22, cpu=("differing", None, "success", "output 'y': 3 of 9 elements outside"),
         ort=OK),
     rec("test_conv_c", "Conv", 11, cpu=("failed", "run", "error", "trap"),
-        ort=("failed", "refused", None, "exit 1: boom")),
+        ort=("not judged", "refused", None, "exit 1: boom")),
+    rec("test_shape", "Shape", 15, cpu=("not judged", "no layer", None, "no layer writes the model output(s) ['y']"),
+        ort=("not judged", "no layer", None, "no layer writes the model output(s) ['y']")),
 ]
 
 
@@ -47,22 +49,34 @@ def settings(tmp_path):
 
 def test_aggregate_counts_stages_opsets_and_first_error():
     agg = matrix.aggregate(RECORDS, ["cpu", "ort"])
-    assert list(agg["ops"]) == ["Conv", "Relu"]
+    assert list(agg["ops"]) == ["Conv", "Relu", "Shape"]
     conv = agg["ops"]["Conv"]
     assert conv["tests"] == 3 and conv["opsets"] == [11, 22] and conv["reference"] == {"match": 3}
     cpu = conv["executors"]["cpu"]
-    assert (cpu["tests"], cpu["passed"], cpu["differing"], cpu["failed"]) == (3, 0, 1, 2)
+    assert (cpu["tests"], cpu["passed"], cpu["differing"], cpu["failed"], cpu["not judged"]) == (3, 0, 1, 2, 0)
     assert cpu["stages"] == {"compile": 1, "run": 1}
     assert cpu["verdicts"] == {"success": 1, "error": 2}
     assert cpu["failing_tests"] == ["test_conv_a", "test_conv_b", "test_conv_c"]
     assert cpu["first_error"] == {"test": "test_conv_a", "outcome": "differing", "stage": None,
                                   "message": "output 'y': 3 of 9 elements outside"}
-    assert conv["executors"]["ort"]["stages"] == {"refused": 1}
+    # a test the discovery refused is not the executor's failure: not judged, with the reason
+    ort = conv["executors"]["ort"]
+    assert (ort["passed"], ort["failed"], ort["not judged"]) == (2, 0, 1)
+    assert ort["stages"] == {} and ort["not_judged_reasons"] == {"refused": 1}
+    assert ort["failing_tests"] == [] and ort["not_judged_tests"] == ["test_conv_c"] and ort["first_error"] is None
     s = agg["summary"]
-    assert s["tests"] == 4 and s["executors"]["cpu"]["passed"] == 1 and s["executors"]["ort"]["passed"] == 3
-    assert "failing_tests" not in s["executors"]["cpu"]
+    assert s["tests"] == 5 and s["executors"]["cpu"]["passed"] == 1 and s["executors"]["ort"]["passed"] == 3
+    assert s["executors"]["cpu"]["not judged"] == 1 and s["executors"]["ort"]["not_judged_reasons"] == \
+        {"refused": 1, "no layer": 1}
+    assert "failing_tests" not in s["executors"]["cpu"] and "not_judged_tests" not in s["executors"]["cpu"]
     assert render.cell_text(cpu) == "0/3 (1 differing, 1 compile, 1 run)"
+    assert render.cell_text(ort) == "2/2 (1 not judged: 1 refused)"
+    assert render.cell_text(agg["ops"]["Shape"]["executors"]["cpu"]) == "1 not judged: 1 no layer"
     assert render.cell_text(agg["ops"]["Relu"]["executors"]["cpu"]) == "1/1"
+    lines = render.summary_lines({"summary": s})
+    assert lines[0] == "cpu: passed 1 of 4 judged (25.0%), differing 1, failed 2 (compile 1, run 1); " \
+                       "1 not judged: 1 no layer"
+    assert lines[1] == "ort: passed 3 of 3 judged (100.0%), differing 0, failed 0; 2 not judged: 1 no layer, 1 refused"
 
 
 def test_expected_failure_files(tmp_path):
@@ -89,6 +103,10 @@ def test_expected_failure_files(tmp_path):
     assert comp["unexpected_passes"] == [{"test": "test_relu", "listed_as": "run"}]
     assert [e["test"] for e in comp["unexpected_failures"]] == ["test_conv_a", "test_conv_c"]
     assert comp["stage_differs"] == []
+    assert comp["not_judged"] == [{"test": "test_shape", "listed_as": None, "stage": "no layer"}]
+    ort = matrix.compare_expected(RECORDS, "ort", {"test_conv_c": "compile"}, "x")  # listed, but not judged here
+    assert ort["not_judged"][0] == {"test": "test_conv_c", "listed_as": "compile", "stage": "refused"}
+    assert (ort["expected_failures"], ort["unexpected_passes"], ort["unexpected_failures"]) == (0, [], [])
     marked = matrix.mark_records(RECORDS, [comp], [matrix.load_expected_failures(iree)])
     by = {r["test"]: r["executors"]["cpu"] for r in marked}
     assert by["test_relu"]["mark"] == matrix.UNEXPECTED_PASS and by["test_relu"]["expected_failure"] == "run"
@@ -108,9 +126,10 @@ def test_written_files_validate_and_render(settings, tmp_path):
         assert not errors, errors[:3]
     for r in RECORDS:
         assert not list(validator(schema_for(f"tests/{r['test']}/{runner.RESULT_FILE}")).iter_errors(r))
-    assert doc["run"] == {"tests_run": 2, "tests_current": 2, "seconds": 3.0, "jobs": 1}
+    assert doc["run"] == {"tests_run": 2, "tests_current": 3, "seconds": 3.0, "jobs": 1}
     md = (out / runner.MARKDOWN_FILE).read_text()
-    assert "| Conv | 11-22 | 3 | 0/3 (1 differing, 1 compile, 1 run) | 2/3 (1 refused) |" in md
+    assert "| Conv | 11-22 | 3 | 0/3 (1 differing, 1 compile, 1 run) | 2/2 (1 not judged: 1 refused) |" in md
+    assert "| Shape | 15 | 1 | 1 not judged: 1 no layer | 1 not judged: 1 no layer |" in md
     assert "| Relu | 14 | 1 | 1/1 | 1/1 |" in md
     assert "| Conv | cpu | test_conv_a | differing |  | output 'y': 3 of 9 elements outside |" in md
     assert "unexpected pass: test_relu (listed as a run failure)" in md

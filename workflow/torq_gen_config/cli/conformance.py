@@ -19,7 +19,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="run ONNX's node tests through discovery and write an op type x executor support matrix",
         description="Run ONNX's node tests (onnx.backend.test.case.node, without *_expanded and sequence/optional "
                     "I/O) through discovery on the configured executors; each executor's outputs are checked "
-                    "against the test's expected outputs (its rtol/atol) and the product's verdicts recorded. "
+                    "against the test's expected outputs (its rtol/atol): passed, differing, failed (by stage) or "
+                    "not judged (no outputs through no fault of the executor's: a refused test, a node folded to "
+                    "a constant, ...); the product's verdicts are recorded too. "
                     "Writes conformance.json/.md/.html and conformance_verdicts.json into --output-dir.",
     )
     p.add_argument("--output-dir", default="conformance", help="directory of the matrix and of tests/<test>/ "

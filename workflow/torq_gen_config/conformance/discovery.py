@@ -1,5 +1,5 @@
-"""One node test through the product: a ``discover`` subprocess in its own process group
-(stopped at a timeout, or with every other one on an interrupt), its one-line refusal, the
+"""One node test through the product: a ``discover`` subprocess (``tools.run_tool``: its own
+process group, stopped at a timeout, or with every other tool on an interrupt), its one-line refusal, the
 files it wrote read back, and a compiled layer run again with the product's backend to get
 an executor's outputs (the product does not keep them in a form meant to be read back)."""
 
@@ -8,21 +8,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import layout, workflow_files
-from ..tools import first_error_line
+from ..tools import first_error_line, run_tool
 
 #: source folders whose frames a refusal message names (this package and the rules)
 _OWN_CODE = (str(workflow_files.PACKAGE_DIR), str(workflow_files.root()))
-_live: set[subprocess.Popen] = set()
-_live_guard = threading.Lock()
 
 
 def first_line(text: str) -> str:
@@ -59,43 +53,14 @@ def discover_env() -> dict:
 
 
 def run_discover(cmd: list[str], cwd: Path, timeout_s: float, env: dict) -> tuple[int | None, str, str, float]:
-    """Run one discovery in its own process group; kill the group on timeout.
+    """Run one discovery through :func:`torq_gen_config.tools.run_tool` (its own process group,
+    killed at ``timeout_s`` or by ``tools.kill_all_tools`` when the run stops).
 
     Returns:
         ``(exit status or None when it timed out, stdout, stderr, seconds)``.
     """
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, cwd=str(cwd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env, start_new_session=True)
-    with _live_guard:
-        _live.add(p)
-    try:
-        out, err = p.communicate(timeout=timeout_s)
-        rc = p.returncode
-    except subprocess.TimeoutExpired:
-        _kill(p)
-        out, err = p.communicate()
-        rc = None
-    finally:
-        with _live_guard:
-            _live.discard(p)
-    return rc, out, err, time.perf_counter() - t0
-
-
-def _kill(p: subprocess.Popen) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def stop_all() -> int:
-    """Kill the process group of every discovery running now (an interrupted run); returns how many."""
-    with _live_guard:
-        procs = list(_live)
-    for p in procs:
-        _kill(p)
-    return len(procs)
+    res = run_tool(cmd, timeout_s=timeout_s, cwd=cwd, env=env)
+    return (None if res.timed_out else res.returncode), res.stdout, res.stderr, res.wall_ms / 1000.0
 
 
 def refusal_message(stdout: str, stderr: str) -> str:

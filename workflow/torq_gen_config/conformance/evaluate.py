@@ -1,6 +1,7 @@
 """One finished discovery of a node test, judged against the test's expected outputs: the
 layer reference (does the product's reference agree with ONNX?) and, per executor, the
-outcome (``passed``, ``differing``, ``failed`` with its stage) next to the product's verdict."""
+outcome (``passed``, ``differing``, ``failed`` with its stage, or ``not judged`` with the
+reason) next to the product's verdict."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from .cases import expected_of, inputs_of, tolerances
 from .discovery import Discovery, first_line, rerun_executor, tidy
 from .expected import close_to_expected, same_values
 
-#: outcomes of (test, executor): the executor's outputs against the test's expected outputs
-PASSED, DIFFERING, FAILED = "passed", "differing", "failed"
+#: outcomes of (test, executor): the executor's outputs against the test's expected outputs;
+#: ``not judged`` when the executor's outputs could not be had for a reason that is not the
+#: executor's (the node folded to a constant, the discovery refused the test, ...)
+PASSED, DIFFERING, FAILED, NOT_JUDGED = "passed", "differing", "failed", "not judged"
+
+
+def not_judged(reason: str, message: str | None, verdict: str | None = None, **extra) -> dict:
+    """The outcome of an executor whose outputs could not be judged (``stage`` = the reason)."""
+    return {"outcome": NOT_JUDGED, "stage": reason, "verdict": verdict, "message": message, **extra}
 
 
 def reference_check(disc: Discovery, case, out_layers: list[dict], missing: list[str]) -> tuple[dict, dict]:
@@ -73,34 +81,33 @@ def executor_outcome(disc: Discovery, case, executor: dict, out_layers: list[dic
     """One executor on one test: ``{"outcome", "stage", "verdict", "message"}``. The verdict
     is the product's (against its reference; for several layers the worst); the outcome
     comes from the executor's outputs, obtained by running the compiled layer again, against
-    the test's expected outputs with the test's rtol/atol. ``failed`` carries the stage:
-    the verdict's failure stage (``import``, ``compile``, ``run``, ``timeout``, ``crash``,
-    ...), ``no layer`` (folded to a constant), ``not testable``, ``unavailable``,
-    ``skipped``, ``missing`` (no verdict file) or ``rerun`` (running it again failed)."""
+    the test's expected outputs with the test's rtol/atol. ``failed`` carries the verdict's
+    failure stage (``import``, ``compile``, ``run``, ``timeout``, ``crash``, ...); ``not
+    judged`` the reason the executor's outputs are unknown through no fault of its own:
+    ``no layer`` (folded to a constant), ``not testable``, ``unavailable`` (its device is
+    missing), ``skipped`` (skip mode), ``missing`` (no verdict file) or ``rerun`` (running it
+    again failed, so its outputs are unknown)."""
     name = executor["name"]
     if missing or not out_layers:
-        return {"outcome": FAILED, "stage": "no layer", "verdict": None,
-                "message": f"no layer writes the model output(s) {missing}"}
+        return not_judged("no layer", f"no layer writes the model output(s) {missing}")
     unavailable = {u.get("name"): u for u in disc.report.get("unavailable_executors") or []
                    if isinstance(u, dict)}
     if name in unavailable:
-        return {"outcome": FAILED, "stage": "unavailable", "verdict": None,
-                "message": first_line(str(unavailable[name].get("reason") or unavailable[name]))}
+        return not_judged("unavailable", first_line(str(unavailable[name].get("reason") or unavailable[name])))
     verdicts = []
     for L in out_layers:
         op = disc.ops.get(L["layer_id"]) or {}
         if op.get("not_testable_reason"):
-            return {"outcome": FAILED, "stage": "not testable", "verdict": "not testable",
-                    "message": first_line(op["not_testable_reason"])}
+            return not_judged("not testable", first_line(op["not_testable_reason"]), "not testable")
         r = disc.result(L, name)
         if r is None:
-            return {"outcome": FAILED, "stage": "missing", "verdict": None, "message": f"{L['layer_id']}: no verdict"}
+            return not_judged("missing", f"{L['layer_id']}: no verdict")
         fr = r.get("failure_report") or {}
-        if r["status"] in ("error", "skipped"):
-            stage = fr.get("stage") or r["status"]
-            return {"outcome": FAILED, "stage": stage, "verdict": r["status"],
-                    "message": tidy(first_line(fr.get("summary") or fr.get("message")
-                                               or str(r.get("skipped_because") or "")))}
+        if r["status"] == "skipped":
+            return not_judged("skipped", first_line(str(r.get("skipped_because") or "")), "skipped")
+        if r["status"] == "error":
+            return {"outcome": FAILED, "stage": fr.get("stage") or "error", "verdict": "error",
+                    "message": tidy(first_line(fr.get("summary") or fr.get("message") or ""))}
         verdicts.append((r["status"], fr.get("summary"), L))
     statuses = [v[0] for v in verdicts]
     verdict = next((s for s in ("unverified", "difference") if s in statuses), "success")
@@ -118,6 +125,5 @@ def executor_outcome(disc: Discovery, case, executor: dict, out_layers: list[dic
                     return {"outcome": DIFFERING, "stage": None, "verdict": verdict, "message": f"output {n!r}: {why}",
                             "verdict_message": summary}
     except Exception as e:  # running it again failed: the outputs are unknown
-        return {"outcome": FAILED, "stage": "rerun", "verdict": verdict,
-                "message": f"{type(e).__name__}: {first_line(str(e))}", "verdict_message": summary}
+        return not_judged("rerun", f"{type(e).__name__}: {first_line(str(e))}", verdict, verdict_message=summary)
     return {"outcome": PASSED, "stage": None, "verdict": verdict, "message": None, "verdict_message": summary}

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from ..errors import ConfigError
-from .evaluate import DIFFERING, FAILED, PASSED
+from .evaluate import DIFFERING, FAILED, NOT_JUDGED, PASSED
 
 #: schema identifiers of the files the conformance command writes
 TEST_SCHEMA = "torq-gen-config/conformance-test/1"
@@ -20,8 +20,13 @@ UNEXPECTED_PASS, UNEXPECTED_FAILURE = "unexpected pass", "unexpected failure"
 
 
 def _cell() -> dict:
-    return {"tests": 0, PASSED: 0, DIFFERING: 0, FAILED: 0, "stages": {}, "verdicts": {}, "first_error": None,
-            "failing_tests": []}
+    return {"tests": 0, PASSED: 0, DIFFERING: 0, FAILED: 0, NOT_JUDGED: 0, "stages": {}, "not_judged_reasons": {},
+            "verdicts": {}, "first_error": None, "failing_tests": [], "not_judged_tests": []}
+
+
+def judged(cell: dict) -> int:
+    """The tests of a cell whose outputs were judged (passed, differing or failed)."""
+    return cell["tests"] - cell[NOT_JUDGED]
 
 
 def _count(d: dict, key) -> None:
@@ -30,9 +35,10 @@ def _count(d: dict, key) -> None:
 
 
 def aggregate(records: list[dict], executors: list[str]) -> dict:
-    """Per op type (the test's node) and executor: tests, passed / differing / failed, the
-    failures by stage, the product's verdicts, the failing tests and the first error (of
-    the first failing test by name); per op type the opset range and the reference checks.
+    """Per op type (the test's node) and executor: tests, passed / differing / failed / not
+    judged, the failures by stage, the not judged by reason, the product's verdicts, the
+    failing and the not-judged tests and the first error (of the first differing or failing
+    test by name); per op type the opset range and the reference checks.
 
     Returns:
         ``{"ops": {op type: {...}}, "summary": {"tests", "executors": {name: cell without
@@ -60,13 +66,16 @@ def aggregate(records: list[dict], executors: list[str]) -> dict:
                 _count(cell["verdicts"], res.get("verdict"))
                 if res["outcome"] == FAILED:
                     _count(cell["stages"], res.get("stage"))
-                if res["outcome"] != PASSED:
+                if res["outcome"] == NOT_JUDGED:
+                    _count(cell["not_judged_reasons"], res.get("stage"))
+                    cell["not_judged_tests"].append(rec["test"])
+                elif res["outcome"] != PASSED:
                     cell["failing_tests"].append(rec["test"])
                     if cell["first_error"] is None:
                         cell["first_error"] = {"test": rec["test"], "outcome": res["outcome"],
                                                "stage": res.get("stage"), "message": res.get("message")}
     for cell in totals.values():
-        del cell["failing_tests"], cell["first_error"]
+        del cell["failing_tests"], cell["first_error"], cell["not_judged_tests"]
     return {"ops": dict(sorted(ops.items(), key=lambda kv: kv[0].lower())),
             "summary": {"tests": len(records), "executors": totals, "reference": reference}}
 
@@ -117,22 +126,26 @@ def load_expected_failures(path: str | Path) -> dict[str, str]:
 
 def compare_expected(records: list[dict], executor: str, listed: dict[str, str], source: str) -> dict:
     """``executor``'s outcomes against an expected-failure list (:func:`load_expected_failures`).
-    A test counts as failing here unless its outcome is ``passed``.
+    A test fails here when its outcome is ``differing`` or ``failed``; a ``not judged`` one is
+    neither a pass nor a failure (listed apart).
 
     Returns:
         ``{"executor", "file", "listed", "listed_not_run", "expected_failures",
         "unexpected_passes": [{"test", "listed_as"}], "unexpected_failures": [{"test",
         "outcome", "stage", "message"}], "stage_differs": [{"test", "listed_as", "outcome",
-        "stage"}]}`` (a compile failure listed as a run failure, or the reverse).
+        "stage"}], "not_judged": [{"test", "listed_as", "stage"}]}`` (stage_differs: a compile
+        failure listed as a run failure, or the reverse).
     """
     run = {r["test"]: (r.get("executors") or {}).get(executor) for r in records}
     run = {t: res for t, res in run.items() if res is not None}
     out = {"executor": executor, "file": source, "listed": len(listed),
            "listed_not_run": sum(1 for t in listed if t not in run), "expected_failures": 0,
-           "unexpected_passes": [], "unexpected_failures": [], "stage_differs": []}
+           "unexpected_passes": [], "unexpected_failures": [], "stage_differs": [], "not_judged": []}
     for test, res in sorted(run.items()):
         kind = listed.get(test)
-        if kind and res["outcome"] == PASSED:
+        if res["outcome"] == NOT_JUDGED:
+            out["not_judged"].append({"test": test, "listed_as": kind, "stage": res.get("stage")})
+        elif kind and res["outcome"] == PASSED:
             out["unexpected_passes"].append({"test": test, "listed_as": kind})
         elif not kind and res["outcome"] != PASSED:
             out["unexpected_failures"].append({"test": test, "outcome": res["outcome"], "stage": res.get("stage"),

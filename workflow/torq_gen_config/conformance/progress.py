@@ -8,7 +8,7 @@ import collections
 import sys
 import time
 
-from .evaluate import PASSED
+from .evaluate import NOT_JUDGED, PASSED
 
 
 def _hms(seconds: float) -> str:
@@ -16,10 +16,16 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
+def outcome_label(r: dict) -> str:
+    """``passed``, ``differing``, the stage of a failure (``compile``), or ``not judged (no layer)``."""
+    if r["outcome"] == NOT_JUDGED:
+        return f"{NOT_JUDGED} ({r.get('stage')})"
+    return r["outcome"] if r["outcome"] == PASSED or not r.get("stage") else r["stage"]
+
+
 def test_line(rec: dict) -> str:
     """``test_relu [Relu]: llvm-cpu passed, ort compile (2.1 s)``."""
-    parts = [f"{name} {r['outcome'] if r['outcome'] == PASSED or not r.get('stage') else r['stage']}"
-             for name, r in rec["executors"].items()]
+    parts = [f"{name} {outcome_label(r)}" for name, r in rec["executors"].items()]
     return f"{rec['test']} [{rec['op_type']}]: {', '.join(parts) or 'no executor'} ({rec['seconds']:.1f} s)"
 
 
@@ -60,7 +66,7 @@ class TestProgress:
         """One test finished."""
         self.finished += 1
         for r in rec["executors"].values():
-            self.outcomes[r["outcome"] if r["outcome"] == PASSED or not r.get("stage") else r["stage"]] += 1
+            self.outcomes[outcome_label(r)] += 1
         if self._live is not None:
             if any(r["outcome"] != PASSED for r in rec["executors"].values()):
                 self._live.console.print(test_line(rec), markup=False, highlight=False)

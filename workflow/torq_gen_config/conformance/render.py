@@ -5,16 +5,33 @@ from __future__ import annotations
 
 import html
 
-from .evaluate import DIFFERING, FAILED, PASSED
+from .evaluate import DIFFERING, FAILED, NOT_JUDGED, PASSED
+from .matrix import judged
+
+
+def _by_count(tally: dict) -> list[tuple[str, int]]:
+    return sorted(tally.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def not_judged_text(cell: dict) -> str:
+    """``2 not judged: 1 no layer, 1 refused`` (empty when every test was judged)."""
+    if not cell[NOT_JUDGED]:
+        return ""
+    return f"{cell[NOT_JUDGED]} not judged: " + ", ".join(f"{n} {r}" for r, n in _by_count(cell["not_judged_reasons"]))
 
 
 def cell_text(cell: dict) -> str:
-    """``3/4 (1 compile)``: passed of tests, then the differing and failing ones by stage."""
+    """``3/4 (1 compile; 1 not judged: 1 no layer)``: passed of the judged tests, the
+    differing and failing ones by stage, then the tests not judged by reason."""
     if not cell["tests"]:
         return "-"
+    nj = not_judged_text(cell)
+    if not judged(cell):
+        return nj
     rest = ([f"{cell[DIFFERING]} differing"] if cell[DIFFERING] else []) + \
-        [f"{n} {stage}" for stage, n in sorted(cell["stages"].items(), key=lambda kv: (-kv[1], kv[0]))]
-    return f"{cell[PASSED]}/{cell['tests']}" + (f" ({', '.join(rest)})" if rest else "")
+        [f"{n} {stage}" for stage, n in _by_count(cell["stages"])]
+    inner = "; ".join(x for x in (", ".join(rest), nj) if x)
+    return f"{cell[PASSED]}/{judged(cell)}" + (f" ({inner})" if inner else "")
 
 
 def _opsets(row: dict) -> str:
@@ -29,13 +46,16 @@ def _md(text) -> str:
 
 
 def summary_lines(doc: dict) -> list[str]:
-    """One line per executor: passed / differing / failed of the tests run, and the failures by stage."""
+    """One line per executor: passed / differing / failed of the judged tests, the failures by
+    stage, and the tests not judged by reason."""
     lines = []
     for name, cell in doc["summary"]["executors"].items():
-        n = cell["tests"] or 1
-        stages = ", ".join(f"{s} {c}" for s, c in sorted(cell["stages"].items(), key=lambda kv: (-kv[1], kv[0])))
-        lines.append(f"{name}: passed {cell[PASSED]} of {cell['tests']} ({100.0 * cell[PASSED] / n:.1f}%), "
-                     f"differing {cell[DIFFERING]}, failed {cell[FAILED]}" + (f" ({stages})" if stages else ""))
+        n = judged(cell)
+        stages = ", ".join(f"{s} {c}" for s, c in _by_count(cell["stages"]))
+        nj = not_judged_text(cell)
+        lines.append(f"{name}: passed {cell[PASSED]} of {n} judged ({100.0 * cell[PASSED] / max(n, 1):.1f}%), "
+                     f"differing {cell[DIFFERING]}, failed {cell[FAILED]}" + (f" ({stages})" if stages else "")
+                     + (f"; {nj}" if nj else ""))
     return lines
 
 
@@ -46,8 +66,9 @@ def markdown(doc: dict) -> str:
     out = ["# ONNX node test conformance", "",
            f"{doc['summary']['tests']} node tests (onnx {doc['versions'].get('onnx')}; {sel['considered']} considered of "
            f"{sel['collected']} collected) on {', '.join(execs)}. A test passes on an executor when the executor's "
-           "outputs match the test's expected outputs within its rtol/atol; the product's verdicts (against its "
-           "reference) are counted apart.", ""]
+           "outputs match the test's expected outputs within its rtol/atol; it is not judged when they could not "
+           "be had through no fault of the executor's (a node folded to a constant, a test the discovery refused, "
+           "...); the product's verdicts (against its reference) are counted apart.", ""]
     out += [f"- {line}" for line in summary_lines(doc)]
     ref = doc["summary"]["reference"]
     out += [f"- reference vs expected: " + ", ".join(f"{k} {v}" for k, v in sorted(ref.items(), key=lambda kv: -kv[1])),
@@ -68,7 +89,7 @@ def markdown(doc: dict) -> str:
                 f"{comp['listed']} tests listed ({comp['listed_not_run']} not run here); {comp['expected_failures']} "
                 f"fail as listed; {len(comp['unexpected_passes'])} unexpected passes; "
                 f"{len(comp['unexpected_failures'])} unexpected failures; {len(comp['stage_differs'])} fail at "
-                f"another stage than listed.", ""]
+                f"another stage than listed; {len(comp['not_judged'])} not judged.", ""]
         out += [f"- unexpected pass: {e['test']} (listed as a {e['listed_as']} failure)"
                 for e in comp["unexpected_passes"]]
         out += [f"- unexpected failure: {e['test']}: {e['outcome']}"
@@ -84,9 +105,9 @@ td.all{background:#c8e6c9}td.some{background:#fff3c4}td.none{background:#ffcdd2}
 
 
 def _cls(cell: dict) -> str:
-    if not cell["tests"]:
+    if not judged(cell):
         return "na"
-    return "all" if cell[PASSED] == cell["tests"] else "some" if cell[PASSED] else "none"
+    return "all" if cell[PASSED] == judged(cell) else "some" if cell[PASSED] else "none"
 
 
 def html_page(doc: dict) -> str:
@@ -97,8 +118,9 @@ def html_page(doc: dict) -> str:
     parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>ONNX node test conformance</title>",
              f"<style>{_STYLE}</style></head><body><h1>ONNX node test conformance</h1>",
              f"<p>{doc['summary']['tests']} node tests, onnx {e(str(doc['versions'].get('onnx')))}; "
-             f"cells: tests passed (outputs within the test's rtol/atol) of tests run, then differing and failing "
-             f"ones by stage. Hover a cell for the product's verdicts and the first error.</p><ul>"]
+             f"cells: tests passed (outputs within the test's rtol/atol) of the tests judged, then differing and "
+             f"failing ones by stage, and the tests not judged (no fault of the executor's) by reason. Hover a cell "
+             f"for the product's verdicts and the first error.</p><ul>"]
     parts += [f"<li>{e(line)}</li>" for line in summary_lines(doc)]
     parts.append("</ul><table><tr><th>op type</th><th>opsets</th><th>tests</th>"
                  + "".join(f"<th>{e(x)}</th>" for x in execs) + "</tr>")
@@ -111,6 +133,8 @@ def html_page(doc: dict) -> str:
             if fe:
                 tip += f"\nfailing: {', '.join(c['failing_tests'][:20])}\nfirst error ({fe['test']}): " \
                        f"{fe.get('stage') or fe['outcome']}: {fe.get('message') or ''}"
+            if c["not_judged_tests"]:
+                tip += f"\nnot judged: {', '.join(c['not_judged_tests'][:20])}"
             cells.append(f"<td class='{_cls(c)}' title='{e(tip)}'>{e(cell_text(c))}</td>")
         parts.append(f"<tr><td>{e(op)}</td><td>{_opsets(row)}</td><td>{row['tests']}</td>{''.join(cells)}</tr>")
     parts.append("</table>")
@@ -126,7 +150,8 @@ def html_page(doc: dict) -> str:
     for comp in doc.get("expected_failures") or []:
         parts.append(f"<h2>{e(comp['executor'])} against {e(comp['file'])}</h2><p>{comp['listed']} listed, "
                      f"{comp['expected_failures']} fail as listed, {len(comp['unexpected_passes'])} unexpected passes, "
-                     f"{len(comp['unexpected_failures'])} unexpected failures.</p><ul>")
+                     f"{len(comp['unexpected_failures'])} unexpected failures, {len(comp['not_judged'])} not "
+                     f"judged.</p><ul>")
         parts += [f"<li>unexpected pass: {e(x['test'])} (listed: {e(x['listed_as'])})</li>"
                   for x in comp["unexpected_passes"]]
         parts += [f"<li>unexpected failure: {e(x['test'])}: {e(x.get('stage') or x['outcome'])}: "

@@ -28,8 +28,8 @@ from ..layout import lock_file
 from ..tools import kill_all_tools
 from . import cases as node_cases
 from .discovery import (discover_command, discover_env, first_line, read_discovery, refusal_message, reports_in,
-                        run_discover, stop_all)
-from .evaluate import FAILED, executor_outcome, reference_check
+                        run_discover)
+from .evaluate import executor_outcome, not_judged, reference_check
 from .matrix import MATRIX_SCHEMA, TEST_SCHEMA, VERDICTS_SCHEMA, aggregate, compare_expected, mark_records
 from .progress import TestProgress
 from .render import html_page, markdown
@@ -148,12 +148,12 @@ def run_test(case, settings: Settings, fp: str, case_digest: str, env: dict) -> 
            "fingerprint": fp, "timeout_s": settings.timeout_s, "seconds": round(secs, 2), "rtol": rtol, "atol": atol,
            "discover": {"status": "ok", "exit_status": rc, "message": None}, "reference": None, "executors": {}}
     if rc is None or rc != 0 or not reports_in(d / "out"):
-        status, stage = ("timeout", "timeout") if rc is None else ("refused", "refused")
+        # the product, not an executor, stopped the test: no executor's outputs to judge
+        status, reason = ("timeout", "test timeout") if rc is None else ("refused", "refused")
         msg = (f"the test's discovery timed out after {settings.timeout_s:g} s" if rc is None else
                refusal_message(stdout, stderr) if rc != 0 else "discover exited 0 but wrote no report")
         rec["discover"] = {"status": status, "exit_status": rc, "message": msg}
-        rec["executors"] = {e["name"]: {"outcome": FAILED, "stage": stage, "verdict": None, "message": msg}
-                            for e in executors}
+        rec["executors"] = {e["name"]: not_judged(reason, msg) for e in executors}
     else:
         try:
             disc = read_discovery(d / "out")
@@ -164,8 +164,7 @@ def run_test(case, settings: Settings, fp: str, case_digest: str, env: dict) -> 
                                                                d / "rerun", settings.timeout_s / 2)
         except Exception as e:  # a file the product did not write, or a bug here: said, not hidden
             msg = f"reading the discovery failed: {type(e).__name__}: {first_line(str(e))}"
-            rec["executors"] = {x["name"]: {"outcome": FAILED, "stage": "evaluate", "verdict": None, "message": msg}
-                                for x in executors}
+            rec["executors"] = {x["name"]: not_judged("evaluate", msg) for x in executors}
     if _stopping.is_set():
         return None
     write_json(d / RESULT_FILE, rec)
@@ -233,8 +232,7 @@ def _run_locked(settings: Settings, selection: node_cases.Selection, stream) -> 
             _stopping.set()
             for f in futures:
                 f.cancel()
-            stop_all()
-            kill_all_tools()  # the layers being run again
+            kill_all_tools()  # the running discoveries and the layers being run again
             raise
     doc = write_outputs(settings, selection, [records[c.name] for c in selection.cases if c.name in records], vers,
                         seconds=time.perf_counter() - t0, ran=len(todo))
