@@ -165,7 +165,9 @@ def test_summary_marks_person_made_choices(tmp_path, out_dir):
 
 def test_summary_without_timing_has_no_timing_section():
     rep = make_report()
-    rep["discovery_report"]["summary"]["timing_summary"] = {}
+    for op in rep["ops"].values():  # the summary shown is computed from the layers
+        for entry in op["executors"].values():
+            entry.pop("timing", None)
     assert "TIMING SUMMARY" not in render(render_summary, rep)
     assert "TIMING SUMMARY" in render(render_summary, make_report())
 
@@ -378,3 +380,60 @@ def test_layer_details_mark_a_success_that_could_not_have_failed():
     text = render(render_layer, rep, "Add_out")
     assert "[host] success*" in text and "INCONCLUSIVE:      reference is constant" in text
     assert "[npu-a] success " in text  # the others unchanged
+
+
+# ---------------------------------------------------------------- the original tool's reports
+
+#: A report as the original tool wrote it (seed 001, "Understanding the JSON" and section 7:
+#: TFLite layer IDs, no model_name, a summary with only total_layers and status_counts).
+SEED_REPORT = {
+    "ops": {
+        "CONV_2D_0": {"executors": {"nss": {"status": "success"}, "css": {"status": "difference"},
+                                    "host": {"status": "success"}},
+                      "recommended_executor": "nss", "_node_index": 0, "mlir_location": "42:12"},
+        "DEQUANTIZE_1": {"executors": {"nss": {"status": "error"}, "css": {"status": "difference"},
+                                       "host": {"status": "success"}},
+                         "recommended_executor": "css", "_node_index": 1, "mlir_location": "43:12"},
+        "SOFTMAX_2": {"executors": {"nss": {"status": "error"}, "css": {"status": "error"},
+                                    "host": {"status": "error"}},
+                      "recommended_executor": None, "_node_index": 2, "mlir_location": "44:12"},
+    },
+    "discovery_report": {"summary": {"total_layers": 3, "status_counts": {"success": 3}},
+                         "critical_failures": []},
+}
+
+
+def test_seed_format_report_views_and_edits_like_ours(tmp_path, capsys):
+    """The original tool's report: the name from the file name, the counts from the ops (its
+    stored summary says 3 successes and lists no critical failure), and an edit writes a
+    compiler JSON that carries the name."""
+    path = tmp_path / "torq_gen_config_mobilenet_v1.json"
+    path.write_text(json.dumps(SEED_REPORT))
+    assert cli(path) == 0
+    text = capsys.readouterr().out
+    assert "MODEL: mobilenet_v1 (name from the file name)" in text and "MODEL: None" not in text
+    assert "Executors (priority order): nss, css, host" in text
+    assert re.search(r"success:\s+3\b", text) and re.search(r"difference:\s+2\b", text)
+    assert re.search(r"error:\s+4\b", text)
+    rec = text[text.index("RECOMMENDED EXECUTORS"):]
+    assert re.search(r"nss: 1\b", rec) and re.search(r"css: 1\b", rec) and re.search(r"host: 0\b", rec)
+    assert re.search(r"\(none\): 1\b", rec)
+    assert "CRITICAL FAILURES (all executors error; no executor ran the layer): 1" in text
+    assert "SOFTMAX_2" in text[text.index("CRITICAL FAILURES"):]
+
+    edit_report_file(path, "SOFTMAX_2", executor="host")
+    compiler = json.loads((tmp_path / "torq_gen_config_mobilenet_v1_compiler.json").read_text())
+    assert compiler["model_name"] == "mobilenet_v1" and compiler["op_assignments"]["44:12"] == {"executor": "host"}
+    rep = json.loads(path.read_text())
+    assert rep["discovery_report"]["summary"]["executor_counts"] == {"nss": 1, "css": 1, "host": 1}
+
+    from torq_gen_config.cli.main import main
+
+    assert main(["report", str(path)]) == 0  # the HTML page: the same name and counts
+    page = (tmp_path / "torq_gen_config_mobilenet_v1.html").read_text()
+    assert "<h1>torq-gen-config: mobilenet_v1</h1>" in page and "priority order: nss, css, host" in page
+
+    bare = tmp_path / "torq_gen_config_resnet_compiler.json"  # a compiler JSON without model_name
+    bare.write_text(json.dumps({"op_assignments": {"42:12": "nss"}}))
+    assert cli(bare) == 0
+    assert "MODEL: resnet (name from the file name) (compiler format)" in capsys.readouterr().out

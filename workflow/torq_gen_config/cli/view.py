@@ -56,5 +56,5 @@ def run(args: argparse.Namespace, console=None) -> int:
 
         for line in staleness(path, data, args.model):
             print(f"warning: {line}", file=sys.stderr)
-    render(data, kind, console, layer=layer)
+    render(data, kind, console, layer=layer, source=path)
     return 0

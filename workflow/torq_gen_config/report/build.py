@@ -19,6 +19,7 @@ from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
 from ..errors import ReportError
 from ..limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+from .cells import executor_names
 from .recommend import (
     REASON_NOT_TESTABLE,
     REASON_NOT_TESTED,
@@ -385,18 +386,21 @@ def build_compiler_json(report: Mapping) -> dict:
     }
 
 
-def executor_names(report: Mapping) -> list[str]:
-    """The executor names of a report, in priority order (older reports without an
-    ``executors`` list: the executors present, in order of appearance)."""
-    names = report.get("executors")
-    if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
-        return list(names)
-    found: list[str] = []
-    for op in (report.get("ops") or {}).values():
-        for name in op.get("executors") or {}:
-            if name not in found:
-                found.append(name)
-    return found
+def discovery_report_of(report: Mapping) -> dict:
+    """A report's ``discovery_report`` computed from its ``ops`` (:func:`summarize`,
+    :func:`trust_lists`): the one source of the summaries shown to a person (the render
+    step, ``view``, the HTML page), so that a report whose stored summary is incomplete or
+    out of date (the original tool's format, seed 001 section 7: no ``executor_counts``)
+    shows what its layers say. Kept from the stored summary, as the layers cannot tell:
+    the recommendation rule and ``distinct_layers_tested`` (what discovery tested)."""
+    ops = report.get("ops") or {}
+    before = (report.get("discovery_report") or {}).get("summary") or {}
+    rule = before.get("recommendation_rule")
+    summary, critical = summarize(ops, executor_names(report),
+                                  recommend_by_timing=None if rule not in ("timing", "priority") else rule == "timing")
+    if "distinct_layers_tested" in before:
+        summary["distinct_layers_tested"] = before["distinct_layers_tested"]
+    return {"summary": summary, "critical_failures": critical, **trust_lists(ops)}
 
 
 def render_report(report: dict, *, full_model: Mapping | None = None, rederive: bool = True) -> dict:
@@ -412,12 +416,8 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     reason, :func:`~torq_gen_config.fullrun.stale_reason`) and the text says OUT OF DATE.
     """
     if rederive:
-        before = (report.get("discovery_report") or {}).get("summary") or {}
-        summary, critical = summarize(report["ops"], executor_names(report))
-        if "distinct_layers_tested" in before:  # what discovery tested: an edit does not change it
-            summary["distinct_layers_tested"] = before["distinct_layers_tested"]
-        report["discovery_report"] = {"summary": summary, "critical_failures": critical, **trust_lists(report["ops"])}
-        report["has_critical_failures"] = bool(critical)
+        report["discovery_report"] = discovery_report_of(report)
+        report["has_critical_failures"] = bool(report["discovery_report"]["critical_failures"])
         report["final_report_text"] = render_final_report_text(report)
     if full_model is not None:
         report["full_model"] = full_model

@@ -40,12 +40,20 @@ def cell_status(entry: Mapping | None) -> str:
 
 
 def executor_names(report: Mapping) -> list[str]:
-    """The report's executors in priority order (``executors``: names, or dicts with a name)."""
+    """The report's executors in priority order (``executors``: names, or dicts with a name);
+    a report without that list (older ones, the original tool's): the executors of its
+    layers in order of appearance."""
     out = []
     for e in report.get("executors") or []:
         name = e.get("name") if isinstance(e, Mapping) else e
         if isinstance(name, str):
             out.append(name)
+    if out:
+        return out
+    for op in (report.get("ops") or {}).values():
+        for name in (op.get("executors") or {}) if isinstance(op, Mapping) else ():
+            if name not in out:
+                out.append(name)
     return out
 
 

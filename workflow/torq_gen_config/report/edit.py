@@ -44,7 +44,8 @@ from ..errors import ConfigError, ReportError
 from .. import run_lock
 from ..fileio import json_bytes, read_json
 from ..layout import REPORT_PREFIX, lock_file
-from .build import build_compiler_json, check_report, executor_names, render_report, summarize, trust_lists  # noqa: F401
+from .build import build_compiler_json, check_report, render_report, summarize, trust_lists  # noqa: F401
+from .cells import executor_names
 from .publish import publish_report
 from .files import (  # noqa: F401 (their old import path here)
     _report_name_for_compiler,
@@ -103,7 +104,6 @@ NULL_EXECUTOR = "null"
 _LINE_COL = re.compile(r"^\d+:\d+$")
 
 
-_executor_names = executor_names  # its old name here
 
 
 # --------------------------------------------------------------------------- edits
@@ -199,7 +199,7 @@ def apply_edit(
         ReportError: an unknown layer ID, or a report that cannot be
             re-derived (invalid default tolerance or metrics).
     """
-    names = _executor_names(report)
+    names = executor_names(report)
     tol_avg = _check_tolerance_value("--tolerance-avg", tolerance_avg)
     tol_max = _check_tolerance_value("--tolerance-max", tolerance_max)
     set_executor = executor is not UNSET

@@ -42,10 +42,19 @@ def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = N
     the report's file name), so that the choices of one model (or subgraph) never reach
     another's report in the same directory."""
 
-    name = report.get("model_name") if isinstance(report, Mapping) else None
-    if not isinstance(name, str) or not name:
-        name = Path(report_path).stem.removeprefix(REPORT_PREFIX)
-    return Path(report_path).parent / user_choices_file(name)
+    return Path(report_path).parent / user_choices_file(model_name_of(report, report_path)[0])
+
+
+def model_name_of(data: Mapping | None, path: str | os.PathLike) -> tuple[str, bool]:
+    """``(name, from the file name?)`` of a report or compiler JSON: its ``model_name``, else
+    the name in its file name (``torq_gen_config_<name>.json``, for a compiler JSON
+    ``torq_gen_config_<name>_compiler.json``; another file: its stem). The original tool's
+    reports have no ``model_name`` (seed 001, sections 3 and 7)."""
+    name = data.get("model_name") if isinstance(data, Mapping) else None
+    if isinstance(name, str) and name:
+        return name, False
+    stem = Path(path).stem.removeprefix(REPORT_PREFIX)
+    return (stem.removesuffix("_compiler") if is_compiler_json(data) else stem), True
 
 
 def resolve_report_path(report: str | None, model: str | None, output_dir: str | None) -> Path:
@@ -101,4 +110,7 @@ def load_report(path: str | os.PathLike) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
         raise ReportError(f"{path} is not a torq-gen-config report JSON: it has no 'ops' object")
     check_report(data, str(path))
+    # a report of the original tool: the name its files are written under (and the
+    # compiler JSON's model_name) comes from the file name
+    data["model_name"] = model_name_of(data, path)[0]
     return data

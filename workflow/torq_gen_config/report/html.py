@@ -21,6 +21,7 @@ from html import escape
 from pathlib import Path
 from typing import Mapping
 
+from .build import discovery_report_of
 from .cells import STATUS_COLORS, executor_names
 from .graph import find_manifest, full_model_stale, graph_data, graph_html, graph_scripts
 from .plots import (
@@ -319,6 +320,7 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
     from plotly.offline import get_plotlyjs
 
     warnings = list(warnings or [])
+    report = {**report, "discovery_report": discovery_report_of(report)}  # the counts its layers give
     stale = full_model_stale(report)
     if stale:  # as `view` says it (fullrun.stale_reason); the section and the graph say it too
         warnings.append(f"The full-model comparison is OUT OF DATE: {stale}")

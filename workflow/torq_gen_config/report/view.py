@@ -39,12 +39,15 @@ from .edit import (
     is_compiler_json,
     report_path_for_model,
 )
+from .build import check_report, discovery_report_of
+from .files import model_name_of
+from .cells import executor_names
 from .recommend import STATUSES, is_inconclusive
 from .summary import success_note
 from .text import LAYER_COLUMN_MAX, trust_lines
 from .view_compiler import render_compiler, sorted_assignments
 from .view_format import (  # noqa: F401 (some re-exported: their old home)
-    _LOCATION_RE, _MESSAGE_LINE_CHARS, _MESSAGE_LINES, _PLAIN_WIDTH, STATUS_STYLES, _cut, _executor_names, _fmt_ms,
+    _LOCATION_RE, _MESSAGE_LINE_CHARS, _MESSAGE_LINES, _PLAIN_WIDTH, STATUS_STYLES, _cut, _fmt_ms,
     _fmt_num, _fmt_tol, _line, _print_table, _recommended_text, _status_text, make_console, precision_text,
 )
 from .view_layer import _message_lines, _over_tolerance_text, render_layer  # noqa: F401 (re-exported)
@@ -102,8 +105,6 @@ def load_view_json(path: str | os.PathLike) -> tuple[dict, str]:
             raise ReportError(f"{path}: 'op_assignments' must be an object")
         return data, "compiler"
     if isinstance(data, dict) and isinstance(data.get("ops"), Mapping):
-        from .build import check_report
-
         check_report(data, str(path))
         return data, "report"
     raise ReportError(f"{path} is neither a torq-gen-config report JSON ('ops') nor a compiler JSON ('op_assignments')")
@@ -112,21 +113,18 @@ def load_view_json(path: str | os.PathLike) -> tuple[dict, str]:
 # --------------------------------------------------------------------------- summary
 
 
-def render_summary(report: Mapping, console: Console) -> None:
-    """The report summary: counts, timing, critical failures, per-layer table, tolerance."""
+def render_summary(report: Mapping, console: Console, source: str | os.PathLike | None = None) -> None:
+    """The report summary: counts, timing, critical failures, per-layer table, tolerance.
+    Counts come from the layers (:func:`~.build.discovery_report_of`), not the stored
+    summary; without a ``model_name`` the name comes from ``source``'s file name."""
     ops: Mapping[str, Mapping] = report.get("ops") or {}
-    names = _executor_names(report)
-    discovery = report.get("discovery_report") or {}
-    summary = discovery.get("summary")
-    critical = discovery.get("critical_failures")
-    if summary is None:
-        from .build import summarize
-
-        summary, critical = summarize(ops, names)
-    critical = critical or []
+    names = executor_names(report)
+    report = {**report, "discovery_report": discovery_report_of(report)}
+    summary = report["discovery_report"]["summary"]
+    critical = report["discovery_report"]["critical_failures"]
 
     _line(console, "=" * 72)
-    _line(console, f"MODEL: {report.get('model_name')}", style="bold")
+    _line(console, f"MODEL: {model_line(report, source)}", style="bold")
     _line(console, "=" * 72)
     _line(console, f"Layers: {summary.get('total_layers', len(ops))}    "
                    f"Executors (priority order): {', '.join(names) if names else '-'}")
@@ -268,8 +266,19 @@ def tool_lines(report: Mapping) -> list[str]:
 # --------------------------------------------------------------------------- dispatch
 
 
-def render(data: Mapping, kind: str, console: Console, layer: str | None = None) -> None:
-    """Render a loaded JSON (:func:`load_view_json`): compiler view, layer details or summary.
+def model_line(data: Mapping, source: str | os.PathLike | None) -> str:
+    """The model's name for a ``MODEL:`` line: ``model_name``, else the name in ``source``'s
+    file name, said so (:func:`~.files.model_name_of`); ``(unknown)`` without either."""
+    if source is None:
+        return str(data.get("model_name") or "(unknown)")
+    name, from_file = model_name_of(data, source)
+    return f"{name} (name from the file name)" if from_file else name
+
+
+def render(data: Mapping, kind: str, console: Console, layer: str | None = None,
+           source: str | os.PathLike | None = None) -> None:
+    """Render a loaded JSON (:func:`load_view_json`, read from ``source``): compiler view,
+    layer details or summary.
 
     Raises:
         ReportError: a layer was asked for on a compiler JSON, or it does not exist.
@@ -278,8 +287,8 @@ def render(data: Mapping, kind: str, console: Console, layer: str | None = None)
         if layer:
             raise ReportError("layer details need the report JSON; this is a compiler JSON "
                               "(it holds only line:col -> executor)")
-        render_compiler(data, console)
+        render_compiler(data, console, model=model_line(data, source))
     elif layer:
         render_layer(data, layer, console)
     else:
-        render_summary(data, console)
+        render_summary(data, console, source)

@@ -25,11 +25,12 @@ def sorted_assignments(op_assignments: Mapping[str, Any]) -> list[tuple[str, Any
     return sorted(pairs, key=key)
 
 
-def render_compiler(data: Mapping, console: Console) -> None:
-    """A compiler JSON: total, distribution per executor, assignments by line:col."""
+def render_compiler(data: Mapping, console: Console, model: str | None = None) -> None:
+    """A compiler JSON: total, distribution per executor, assignments by line:col.
+    ``model``: the name to show (default: its ``model_name``)."""
     pairs = sorted_assignments(data.get("op_assignments") or {})
     _line(console, "=" * 60)
-    _line(console, f"MODEL: {data.get('model_name')} (compiler format)", style="bold")
+    _line(console, f"MODEL: {model or data.get('model_name')} (compiler format)", style="bold")
     _line(console, "=" * 60)
     _line(console)
     _line(console, f"Total assignments: {len(pairs)}")

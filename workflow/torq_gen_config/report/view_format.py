@@ -73,18 +73,6 @@ def _status_text(status: Any, inconclusive: bool = False) -> Text:
     return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
 
 
-def _executor_names(report: Mapping) -> list[str]:
-    names = report.get("executors")
-    if isinstance(names, list) and names:
-        return [str(n) for n in names]
-    found: list[str] = []
-    for op in (report.get("ops") or {}).values():
-        for name in op.get("executors") or {}:
-            if name not in found:
-                found.append(name)
-    return found
-
-
 def _recommended_text(op: Mapping) -> Text:
     rec = op.get("recommended_executor")
     user = op.get("recommendation_source") == "user"

@@ -10,9 +10,10 @@ from rich.text import Text
 
 from ..compare import REL_DIFF_THRESHOLDS, count_over_tolerance
 from .edit import find_layer
+from .cells import executor_names
 from .recommend import is_inconclusive, is_reference_fallback, reference_used
 from .view_format import (
-    _LOCATION_RE, _MESSAGE_LINE_CHARS, _MESSAGE_LINES, _cut, _executor_names, _fmt_ms, _fmt_num, _fmt_tol, _line,
+    _LOCATION_RE, _MESSAGE_LINE_CHARS, _MESSAGE_LINES, _cut, _fmt_ms, _fmt_num, _fmt_tol, _line,
     _recommended_text, _status_text,
 )
 
@@ -63,7 +64,7 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
     ops: Mapping[str, Mapping] = report.get("ops") or {}
     lid = find_layer(list(ops), layer)
     op = ops[lid]
-    names = _executor_names(report)
+    names = executor_names(report)
 
     _line(console, "=" * 72)
     _line(console, f"LAYER: {lid}", style="bold")
