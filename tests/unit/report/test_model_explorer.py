@@ -266,6 +266,16 @@ def test_model_of_another_report_is_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "me").exists() and not (tmp_path / "torq_gen_config_other.html").exists()
 
 
+def test_model_in_the_onnx_package(tmp_path, capsys):
+    """--model onnx:<path> (the default job's model) is the file in the onnx package, as for
+    discover: here the wrong model for the report, so the error is that it does not fit."""
+    _, rpath = write_inputs(tmp_path, folding_model(), make_report(folding_model(), folded_ops=FOLDED_OPS))
+    assert main(["report", str(rpath), "--model", "onnx:backend/test/data/light/light_squeezenet.onnx",
+                 "--model-explorer", str(tmp_path / "me")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is this the model the report was made from?" in err[0], err
+
+
 def test_report_path_alone_finds_the_model_it_names(tmp_path, capsys):
     mpath, rpath = write_inputs(tmp_path, folding_model(), make_report(folding_model(), folded_ops=FOLDED_OPS))
     assert main(["report", str(rpath), "--model-explorer", str(tmp_path / "me")]) == 0

@@ -53,7 +53,8 @@ def summary_lines(doc: dict) -> list[str]:
         n = judged(cell)
         stages = ", ".join(f"{s} {c}" for s, c in _by_count(cell["stages"]))
         nj = not_judged_text(cell)
-        lines.append(f"{name}: passed {cell[PASSED]} of {n} judged ({100.0 * cell[PASSED] / max(n, 1):.1f}%), "
+        share = f"{100.0 * cell[PASSED] / n:.1f}%" if n else "n/a"
+        lines.append(f"{name}: passed {cell[PASSED]} of {n} judged ({share}), "
                      f"differing {cell[DIFFERING]}, failed {cell[FAILED]}" + (f" ({stages})" if stages else "")
                      + (f"; {nj}" if nj else ""))
     return lines

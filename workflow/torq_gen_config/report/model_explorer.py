@@ -38,6 +38,7 @@ from typing import Mapping
 
 from onnx import AttributeProto
 
+from ..config import resolve_model_path
 from ..errors import ConfigError, OutputDirError, ReportError
 from ..fileio import atomic_write_files, json_bytes
 from ..model.prepare import load_model
@@ -220,8 +221,9 @@ def write_model_explorer(report_path: str | os.PathLike, out_dir: str | os.PathL
     Args:
         report_path: the report JSON.
         out_dir: the directory for the node-data files.
-        model_path: the model the report was made from (default: the model file the
-            report names, ``provenance.model.source``).
+        model_path: the model the report was made from, as ``--model`` takes it (also
+            ``onnx:<path in the onnx package>``; default: the model file the report names,
+            ``provenance.model.source``).
 
     Returns:
         (the files written in a useful order: recommended, then per executor verdict,
@@ -243,6 +245,7 @@ def write_model_explorer(report_path: str | os.PathLike, out_dir: str | os.PathL
                               f"names {source!r}, which is not there)" if source else
                               f"--model-explorer needs the model the report was made from: {how}")
         model_path = source
+    model_path = resolve_model_path(str(model_path))
     warnings = staleness(report_path, report, model_path)
     graph = load_model(model_path, graph_only=True).graph
     files = overlays(report, graph)
