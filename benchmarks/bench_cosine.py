@@ -8,7 +8,7 @@ before it) for runs that should pass and for wrong outputs:
   - fp32: ONNX Runtime with all graph optimizations against none;
   - bf16: every activation rounded to bf16 (Cast pairs after each node) against fp32
     arithmetic on the same bf16 weights and input, rounded to bf16 at the end;
-  - int8: the QDQ-quantized model (torq_gen_config.precision.quantization) with all
+  - int8: the QDQ-quantized model (torq_gen_config.precision.quantize) with all
     optimizations against none, and against the fp32 model;
   - wrong: negated, permuted, the output for another input.
 
@@ -32,9 +32,11 @@ sys.path.insert(0, str(REPO / "workflow"))
 
 from torq_gen_config.compare import compare_outputs  # noqa: E402
 from torq_gen_config.model.prepare import prepare_model  # noqa: E402
-from torq_gen_config.precision.dtype_conversion import round_to_bf16  # noqa: E402
-from torq_gen_config.precision.quantization import (  # noqa: E402
-    calibration_samples, fold_to_initializers, quantize_model, tensor_ranges)
+from torq_gen_config.precision.bf16_rounding import round_to_bf16  # noqa: E402
+from torq_gen_config.precision.calibration import calibration_samples  # noqa: E402
+from torq_gen_config.precision.folding import fold_to_initializers  # noqa: E402
+from torq_gen_config.precision.quantize import quantize_model  # noqa: E402
+from torq_gen_config.precision.ranges import tensor_ranges  # noqa: E402
 
 OFF, ALL = ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 

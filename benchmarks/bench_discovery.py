@@ -61,41 +61,44 @@ def snakemake(*args: str) -> tuple[float, float, subprocess.CompletedProcess]:
 
 def sequential_loop(model: str, work: Path, config: dict) -> tuple[float, float, int]:
     """The baseline: every step of the workflow, one after the other, in this process."""
-    from torq_gen_config import jobs
     from torq_gen_config.config import model_name
+    from torq_gen_config.steps.layer_tests import test_layer_job
+    from torq_gen_config.steps.prepare import import_full_model_job, prepare_model_job
+    from torq_gen_config.steps.report import aggregate_job
+    from torq_gen_config.steps.split import import_layer_job, reference_job, split_layers_job
 
     c0, k0, t0 = cpu_self(), cpu_children(), time.perf_counter()
     w = work / "work"
     layers_dir = w / "layers"
     model_inputs = str(w / "model_inputs.npz")
-    jobs.prepare_model_job(model=model, prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"),
-                           target_opset=config["target_opset"], model_inputs=model_inputs,
-                           input_settings=config["inputs"], timeout_s=config["timeout_s"])
-    jobs.import_full_model_job(prepared=str(w / "prepared.onnx"), mlir=str(w / "full.mlir"), locations=str(w / "locations.json"))
-    jobs.split_layers_job(prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"),
-                          manifest=str(layers_dir / "manifest.json"), model_inputs=model_inputs,
-                          layer_inputs=config["layer_inputs"], timeout_s=config["timeout_s"])
+    prepare_model_job(model=model, prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"),
+                      target_opset=config["target_opset"], model_inputs=model_inputs,
+                      input_settings=config["inputs"], timeout_s=config["timeout_s"])
+    import_full_model_job(prepared=str(w / "prepared.onnx"), mlir=str(w / "full.mlir"), locations=str(w / "locations.json"))
+    split_layers_job(prepared=str(w / "prepared.onnx"), info_path=str(w / "prepare.json"),
+                     manifest=str(layers_dir / "manifest.json"), model_inputs=model_inputs,
+                     layer_inputs=config["layer_inputs"], timeout_s=config["timeout_s"])
     man = json.loads((layers_dir / "manifest.json").read_text())
     from torq_gen_config.backends import NEEDS_MLIR
 
     for layer in man["layers"]:
         d = layers_dir / layer["slug"]
-        jobs.reference_job(layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
-                           input_settings=config["inputs"], engine=config["reference"], timeout_s=config["timeout_s"],
-                           inputs_path=str(d / "inputs.npz") if config["layer_inputs"] == "propagate" else None)
-        jobs.import_layer_job(layer_onnx=str(d / "model.onnx"), mlir=str(d / "model.mlir"), status=str(d / "import.json"))
+        reference_job(layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
+                      input_settings=config["inputs"], engine=config["reference"], timeout_s=config["timeout_s"],
+                      inputs_path=str(d / "inputs.npz") if config["layer_inputs"] == "propagate" else None)
+        import_layer_job(layer_onnx=str(d / "model.onnx"), mlir=str(d / "model.mlir"), status=str(d / "import.json"))
         for ex in config["executors"]:
             needs = NEEDS_MLIR[ex["backend"]]
-            jobs.test_layer_job(layer=layer, executor=ex, layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
-                                mlir=str(d / "model.mlir") if needs else None,
-                                import_status=str(d / "import.json") if needs else None,
-                                result=str(d / ex["name"] / "result.json"), tolerance=config["tolerance"],
-                                timeout_s=config["timeout_s"])
+            test_layer_job(layer=layer, executor=ex, layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
+                           mlir=str(d / "model.mlir") if needs else None,
+                           import_status=str(d / "import.json") if needs else None,
+                           result=str(d / ex["name"] / "result.json"), tolerance=config["tolerance"],
+                           timeout_s=config["timeout_s"])
     name = model_name(model)
-    jobs.aggregate_job(model_name=name, manifest=str(layers_dir / "manifest.json"), prepare_info=str(w / "prepare.json"),
-                       locations=str(w / "locations.json"), results_root=str(layers_dir), executors=config["executors"],
-                       tolerance=config["tolerance"], options={}, report=str(work / f"torq_gen_config_{name}.json"),
-                       compiler=str(work / f"torq_gen_config_{name}_compiler.json"), output_dir=str(work))
+    aggregate_job(model_name=name, manifest=str(layers_dir / "manifest.json"), prepare_info=str(w / "prepare.json"),
+                  locations=str(w / "locations.json"), results_root=str(layers_dir), executors=config["executors"],
+                  tolerance=config["tolerance"], options={}, report=str(work / f"torq_gen_config_{name}.json"),
+                  compiler=str(work / f"torq_gen_config_{name}_compiler.json"), output_dir=str(work))
     wall = time.perf_counter() - t0
     cpu = (cpu_self() - c0) + (cpu_children() - k0)
     return wall, cpu, len(man["layers"])

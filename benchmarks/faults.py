@@ -313,7 +313,7 @@ def m_squeezenet(d: Path) -> Path:
 # --------------------------------------------------------------------------------------
 
 def real_iree_compile() -> str:
-    from torq_gen_config.backends.iree import iree_tool_path
+    from torq_gen_config.backends.iree_tools import iree_tool_path
 
     saved = os.environ.pop("IREE_COMPILE", None)
     try:

@@ -6,7 +6,7 @@ Over the node tests shipped in the onnx wheel (``onnx.backend.test.case.node.col
 outputs left out), for every model that ONNX Runtime (CPU, optimizations off) can load:
 
   - the figure: the share of models whose ORT run fails on the values of
-    ``torq_gen_config.input_generation.generate_inputs`` (run through
+    ``torq_gen_config.inputs.generate.generate_inputs`` (run through
     ``torq_gen_config.ort_io.run``), as "X of Y (Z%)";
   - the baseline, measured in the same run: the uniform per-dtype generator that came
     before the op rules (reimplemented below: floats in [-1, 1), ints in [-40, 40),
@@ -45,8 +45,9 @@ _OLD_INDEX_INPUTS = {("Gather", 1): "gather", ("GatherElements", 1): "gather", (
 
 
 def baseline_inputs(model, seed: int) -> dict:
-    """The generator before the op rules (torq_gen_config.input_generation.make_inputs up to
-    commit e54ac8a), reimplemented: uniform values per dtype, index inputs bounded."""
+    """The generator before the op rules (make_inputs of the former module
+    torq_gen_config.input_generation up to commit e54ac8a), reimplemented: uniform values
+    per dtype, index inputs bounded."""
     import numpy as np
     from onnx import helper
 
@@ -146,7 +147,7 @@ def main() -> None:
     from onnx.backend.test.case.node import collect_testcases
 
     from torq_gen_config import ort_io
-    from torq_gen_config.input_generation import generate_inputs
+    from torq_gen_config.inputs.generate import generate_inputs
 
     t0 = time.perf_counter()
     cases = collect_testcases(None)

@@ -16,7 +16,6 @@ import torq_gen_config.steps.quantize
 import torq_gen_config.steps.report
 import torq_gen_config.steps.report_html
 import torq_gen_config.steps.split
-import torq_gen_config.steps.tested_layers
 import torq_gen_config.steps.units
 from torq_gen_config.steps import untracked
 from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
@@ -26,6 +25,7 @@ from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_
                                     resolve_model_path, validate_config)
 from torq_gen_config.errors import ReportError, TorqGenConfigError
 from torq_gen_config.fileio import damaged_work_file, file_fingerprint, read_json, remove_temporary_files
+from torq_gen_config.model import tested_layers as layer_test_plan
 from torq_gen_config.model.prepare import model_fingerprint
 from torq_gen_config.model_inputs import MODEL_INPUTS_FILE
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
@@ -201,8 +201,8 @@ def tested_layers():
     layer with an unknown input/output type gets no jobs, the report says why) and,
     with dedup_layers, only the first layer of each signature."""
     layers = manifest_layers()
-    plan = steps.tested_layers.plan_layer_tests(layers.values(), config["skip_ops"], config["dedup_layers"])
-    return [slug for slug, layer in layers.items() if plan[layer["layer_id"]][0] == steps.tested_layers.TEST]
+    plan = layer_test_plan.plan_layer_tests(layers.values(), config["skip_ops"], config["dedup_layers"])
+    return [slug for slug, layer in layers.items() if plan[layer["layer_id"]][0] == layer_test_plan.TEST]
 
 
 # Compile batches (rules/layer_tests.smk, rule test_unit; docs/compile_batches.md)

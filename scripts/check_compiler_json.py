@@ -4,7 +4,7 @@
 Every ``op_assignments`` key must be the ``line:col`` of a ``torch.operator`` in the
 report's ``mlir_file`` whose op type is the layer's op type, or (a quantized model,
 ``--quantize``) a quantized form of it: an op mapped to the layer's op type by
-:data:`torq_gen_config.precision.quantization.QUANTIZED_OP_BASE` (``onnx.QLinearConv``
+:data:`torq_gen_config.precision.qdq_graph.QUANTIZED_OP_BASE` (``onnx.QLinearConv``
 or ``onnx.ConvInteger`` for a Conv layer, the com.microsoft ``onnx.QLinearConcat`` for
 a Concat layer, ...). Thin entry point over
 :func:`torq_gen_config.mlir.importer.operator_at`.
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from torq_gen_config.mlir.importer import operator_at
-from torq_gen_config.precision.quantization import QUANTIZED_OP_BASE
+from torq_gen_config.precision.qdq_graph import QUANTIZED_OP_BASE
 
 
 def accepted_ops(op_type: str) -> set[str]:

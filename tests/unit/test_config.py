@@ -60,7 +60,7 @@ def test_skip_executors_validated():
 
 
 def test_tool_options_reach_compiler_backends_only():
-    from torq_gen_config.jobs import executor_with_tool_options
+    from torq_gen_config.backends import executor_with_tool_options
 
     iree = {"name": "a", "backend": "iree", "options": {"compile_flags": ["--x"]}}
     torq = {"name": "nss", "backend": "torq", "options": {"torq_hw": "default"}}

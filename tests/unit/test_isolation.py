@@ -1,9 +1,8 @@
 """Supervised workers (isolation.py), the run lock (run_lock.py), the timeout records
-that make a larger --timeout redo a job (jobs.py) and the report's staleness checks."""
+that make a larger --timeout redo a job (steps/markers.py) and the report's staleness checks."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from torq_gen_config import isolation, jobs, run_lock
+from torq_gen_config import isolation, job_support, run_lock
 from torq_gen_config.isolation import WorkerCrash, WorkerError, WorkerTimeout, run_isolated
 
 
@@ -154,7 +153,7 @@ def _prepare_like(*, model_run_failed=None):
 
 
 def test_model_job_is_done_again_without_the_whole_model_run_after_a_crash(capsys):
-    result = jobs.in_worker(_prepare_like, "the model preparation", 60, without_run="model_run_failed")
+    result = job_support.in_worker(_prepare_like, "the model preparation", 60, without_run="model_run_failed")
     assert result.startswith("done without the run: the model preparation crashed")
     assert "SIGSEGV" in result
     assert "done again without the whole-model reference run" in capsys.readouterr().err
@@ -164,7 +163,7 @@ def test_model_job_crash_without_a_fallback_is_one_model_error():
     from torq_gen_config.errors import ModelError
 
     with pytest.raises(ModelError, match="the model preparation crashed"):
-        jobs.in_worker(_prepare_like, "the model preparation", 60)
+        job_support.in_worker(_prepare_like, "the model preparation", 60)
 
 
 def test_stale_snakemake_lock_of_this_output_dir_is_removed(tmp_path):

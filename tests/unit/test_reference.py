@@ -12,12 +12,12 @@ from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ModelError
+from torq_gen_config.inputs.generate import make_inputs
+from torq_gen_config.model_inputs import load_input_data
 from torq_gen_config.reference import (
     compute_reference,
-    load_input_data,
     load_layer_inputs,
     load_reference,
-    make_inputs,
     propagate_layer_inputs,
 )
 
@@ -63,7 +63,7 @@ def test_reference_failure_is_recorded(tmp_path):
 
 def _bf16(nodes, inputs, outputs):
     """A small fp32 model at opset 22, converted as --auto-convert-bf16 does."""
-    from torq_gen_config.precision.dtype_conversion import convert_to_bf16
+    from torq_gen_config.precision.narrowing import convert_to_bf16
 
     m = make_model(nodes, inputs, outputs, opset=22)
     m.ir_version = 10

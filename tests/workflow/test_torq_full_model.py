@@ -13,7 +13,6 @@ import importlib.util
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,16 +24,15 @@ from conftest import (FAKE_COMPILE, FAKE_DIR, FAKE_RUN, REPO, TORQ_VARS, VENV_BI
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ConfigError
-from torq_gen_config.full_model import (
-    TORQ_MAP_FILE,
+from torq_gen_config.backends.torq.whole_model import TORQ_MAP_FILE
+from torq_gen_config.fullrun.compile import compile_partition
+from torq_gen_config.fullrun.execute import run_partitions
+from torq_gen_config.fullrun.plan import make_plan
+from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
+from torq_gen_config.fullrun.selection import (
     assignment_mode,
     check_selection,
-    compile_partition,
-    full_model_section,
     make_assignment,
-    make_plan,
-    render_full_model_text,
-    run_partitions,
     selection_from_compiler_json,
     selection_from_report,
 )

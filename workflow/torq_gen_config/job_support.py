@@ -1,6 +1,6 @@
 """What every job entry point shares: the one-line notes of bad-input failures the
-Snakemake runner reports, the per-job log, the log file shared by all jobs, and
-supervised workers for in-process work that can hang or crash.
+Snakemake runner reports and supervised workers for in-process work that can hang or
+crash. The per-job log and the log file shared by all jobs are :mod:`torq_gen_config.logs`.
 
 Jobs run in-process (``run:`` blocks with the local executor's threads, see
 ``profiles/default``), so a job costs milliseconds of start-up instead of a Python
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 
-from .logs import append_record, append_to_shared_log  # noqa: F401 (append_to_shared_log: its old home)
 from .errors import ModelError, TorqGenConfigError
 
 #: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
@@ -67,7 +66,5 @@ def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, 
     print(f"warning: {reason}; done again without the whole-model reference run", file=sys.stderr)
     return in_worker(impl, what, limit, without_run=without_run, **{**kwargs, without_run: reason})
 
-
-_log = append_record  # its old name (job steps log through torq_gen_config.logs)
 
 

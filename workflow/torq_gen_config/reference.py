@@ -2,7 +2,7 @@
 
 Inputs are the values the layer receives in the whole-model reference run
 (:func:`propagate_layer_inputs`, ``--layer-inputs propagate``, the default), else
-op-aware generated values (:func:`make_inputs`, :mod:`torq_gen_config.input_generation`:
+op-aware generated values (:func:`make_inputs`, :mod:`torq_gen_config.inputs`:
 axes, shapes, indices, ... are valid for their op; docs/inputs.md). References come
 from ONNX Runtime CPU with all graph optimizations disabled and from onnx's reference
 implementation (:mod:`torq_gen_config.reference_run`); the configured one is what the
@@ -17,18 +17,16 @@ the inputs were made, the engines' agreement metrics).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
-from .fileio import damaged_work_file, load_npz, save_npz  # noqa: F401 (load_npz, save_npz re-exported: their old home)
-from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs  # noqa: F401 (re-exported)
-from .model_inputs import load_input_data, open_input_data  # noqa: F401 (re-exported)
+from .fileio import damaged_work_file, load_npz, save_npz
+from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from .external_data import load_model
-from .reference_run import has_bfloat16  # noqa: F401 (re-exported: its old place)
-from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS  # noqa: F401 (DEFAULT_TIMEOUT_S: its old home)
+from .reference_run import has_bfloat16
+from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
 from .limits import call_limit
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,

@@ -29,8 +29,10 @@ from torq_gen_config.backends import (
     backend_class,
     make_backend,
 )
-from torq_gen_config.backends.iree import IreeBackend, parse_mlir_signature
-from torq_gen_config.backends.onnxruntime import OnnxRuntimeBackend, ort_reference_session, ort_version
+from torq_gen_config.backends.iree import IreeBackend
+from torq_gen_config.backends.iree_tools import parse_mlir_signature
+from torq_gen_config.backends.onnxruntime import OnnxRuntimeBackend
+from torq_gen_config.backends.ort_session import ort_reference_session, ort_version
 from torq_gen_config.errors import ConfigError
 from torq_gen_config.tools import find_tool, run_tool
 
@@ -744,7 +746,7 @@ def test_the_torq_package_is_light_to_import():
 
 def _bf16_model(path: Path, nodes, inputs, outputs, initializers=()) -> str:
     """An fp32 model at opset 22 converted with convert_to_bf16 (as --auto-convert-bf16)."""
-    from torq_gen_config.precision.dtype_conversion import convert_to_bf16
+    from torq_gen_config.precision.narrowing import convert_to_bf16
 
     graph = h.make_graph(nodes, "main", inputs, outputs, initializer=list(initializers))
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 22)])

@@ -17,9 +17,11 @@ from conftest import TensorProto, helper, make_model, run_cli, run_snakemake, tv
 from onnx import numpy_helper
 
 from torq_gen_config.backends import StageError, make_backend
-from torq_gen_config.backends.base import Backend, CompiledArtifact, runtime_stats
-from torq_gen_config.backends.iree import parse_benchmark_json
-from torq_gen_config.report.build import build_report, summarize
+from torq_gen_config.backends.base import Backend, CompiledArtifact
+from torq_gen_config.backends.iree_tools import parse_benchmark_json
+from torq_gen_config.backends.timing import runtime_stats
+from torq_gen_config.report.build import build_report
+from torq_gen_config.report.summary import summarize
 from torq_gen_config.report.recommend import (
     REASON_NO_TIMING,
     recommend_executor,
@@ -348,7 +350,8 @@ def test_config_keys_defaults_and_validation():
 def test_cli_build_config_sets_keys_only_when_given(tmp_path):
     import argparse
 
-    from torq_gen_config.cli.discover import add_parser, build_config
+    from torq_gen_config.cli.discover import add_parser
+    from torq_gen_config.cli.options import build_config
 
     model = conv_relu_model(tmp_path / "cr.onnx")
     parser = argparse.ArgumentParser()

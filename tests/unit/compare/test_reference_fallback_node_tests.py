@@ -22,7 +22,8 @@ from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.fileio import load_npz
 from torq_gen_config.layer_test import one_line_summary, run_layer_test
 from torq_gen_config.mlir.importer import import_layer
-from torq_gen_config.reference import compute_reference, load_reference, save_npz
+from torq_gen_config.fileio import save_npz
+from torq_gen_config.reference import compute_reference, load_reference
 
 LLVM_CPU = {"name": "llvm-cpu", "backend": "iree",
             "options": {"target": "llvm-cpu", "device": "local-task", "target_cpu": "host"}}

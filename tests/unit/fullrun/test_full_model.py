@@ -28,7 +28,8 @@ from torq_gen_config.fullrun import (
     with_full_model_text,
 )
 from torq_gen_config.model.prepare import prepare_model
-from torq_gen_config.model.split import fold_constants, split_layers
+from torq_gen_config.model.folding import fold_constants
+from torq_gen_config.model.split import split_layers
 from torq_gen_config.reference import compute_reference
 
 ORT = {"backend": "onnxruntime", "options": {"providers": ["CPUExecutionProvider"]}}

@@ -12,7 +12,8 @@ from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.compare import FULL_MODEL_MIN_COSINE
-from torq_gen_config.full_model import _check_partition, _compare_and_finish, full_model_section
+from torq_gen_config.fullrun.execute import _check_partition, _compare_and_finish
+from torq_gen_config.fullrun.report_section import full_model_section
 
 TOL = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
 

@@ -1,4 +1,4 @@
-"""Op-aware generated inputs (input_generation) and ONNX Runtime I/O for every dtype (ort_io).
+"""Op-aware generated inputs (inputs/) and ONNX Runtime I/O for every dtype (ort_io).
 
 Real ONNX Runtime runs, no mocks: node tests from the onnx wheel run on generated
 inputs, and small Identity/Cast models check the OrtValue round trip of float8, int4
@@ -18,8 +18,8 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 
 from torq_gen_config import ort_io
-from torq_gen_config.input_generation import RULES, generate_inputs
-from torq_gen_config.reference import make_inputs
+from torq_gen_config.inputs.generate import generate_inputs, make_inputs
+from torq_gen_config.inputs.rules import RULES
 
 
 @functools.lru_cache(maxsize=1)
@@ -172,7 +172,7 @@ def test_same_seed_same_arrays_and_plain_values_are_the_old_uniform_draws():
     rng = np.random.default_rng(5)
     np.testing.assert_array_equal(x1["a"], rng.uniform(-1, 1, (4, 5)).astype(np.float32))
     np.testing.assert_array_equal(x1["b"], rng.integers(-40, 40, (4, 5)))
-    for k, v in make_inputs(m, {"seed": 5}).items():  # reference.make_inputs delegates
+    for k, v in make_inputs(m, {"seed": 5}).items():  # make_inputs delegates
         np.testing.assert_array_equal(v, x1[k])
 
 

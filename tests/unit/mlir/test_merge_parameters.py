@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from torq_gen_config.backends import make_backend
 from torq_gen_config.backends.base import CompiledArtifact
-from torq_gen_config.backends.iree import parse_mlir_signature
+from torq_gen_config.backends.iree_tools import parse_mlir_signature
 from torq_gen_config.backends.parameters import with_parameters
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.mlir.merge import MergeError, merge_modules, parse_layer_module

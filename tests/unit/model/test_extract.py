@@ -2,7 +2,7 @@
 
 Its rules on a small graph, and that the layer split, the subgraph cut and the full-model
 partitions build the same models with it: the layer and subgraph builders as they
-were before it (frozen copies at the end of this file) and ``full_model.build_partition_model``
+were before it (frozen copies at the end of this file) and ``fullrun.partition.build_partition_model``
 are compared with it on light_squeezenet and on models with If/Loop/Scan bodies. Byte for
 byte, except that an initializer of the source model is now copied as it is (so that it can
 keep referring to the weight store) where the frozen builders made it anew from its values:
@@ -21,7 +21,7 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config.model import graph, split, subgraph
+from torq_gen_config.model import folding, graph, split, subgraph
 from torq_gen_config.model.extract import extract_model
 from torq_gen_config.model.prepare import prepare_model
 
@@ -177,12 +177,12 @@ def test_subgraph_models_identical(tmp_path, squeezenet_path):
 
 
 def test_partition_models_identical(tmp_path, squeezenet_path):
-    """``full_model.build_partition_model`` is ``extract_model`` with the partition options."""
-    from torq_gen_config.full_model import build_partition_model
+    """``fullrun.partition.build_partition_model`` is ``extract_model`` with the partition options."""
+    from torq_gen_config.fullrun.partition import build_partition_model
 
     for path in _models(tmp_path, squeezenet_path):
         model, _ = prepare_model(path)
-        values, folded, _ = split.fold_constants(model)
+        values, folded, _ = folding.fold_constants(model)
         live = [j for j in range(len(model.graph.node)) if j not in folded]
         for members in (live, live[: len(live) // 2 or 1], live[len(live) // 2:]):
             old, old_io = _old_build_partition_model(model, members, values)

@@ -7,7 +7,8 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 
 from torq_gen_config.errors import ModelError
-from torq_gen_config.model.prepare import load_model, prepare_model, user_node_table
+from torq_gen_config.model.graph import user_node_table
+from torq_gen_config.model.prepare import load_model, prepare_model
 
 
 def test_missing_model(tmp_path):

@@ -18,7 +18,8 @@ from conftest import TensorProto, helper, make_model, run_cli, run_snakemake, tv
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ConfigError
-from torq_gen_config.model.prepare import prepare_model, user_node_table
+from torq_gen_config.model.graph import user_node_table
+from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
 from torq_gen_config.model.subgraph import resolve_range, subgraph_of_config
 

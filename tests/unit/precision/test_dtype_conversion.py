@@ -1,5 +1,5 @@
-"""Schema-aware dtype narrowing (precision/narrowing.py, through the dtype_conversion.py
-shim): bf16 and int32 on real models, checked with the ONNX checker, ONNX Runtime and IREE (llvm-cpu)."""
+"""Schema-aware dtype narrowing (precision/narrowing.py, bf16_rounding.py, widening.py):
+bf16 and int32 on real models, checked with the ONNX checker, ONNX Runtime and IREE (llvm-cpu)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from torq_gen_config.errors import ConfigError, ModelError
-from torq_gen_config.precision.dtype_conversion import (BF16_OPSET, KEEP_INT64_INPUTS, convert_int64_to_int32,
-                                                        convert_to_bf16, round_to_bf16, widen_bf16_to_fp32)
+from torq_gen_config.precision.bf16_rounding import round_to_bf16
+from torq_gen_config.precision.narrowing import BF16_OPSET, KEEP_INT64_INPUTS, convert_int64_to_int32, convert_to_bf16
+from torq_gen_config.precision.widening import widen_bf16_to_fp32
 
 SQUEEZENET = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
 I64 = np.iinfo(np.int64)
@@ -128,7 +129,7 @@ def _conv_model():
 
 def test_bf16_conv_on_iree_matches_widened_ort_reference(tmp_path):
     iree_rt = pytest.importorskip("iree.runtime")
-    from torq_gen_config.backends.iree import iree_tool_path
+    from torq_gen_config.backends.iree_tools import iree_tool_path
     from torq_gen_config.mlir.importer import import_model
 
     m, rep = convert_to_bf16(_conv_model())

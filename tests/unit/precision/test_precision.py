@@ -17,12 +17,17 @@ from onnx import numpy_helper
 from torq_gen_config.config import (DEFAULT_CONFIG_PATH, PRECISION_KEYS, check_precision_matches, load_config_file,
                                     validate_config)
 from torq_gen_config.errors import ConfigError
-from torq_gen_config.jobs import quantized_input_ranges
-from torq_gen_config.precision.dtype_conversion import BF16_OPSET, convert_to_bf16, round_to_bf16
+from torq_gen_config.precision.alignment import compute_nodes
+from torq_gen_config.precision.bf16_rounding import round_to_bf16
+from torq_gen_config.precision.calibration import calibration_samples
 from torq_gen_config.precision.layer_mapping import map_layers_to_quantized, mapping_summary
-from torq_gen_config.precision.quantization import (calibration_samples, compute_nodes,
-                                                    place_constant_nodes_before_use, quantize_model, tensor_ranges)
-from torq_gen_config.reference import compute_reference, has_bfloat16, load_reference, reference_outputs
+from torq_gen_config.precision.narrowing import BF16_OPSET, convert_to_bf16
+from torq_gen_config.precision.qdq_graph import place_constant_nodes_before_use
+from torq_gen_config.precision.quantize import quantize_model
+from torq_gen_config.precision.ranges import tensor_ranges
+from torq_gen_config.reference import compute_reference, load_reference, reference_outputs
+from torq_gen_config.reference_run import has_bfloat16
+from torq_gen_config.steps.quantize import quantized_input_ranges
 
 
 # ----------------------------------------------------------------------------- flag rules
@@ -333,7 +338,7 @@ def test_quantized_input_ranges(tmp_path):
     got = quantized_input_ranges(str(tmp_path / "q.onnx"), ranges)
     assert got == {"a": [-128, 128], "f": [-2.5, 3.25], "g": [1.5, 1.5 + 1e-3], "u": [0, 256]}
     # the reference draws int8 inputs over all int8 values, floats within their range
-    from torq_gen_config.reference import make_inputs
+    from torq_gen_config.inputs.generate import make_inputs
 
     feeds = make_inputs(m, {"seed": 1}, got)
     assert feeds["a"].dtype == np.int8 and feeds["u"].dtype == np.uint8
@@ -400,8 +405,9 @@ def test_layer_test_compares_quantized_layer_outputs_as_levels(tmp_path, conv_re
 def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypatch, capsys):
     import json
 
-    from torq_gen_config import jobs
-    from torq_gen_config.precision import quantization
+    from torq_gen_config.precision.ort_quantization import QuantizationError
+    from torq_gen_config.steps.layer_tests import test_layer_job
+    from torq_gen_config.steps.quantize import quantize_failure, quantize_layer_job
 
     import shutil
     layer = conv_relu_conv["manifest"]["layers"][0]
@@ -414,25 +420,25 @@ def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypat
     full_info.write_text(json.dumps({"format_used": "qdq"}))
 
     def boom(*a, **k):
-        raise quantization.QuantizationError("onnxruntime.quantization failed: test failure")
+        raise QuantizationError("onnxruntime.quantization failed: test failure")
 
     from torq_gen_config.precision import quantize as quantize_module
 
     monkeypatch.setattr(quantize_module, "quantize_model", boom)  # where the quantize step takes it from
     monkeypatch.setenv("TORQ_GEN_CONFIG_INLINE", "1")  # the patched function runs in this process
-    jobs.quantize_layer_job(layer_onnx=str(d / "model.onnx"), ranges=str(ranges), quantized=str(d / "quantized.onnx"),
-                            info=str(d / "quantize.json"), settings={"quant_format": "hybrid", "per_channel": False,
-                                                                     "full_integer": False},
-                            full_model_info=str(full_info))
+    quantize_layer_job(layer_onnx=str(d / "model.onnx"), ranges=str(ranges), quantized=str(d / "quantized.onnx"),
+                       info=str(d / "quantize.json"), settings={"quant_format": "hybrid", "per_channel": False,
+                                                                "full_integer": False},
+                       full_model_info=str(full_info))
     assert "could not be quantized" in capsys.readouterr().err
     assert json.loads((d / "quantize.json").read_text())["status"] == "error"
-    assert jobs.quantize_failure(str(d / "quantized.onnx")) == "onnxruntime.quantization failed: test failure"
-    assert jobs.quantize_failure(str(d / "model.onnx")) is None  # only quantized models
+    assert quantize_failure(str(d / "quantized.onnx")) == "onnxruntime.quantization failed: test failure"
+    assert quantize_failure(str(d / "model.onnx")) is None  # only quantized models
     res_path = d / "llvm-cpu" / "result.json"
-    jobs.test_layer_job(layer=layer, executor={"name": "llvm-cpu", "backend": "iree", "options": {}},
-                        layer_onnx=str(d / "quantized.onnx"), reference=str(d / "missing.npz"), mlir=None,
-                        import_status=None, result=str(res_path), tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01},
-                        timeout_s=10)
+    test_layer_job(layer=layer, executor={"name": "llvm-cpu", "backend": "iree", "options": {}},
+                   layer_onnx=str(d / "quantized.onnx"), reference=str(d / "missing.npz"), mlir=None,
+                   import_status=None, result=str(res_path), tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01},
+                   timeout_s=10)
     res = json.loads(res_path.read_text())
     assert res["status"] == "error" and res["failure_report"]["stage"] == "quantize"
     assert "test failure" in res["failure_report"]["summary"]
@@ -443,7 +449,7 @@ def test_quantize_layer_uses_the_whole_models_format(tmp_path, conv_relu_conv):
     import json
     import shutil
 
-    from torq_gen_config import jobs
+    from torq_gen_config.steps.quantize import quantize_layer_job
 
     layer = conv_relu_conv["manifest"]["layers"][0]  # a Conv: QOperator on its own under hybrid
     shutil.copy(conv_relu_conv["layers_dir"] / layer["slug"] / "model.onnx", tmp_path / "model.onnx")
@@ -453,9 +459,9 @@ def test_quantize_layer_uses_the_whole_models_format(tmp_path, conv_relu_conv):
     for used, op in (("qdq", "Conv"), ("qoperator", "QLinearConv")):
         info = tmp_path / f"full_{used}.json"
         info.write_text(json.dumps({"format_used": used}))
-        jobs.quantize_layer_job(layer_onnx=str(tmp_path / "model.onnx"), ranges=str(ranges),
-                                quantized=str(tmp_path / f"q_{used}.onnx"), info=str(tmp_path / f"i_{used}.json"),
-                                settings=settings, full_model_info=str(info))
+        quantize_layer_job(layer_onnx=str(tmp_path / "model.onnx"), ranges=str(ranges),
+                           quantized=str(tmp_path / f"q_{used}.onnx"), info=str(tmp_path / f"i_{used}.json"),
+                           settings=settings, full_model_info=str(info))
         ops = [n.op_type for n in onnx.load(tmp_path / f"q_{used}.onnx").graph.node]
         assert op in ops, (used, ops)
         assert json.loads((tmp_path / f"i_{used}.json").read_text())["format_used"] == used
@@ -508,7 +514,7 @@ def test_quantized_resnet_block_maps_each_layer_to_its_own_op():
 
     from torq_gen_config.model.prepare import prepare_model
     from torq_gen_config.model.split import split_layers
-    from torq_gen_config.precision.quantization import base_tensor_name
+    from torq_gen_config.precision.alignment import base_tensor_name
 
     prepared, info = prepare_model(LIGHT / "light_resnet50.onnx", target_opset=17, subgraph=("Conv_r0", "Relu_r25"))
     import tempfile

@@ -1,4 +1,4 @@
-"""int8 quantization (torq_gen_config.precision.quantization) on the real light_squeezenet,
+"""int8 quantization (the modules of torq_gen_config.precision) on the real light_squeezenet,
 with ONNX Runtime's quantize_static, IREE's importer and the IREE llvm-cpu tools."""
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import LAYER_MODEL, split_layers
 from torq_gen_config.precision import qdq_graph
-from torq_gen_config.precision import quantization as Q
-from torq_gen_config.precision.quantization import QuantizationError
+from torq_gen_config.precision.alignment import align_layers, compute_nodes
+from torq_gen_config.precision.calibration import (DEFAULT_CALIBRATION_SAMPLES, DEFAULT_CALIBRATION_SEED,
+                                                   INT_INPUT_RANGE, _layer_samples, calibration_samples)
+from torq_gen_config.precision.folding import fold_to_initializers
+from torq_gen_config.precision.ort_quantization import QuantizationError, _root_logger_guard
+from torq_gen_config.precision.quantize import _choose_format, quantize_model
+from torq_gen_config.precision.ranges import tensor_ranges
 
 SQUEEZENET = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
 
@@ -31,20 +36,20 @@ def sq(tmp_path_factory):
     model, info = prepare_model(SQUEEZENET, target_opset=17)
     layers_dir = tmp_path_factory.mktemp("layers")
     manifest = split_layers(model, info, layers_dir)
-    samples = Q.calibration_samples(model, n=Q.DEFAULT_CALIBRATION_SAMPLES, seed=Q.DEFAULT_CALIBRATION_SEED)
-    ranges = Q.tensor_ranges(model, samples)
+    samples = calibration_samples(model, n=DEFAULT_CALIBRATION_SAMPLES, seed=DEFAULT_CALIBRATION_SEED)
+    ranges = tensor_ranges(model, samples)
     return {"model": model, "manifest": manifest, "layers_dir": layers_dir, "samples": samples, "ranges": ranges}
 
 
 @pytest.fixture(scope="module")
 def full_qdq(sq):
-    return Q.quantize_model(sq["model"], ranges=sq["ranges"], samples=sq["samples"], quant_format="qdq")
+    return quantize_model(sq["model"], ranges=sq["ranges"], samples=sq["samples"], quant_format="qdq")
 
 
 @pytest.fixture(scope="module")
 def full_qop_int(sq):
-    return Q.quantize_model(sq["model"], ranges=sq["ranges"], samples=sq["samples"], quant_format="qoperator",
-                            full_integer=True)
+    return quantize_model(sq["model"], ranges=sq["ranges"], samples=sq["samples"], quant_format="qoperator",
+                          full_integer=True)
 
 
 def layer(sq, op_type: str, k: int = 0) -> tuple[dict, onnx.ModelProto]:
@@ -76,7 +81,7 @@ def q_scale(model, tensor: str) -> tuple[float, int]:
 
 # --------------------------------------------------------------------- folding / ranges
 def test_fold_and_ranges(sq):
-    folded = Q.fold_to_initializers(sq["model"])
+    folded = fold_to_initializers(sq["model"])
     ops = [n.op_type for n in folded.graph.node]
     assert "ConstantOfShape" not in ops and "Shape" not in ops
     assert ops.count("Conv") == 26
@@ -94,11 +99,11 @@ def test_full_model_alignment(sq, full_qdq, full_qop_int, which):
     q, info = full_qdq if which == "qdq" else full_qop_int
     assert info["quantized"] and info["activation_type"] == info["weight_type"] == "int8"
     onnx.checker.check_model(q)
-    computes = Q.compute_nodes(q)
+    computes = compute_nodes(q)
     assert sum(c["op_type"] == "Conv" for c in computes) == 26
     assert not any(c["quantized_op_type"] in ("QuantizeLinear", "DequantizeLinear", "Constant") for c in computes)
     layers = manifest_layers(sq)
-    aligned = Q.align_layers(layers, computes)
+    aligned = align_layers(layers, computes)
     assert len(aligned) == len(layers)
     fused_relu = not any(c["op_type"] == "Relu" for c in computes)
     assert fused_relu  # ORT fuses every Relu of squeezenet into its Conv
@@ -146,7 +151,7 @@ def test_full_model_imports(sq, full_qdq, full_qop_int, tmp_path):
 @pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
 def test_layer_conv_iree_matches_ort(sq, fmt, tmp_path):
     rec, lm = layer(sq, "Conv", 1)
-    q, info = Q.quantize_model(lm, ranges=sq["ranges"], quant_format=fmt)
+    q, info = quantize_model(lm, ranges=sq["ranges"], quant_format=fmt)
     assert info["format_used"] == fmt and info["quantized_nodes"] == 1
     ops = [n.op_type for n in q.graph.node]
     assert ("QLinearConv" in ops) == (fmt == "qoperator")
@@ -173,15 +178,15 @@ def test_layer_conv_iree_matches_ort(sq, fmt, tmp_path):
 def test_layer_scales_match_full_model(sq, full_qdq):
     full = full_qdq[0]
     rec, lm = layer(sq, "Conv", 1)  # Conv_r3: input r2 (MaxPool output), output r3
-    q, info = Q.quantize_model(lm, ranges=sq["ranges"], quant_format="qdq")
+    q, info = quantize_model(lm, ranges=sq["ranges"], quant_format="qdq")
     x, y = rec["inputs"][0]["name"], rec["outputs"][0]["name"]
     assert q_scale(q, x) == q_scale(full, x)
     # the output Q of the layer uses the layer's own range, as ORT computes it
-    s, z = Q._scale_zp(*sq["ranges"][y])
+    s, z = qdq_graph._scale_zp(*sq["ranges"][y])
     assert q_scale(q, y) == (float(s), int(z))
     # a Concat layer: output scale equal to the full model's
     rec, lm = layer(sq, "Concat", 2)
-    q, _ = Q.quantize_model(lm, ranges=sq["ranges"], quant_format="qdq")
+    q, _ = quantize_model(lm, ranges=sq["ranges"], quant_format="qdq")
     y = rec["outputs"][0]["name"]
     assert q_scale(q, y) == q_scale(full, y)
     for i in rec["inputs"]:
@@ -193,9 +198,9 @@ def test_layer_scales_match_full_model(sq, full_qdq):
 @pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
 def test_wrap_unquantized_io(sq, op, fmt):
     rec, lm = layer(sq, op)
-    plain, pinfo = Q.quantize_model(lm, ranges=sq["ranges"], quant_format=fmt)
+    plain, pinfo = quantize_model(lm, ranges=sq["ranges"], quant_format=fmt)
     assert not pinfo["quantized"] and pinfo["wrapped_io"] == []  # ORT leaves a lone Relu/MaxPool in float
-    q, info = Q.quantize_model(lm, ranges=sq["ranges"], quant_format=fmt, wrap_unquantized_io=True)
+    q, info = quantize_model(lm, ranges=sq["ranges"], quant_format=fmt, wrap_unquantized_io=True)
     assert info["quantized"]
     x, y = rec["inputs"][0]["name"], rec["outputs"][0]["name"]
     assert {(w["tensor"], w["kind"]) for w in info["wrapped_io"]} == {(x, "input"), (y, "output")}
@@ -203,7 +208,7 @@ def test_wrap_unquantized_io(sq, op, fmt):
     assert ops.count("QuantizeLinear") == 2 and ops.count("DequantizeLinear") == 2
     assert [i.name for i in q.graph.input] == [x] and [o.name for o in q.graph.output] == [y]
     w_out = next(w for w in info["wrapped_io"] if w["kind"] == "output")
-    s, z = Q._scale_zp(*sq["ranges"][y])
+    s, z = qdq_graph._scale_zp(*sq["ranges"][y])
     assert (w_out["scale"], w_out["zero_point"]) == (float(s), int(z))
     shape = [d.dim_value for d in q.graph.input[0].type.tensor_type.shape.dim]
     xv = np.random.default_rng(3).uniform(*sq["ranges"][x], shape).astype(np.float32)
@@ -215,38 +220,38 @@ def test_wrap_unquantized_io(sq, op, fmt):
 # ------------------------------------------------------------------------- 5. hybrid
 def test_hybrid_choice(sq):
     _, conv = layer(sq, "Conv")
-    q, info = Q.quantize_model(conv, ranges=sq["ranges"], quant_format="hybrid")
+    q, info = quantize_model(conv, ranges=sq["ranges"], quant_format="hybrid")
     assert (info["quant_format"], info["format_used"]) == ("hybrid", "qoperator")
     assert "QLinearConv" in [n.op_type for n in q.graph.node]
     _, concat = layer(sq, "Concat")
-    q, info = Q.quantize_model(concat, ranges=sq["ranges"], quant_format="hybrid")
+    q, info = quantize_model(concat, ranges=sq["ranges"], quant_format="hybrid")
     assert info["format_used"] == "qdq" and "QLinearConcat" not in [n.op_type for n in q.graph.node]
     _, softmax = layer(sq, "Softmax")  # Flatten/Softmax/Reshape: shape ops do not count
-    assert Q._choose_format(Q.fold_to_initializers(softmax), "hybrid") == "qoperator"
-    assert Q._choose_format(Q.fold_to_initializers(sq["model"]), "hybrid") == "qdq"
+    assert _choose_format(fold_to_initializers(softmax), "hybrid") == "qoperator"
+    assert _choose_format(fold_to_initializers(sq["model"]), "hybrid") == "qdq"
 
 
 # -------------------------------------------------------------------- 6. calibration data
 def test_calibration_samples_random_and_npz(sq, tmp_path):
     m = sq["model"]
-    a = Q.calibration_samples(m, n=3, seed=0)
-    b = Q.calibration_samples(m, n=3, seed=0)
+    a = calibration_samples(m, n=3, seed=0)
+    b = calibration_samples(m, n=3, seed=0)
     assert len(a) == 3 and a[0]["data_0"].shape == (1, 3, 224, 224) and a[0]["data_0"].dtype == np.float32
     assert np.array_equal(a[2]["data_0"], b[2]["data_0"])
     assert a[0]["data_0"].min() >= -1.0 and a[0]["data_0"].max() < 1.0
-    c = Q.calibration_samples(m, n=1, seed=0, float_range=(0.0, 6.0))
+    c = calibration_samples(m, n=1, seed=0, float_range=(0.0, 6.0))
     assert c[0]["data_0"].min() >= 0.0 and c[0]["data_0"].max() > 5.0
 
     rng = np.random.default_rng(0)
     many = rng.normal(size=(4, 1, 3, 224, 224)).astype(np.float32)
     np.savez(tmp_path / "many.npz", data_0=many)
-    s = Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / "many.npz")
+    s = calibration_samples(m, n=20, seed=0, data_path=tmp_path / "many.npz")
     assert len(s) == 4 and np.array_equal(s[3]["data_0"], many[3])
     np.savez(tmp_path / "one.npz", data_0=many[0].astype(np.float64))
-    s = Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / "one.npz")
+    s = calibration_samples(m, n=20, seed=0, data_path=tmp_path / "one.npz")
     assert len(s) == 1 and s[0]["data_0"].dtype == np.float32 and s[0]["data_0"].shape == (1, 3, 224, 224)
     # the file's samples quantize the model
-    q, info = Q.quantize_model(m, ranges={}, samples=s, quant_format="qdq")
+    q, info = quantize_model(m, ranges={}, samples=s, quant_format="qdq")
     assert info["quantized"]
 
     bad = {
@@ -257,14 +262,14 @@ def test_calibration_samples_random_and_npz(sq, tmp_path):
     for name, (arrays, needle) in bad.items():
         np.savez(tmp_path / f"{name}.npz", **arrays)
         with pytest.raises(QuantizationError) as ei:
-            Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / f"{name}.npz")
+            calibration_samples(m, n=20, seed=0, data_path=tmp_path / f"{name}.npz")
         msg = str(ei.value)
         assert needle in msg, msg
         if name != "wrong_key":
             assert "'data_0'" in msg and "224" in msg, msg
         assert isinstance(ei.value, ModelError)
     with pytest.raises(QuantizationError, match="not found"):
-        Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / "missing.npz")
+        calibration_samples(m, n=1, seed=0, data_path=tmp_path / "missing.npz")
 
 
 # ------------------------------------------------------------ 7. failures are errors
@@ -273,7 +278,7 @@ def test_quantize_static_failure_is_an_error(sq, monkeypatch):
     x = conv.graph.input[0].name
     # a real failure inside quantize_static: calibration samples of the wrong shape
     with pytest.raises(QuantizationError, match="quantize_static"):
-        Q.quantize_model(conv, ranges=sq["ranges"], samples=[{x: np.zeros([1, 2, 3], np.float32)}])
+        quantize_model(conv, ranges=sq["ranges"], samples=[{x: np.zeros([1, 2, 3], np.float32)}])
     import onnxruntime.quantization as oq
 
     def boom(*a, **k):
@@ -281,16 +286,16 @@ def test_quantize_static_failure_is_an_error(sq, monkeypatch):
 
     monkeypatch.setattr(oq, "quantize_static", boom)
     with pytest.raises(QuantizationError, match="unsupported model"):
-        Q.quantize_model(conv, ranges=sq["ranges"], quant_format="qoperator")
+        quantize_model(conv, ranges=sq["ranges"], quant_format="qoperator")
     with pytest.raises(QuantizationError, match="quant_format"):
-        Q.quantize_model(conv, ranges=sq["ranges"], quant_format="int4")
+        quantize_model(conv, ranges=sq["ranges"], quant_format="int4")
     with pytest.raises(QuantizationError, match="min <= max"):
-        Q.quantize_model(conv, ranges={x: [1.0, -1.0]})
+        quantize_model(conv, ranges={x: [1.0, -1.0]})
 
 
 def test_per_channel_conv_layer(sq):
     _, conv = layer(sq, "Conv")
-    q, info = Q.quantize_model(conv, ranges=sq["ranges"], quant_format="qdq", per_channel=True)
+    q, info = quantize_model(conv, ranges=sq["ranges"], quant_format="qdq", per_channel=True)
     assert info["per_channel"]
     w = conv.graph.node[0].input[1]
     dq = next(n for n in q.graph.node if n.op_type == "DequantizeLinear" and n.output[0].startswith(w))
@@ -310,23 +315,23 @@ def C(*ops, names=None):
 
 
 def test_align_fused_and_empty():
-    assert Q.align_layers([], C("Conv")) == []
-    assert Q.align_layers(L("Conv", "Relu"), []) == [None, None]
-    assert Q.align_layers(L("Conv", "Relu", "MaxPool", "Conv", "Relu"), C("Conv", "MaxPool", "Conv")) == [0, None, 1, 2, None]
+    assert align_layers([], C("Conv")) == []
+    assert align_layers(L("Conv", "Relu"), []) == [None, None]
+    assert align_layers(L("Conv", "Relu", "MaxPool", "Conv", "Relu"), C("Conv", "MaxPool", "Conv")) == [0, None, 1, 2, None]
 
 
 def test_align_repeated_patterns_use_names():
     layers = L("Conv", "Relu", "Conv", "Relu", "Conv", "Relu")
     # two Relu kept, one fused: the names decide which Relu layers are paired
     computes = C("Conv", "Conv", "Relu", "Conv", "Relu", names=["t0", "t2", "t3", "t4", "t5"])
-    assert Q.align_layers(layers, computes) == [0, None, 1, 2, 3, 4]
+    assert align_layers(layers, computes) == [0, None, 1, 2, 3, 4]
     computes = C("Conv", "Relu", "Conv", "Conv", "Relu", names=["t0", "t1", "t2", "t4", "t5"])
-    assert Q.align_layers(layers, computes) == [0, 1, 2, None, 3, 4]
+    assert align_layers(layers, computes) == [0, 1, 2, None, 3, 4]
     # equal-length alignments: the one pairing equal names wins (also with ORT's suffixes)
-    assert Q.align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["zz"])) == [0, None, None]
-    assert Q.align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["t1"])) == [None, 0, None]
-    assert Q.align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["t2_quantized"])) == [None, None, 0]
-    res = Q.align_layers(L("Conv", "Conv", "Conv"), C("Conv", "Conv", names=["x_quantized", "t2_quantized"]))
+    assert align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["zz"])) == [0, None, None]
+    assert align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["t1"])) == [None, 0, None]
+    assert align_layers(L("Relu", "Relu", "Relu"), C("Relu", names=["t2_quantized"])) == [None, None, 0]
+    res = align_layers(L("Conv", "Conv", "Conv"), C("Conv", "Conv", names=["x_quantized", "t2_quantized"]))
     assert res[2] == 1 and res.count(None) == 1
 
 
@@ -338,7 +343,7 @@ def test_align_large_is_fast():
                 for i, x in enumerate(layers) if x["op_type"] != "Relu"]
     computes += [{"index": 10**6, "op_type": "Conv", "quantized_op_type": "Conv", "outputs": ["z"]}] * (1000 - len(computes))
     t0 = time.perf_counter()
-    res = Q.align_layers(layers, computes)
+    res = align_layers(layers, computes)
     assert time.perf_counter() - t0 < 1.0
     kept = [i for i, x in enumerate(layers) if x["op_type"] != "Relu"]
     assert [res[i] for i in kept] == list(range(len(kept)))
@@ -374,16 +379,16 @@ def gather_models(table_as_input: bool = False):
 
 def test_gather_index_inputs_calibration_and_quantization():
     whole, g_layer, mm_layer = gather_models()
-    samples = Q.calibration_samples(whole, n=Q.DEFAULT_CALIBRATION_SAMPLES, seed=5)
-    again = Q.calibration_samples(whole, n=Q.DEFAULT_CALIBRATION_SAMPLES, seed=5)
+    samples = calibration_samples(whole, n=DEFAULT_CALIBRATION_SAMPLES, seed=5)
+    again = calibration_samples(whole, n=DEFAULT_CALIBRATION_SAMPLES, seed=5)
     idx = np.stack([s["idx"] for s in samples])
     assert idx.dtype == np.int64 and idx.shape == (20, 6)
     assert idx.min() >= 0 and idx.max() <= 2 and len(np.unique(idx)) == 3  # bounded by the indexed axis (3)
     assert all(np.array_equal(a["idx"], b["idx"]) for a, b in zip(samples, again))  # seeded, deterministic
     assert not all(np.array_equal(samples[0]["idx"], s["idx"]) for s in samples[1:])  # differ per sample
-    ranges = Q.tensor_ranges(whole, samples)
+    ranges = tensor_ranges(whole, samples)
     assert set(ranges) == {"g", "y"}
-    q, info = Q.quantize_model(whole, ranges=ranges, samples=samples, quant_format="qdq")
+    q, info = quantize_model(whole, ranges=ranges, samples=samples, quant_format="qdq")
     assert info["quantized"]
     ref = ort_run(whole, samples[0])["y"]
     got = ort_run(q, samples[0])["y"]
@@ -391,12 +396,12 @@ def test_gather_index_inputs_calibration_and_quantization():
     # per layer (samples=None: _layer_samples), both formats, table as initializer or float input
     _, g_in_layer, _ = gather_models(table_as_input=True)
     for lm in (g_layer, g_in_layer, mm_layer):
-        feeds = Q._layer_samples(Q.fold_to_initializers(lm), ranges, 20, 0)
+        feeds = _layer_samples(fold_to_initializers(lm), ranges, 20, 0)
         if "idx" in feeds[0]:
             assert all(f["idx"].min() >= 0 and f["idx"].max() <= 2 for f in feeds)
         for fmt in ("qdq", "qoperator"):
-            Q.quantize_model(lm, ranges=ranges, quant_format=fmt, wrap_unquantized_io=True)
-    q, info = Q.quantize_model(mm_layer, ranges=ranges, quant_format="qoperator")
+            quantize_model(lm, ranges=ranges, quant_format=fmt, wrap_unquantized_io=True)
+    q, info = quantize_model(mm_layer, ranges=ranges, quant_format="qoperator")
     assert "QLinearMatMul" in [n.op_type for n in q.graph.node]
 
 
@@ -408,11 +413,11 @@ def test_non_index_int_inputs_stay_in_safe_range():
     nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
              helper.make_node("Where", ["b", "xf", "f"], ["y"])]
     m = helper.make_model(helper.make_graph(nodes, "g", [x, b, f], [y]), opset_imports=[helper.make_opsetid("", 17)])
-    s = Q.calibration_samples(m, n=10, seed=0, float_range=(2.0, 3.0))
-    assert all(d["x"].dtype == np.int32 and d["x"].min() >= Q.INT_INPUT_RANGE[0] and d["x"].max() < Q.INT_INPUT_RANGE[1]
+    s = calibration_samples(m, n=10, seed=0, float_range=(2.0, 3.0))
+    assert all(d["x"].dtype == np.int32 and d["x"].min() >= INT_INPUT_RANGE[0] and d["x"].max() < INT_INPUT_RANGE[1]
                for d in s)
     assert all(d["b"].dtype == np.bool_ for d in s) and all(d["f"].min() >= 2.0 for d in s)
-    assert Q.tensor_ranges(m, s)
+    assert tensor_ranges(m, s)
 
 
 # --------------------------------------------------------------- 10. non-finite calibration
@@ -424,17 +429,17 @@ def test_non_finite_calibration_data(sq, tmp_path):
         y[1, 0, 2, 5, 5] = bad
         np.savez(tmp_path / f"{name}.npz", data_0=y)
         with pytest.raises(QuantizationError, match=r"'data_0'.*non-finite"):
-            Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / f"{name}.npz")
+            calibration_samples(m, n=1, seed=0, data_path=tmp_path / f"{name}.npz")
     # finite float64 that overflows float32
     np.savez(tmp_path / "big.npz", data_0=np.full((1, 3, 224, 224), 1e300))
     with pytest.raises(QuantizationError, match=r"'data_0'.*non-finite.*float32"):
-        Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / "big.npz")
+        calibration_samples(m, n=1, seed=0, data_path=tmp_path / "big.npz")
     # quantize_model refuses non-finite samples (before ORT's "AssertionError: scale issue")
     _, conv = layer(sq, "Conv")
     xn = conv.graph.input[0].name
     shape = [d.dim_value for d in conv.graph.input[0].type.tensor_type.shape.dim]
     with pytest.raises(QuantizationError, match=rf"'{xn}'.*non-finite"):
-        Q.quantize_model(conv, ranges={}, samples=[{xn: np.full(shape, np.nan, np.float32)}])
+        quantize_model(conv, ranges={}, samples=[{xn: np.full(shape, np.nan, np.float32)}])
 
 
 def test_tensor_ranges_ignore_non_finite():
@@ -445,7 +450,7 @@ def test_tensor_ranges_ignore_non_finite():
              helper.make_node("Abs", ["x"], ["ab"]), helper.make_node("Neg", ["ab"], ["ng"]),
              helper.make_node("Sub", ["ng", "one"], ["neg"]), helper.make_node("Sqrt", ["neg"], ["sq"])]  # all NaN
     m = helper.make_model(helper.make_graph(nodes, "g", [x], outs, [one]), opset_imports=[helper.make_opsetid("", 17)])
-    r = Q.tensor_ranges(m, [{"x": np.array([0.0, 1.0, 2.0, 4.0], np.float32)}])
+    r = tensor_ranges(m, [{"x": np.array([0.0, 1.0, 2.0, 4.0], np.float32)}])
     assert r["lg"] == [0.0, pytest.approx(np.log(4.0))]
     assert "sq" not in r  # no finite value: no range
     assert r["x"] == [0.0, 4.0] and r["neg"] == [-5.0, -1.0]
@@ -459,12 +464,12 @@ def test_quantize_model_never_raises_ort_assertions(sq, monkeypatch):
 
     monkeypatch.setattr(qdq_graph, "_scale_zp", scale_issue)  # called when wrapping float I/O (qdq_graph._wrap_io)
     with pytest.raises(QuantizationError, match="scale issue"):
-        Q.quantize_model(relu, ranges=sq["ranges"], wrap_unquantized_io=True)
+        quantize_model(relu, ranges=sq["ranges"], wrap_unquantized_io=True)
     import onnxruntime.quantization as oq
 
     monkeypatch.setattr(oq, "quantize_static", scale_issue)
     with pytest.raises(QuantizationError, match="scale issue"):
-        Q.quantize_model(relu, ranges=sq["ranges"])
+        quantize_model(relu, ranges=sq["ranges"])
 
 
 # ------------------------------------------------------------- 11. calibration file forms
@@ -476,7 +481,7 @@ def test_calibration_file_not_npz_and_batch_forms(sq, tmp_path):
     (tmp_path / "empty.npz").write_bytes(b"")
     for name, why in (("text", "not a zip archive"), ("arr", ".npy array (numpy.save)"), ("empty", "empty")):
         with pytest.raises(QuantizationError) as ei:
-            Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / f"{name}.npz")
+            calibration_samples(m, n=1, seed=0, data_path=tmp_path / f"{name}.npz")
         assert str(ei.value).startswith(f"{tmp_path / name}.npz: not an .npz archive (numpy.savez): "), ei.value
         assert why in str(ei.value)
     many = np.random.default_rng(1).uniform(-1, 1, (4, 1, 3, 224, 224)).astype(np.float32)
@@ -484,13 +489,13 @@ def test_calibration_file_not_npz_and_batch_forms(sq, tmp_path):
              "one_no_batch_axis_form": (many[:1, 0], 1)}
     for name, (arr, count) in forms.items():
         np.savez(tmp_path / f"{name}.npz", data_0=arr)
-        s = Q.calibration_samples(m, n=20, seed=0, data_path=tmp_path / f"{name}.npz")
+        s = calibration_samples(m, n=20, seed=0, data_path=tmp_path / f"{name}.npz")
         assert len(s) == count, name
         for k in range(count):
             assert s[k]["data_0"].shape == (1, 3, 224, 224) and np.array_equal(s[k]["data_0"], many[k]), name
     np.savez(tmp_path / "bad.npz", data_0=many[:, 0, :2])
     with pytest.raises(QuantizationError, match=r"\[N, 3, 224, 224\] \(N samples of batch 1\)"):
-        Q.calibration_samples(m, n=1, seed=0, data_path=tmp_path / "bad.npz")
+        calibration_samples(m, n=1, seed=0, data_path=tmp_path / "bad.npz")
 
 
 # ---------------------------------------------------------------- 12. root logger untouched
@@ -508,10 +513,10 @@ def test_quantize_leaves_root_logger_alone(preset):
             root.addHandler(mine)
         before = list(root.handlers)
         _, _, mm_layer = gather_models()
-        samples = Q.calibration_samples(mm_layer, n=3, seed=0)
-        ranges = Q.tensor_ranges(mm_layer, samples)
-        Q.quantize_model(mm_layer, ranges=ranges, samples=samples)  # ORT logs "Please consider to run pre-processing"
-        Q.quantize_model(mm_layer, ranges={}, quant_format="qoperator", wrap_unquantized_io=True)
+        samples = calibration_samples(mm_layer, n=3, seed=0)
+        ranges = tensor_ranges(mm_layer, samples)
+        quantize_model(mm_layer, ranges=ranges, samples=samples)  # ORT logs "Please consider to run pre-processing"
+        quantize_model(mm_layer, ranges={}, quant_format="qoperator", wrap_unquantized_io=True)
         assert root.handlers == before and root.level == level
     finally:
         for h in list(root.handlers):
@@ -530,10 +535,10 @@ def test_root_logger_guard_nested_and_threads():
     barrier = threading.Barrier(2)
 
     def job():
-        with Q._root_logger_guard():
+        with _root_logger_guard():
             barrier.wait()
             logging.warning("from ORT")  # would run logging.basicConfig() on a root logger without handlers
-            with Q._root_logger_guard():
+            with _root_logger_guard():
                 logging.basicConfig(level=logging.INFO)
             barrier.wait()
 

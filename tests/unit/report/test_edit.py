@@ -18,15 +18,12 @@ from torq_gen_config.report.build import build_compiler_json
 from torq_gen_config.report.edit import (
     UNSET,
     apply_edit,
-    close_matches,
     edit_report_file,
-    list_layers,
-    load_report,
-    match_layers,
     merge_user_choices,
     refresh_report,
-    user_choices_path,
 )
+from torq_gen_config.report.files import load_report, user_choices_path
+from torq_gen_config.report.layer_select import close_matches, list_layers, match_layers
 
 from sample_report import EXECUTORS, LAYERS, NAMES, TOL, _err, _layers, _metrics, _ok, _results, make_report  # noqa: F401
 

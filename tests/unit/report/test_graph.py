@@ -135,7 +135,8 @@ def test_full_model_placement_of_a_moved_layer_is_out_of_date(report):
     import io
 
     from torq_gen_config.fullrun import stale_reason
-    from torq_gen_config.report.view import make_console, render_summary
+    from torq_gen_config.report.view import render_summary
+    from torq_gen_config.report.view_format import make_console
 
     report["full_model"] = {"status": "success", "assignment": {"layer_executors": {"Conv_conv1": "vmvx",
                                                                                     "Relu_relu1": "llvm-cpu"}},

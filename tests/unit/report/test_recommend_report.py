@@ -10,7 +10,8 @@ import pytest
 
 from torq_gen_config.compare import compare_outputs
 from torq_gen_config.errors import ReportError
-from torq_gen_config.report.build import build_compiler_json, build_report, summarize
+from torq_gen_config.report.build import build_compiler_json, build_report
+from torq_gen_config.report.summary import summarize
 from torq_gen_config.report.recommend import (
     is_critical_failure,
     recommend_executor,

@@ -21,14 +21,10 @@ from torq_gen_config.compare import compare_outputs
 from torq_gen_config.errors import ReportError
 from torq_gen_config.report.build import build_compiler_json, build_report
 from torq_gen_config.report.edit import edit_report_file
-from torq_gen_config.report.view import (
-    make_console,
-    render_compiler,
-    render_layer,
-    render_summary,
-    resolve_view_path,
-    sorted_assignments,
-)
+from torq_gen_config.report.view import render_summary, resolve_view_path
+from torq_gen_config.report.view_compiler import render_compiler, sorted_assignments
+from torq_gen_config.report.view_format import make_console
+from torq_gen_config.report.view_layer import render_layer
 
 TOL = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
 # deliberately not the default executor names: columns must come from the report

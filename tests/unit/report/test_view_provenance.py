@@ -6,7 +6,8 @@ from __future__ import annotations
 import io
 
 from sample_report import make_report
-from torq_gen_config.report.view import make_console, render_summary, tool_lines
+from torq_gen_config.report.view import render_summary, tool_lines
+from torq_gen_config.report.view_format import make_console
 
 PROVENANCE = {
     "tool": "test",

@@ -1,9 +1,9 @@
-"""The one policy of which layers get test jobs (steps/tested_layers.py), shared by the
+"""The one policy of which layers get test jobs (model/tested_layers.py), shared by the
 workflow's DAG (rules/common.smk) and the report (steps/report.py)."""
 
 from __future__ import annotations
 
-from torq_gen_config.steps.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
+from torq_gen_config.model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
 
 LAYERS = [
     {"layer_id": "Conv_a", "op_type": "Conv", "signature": "s1"},

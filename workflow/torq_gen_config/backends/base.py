@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ..errors import ConfigError
-from .timing import check_timing_args, runtime_stats  # noqa: F401 (re-exported: their old home)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -31,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .whole_model import WholeModel
 
 __all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "RunWideOption", "check_options",
-           "check_inputs", "check_timing_args", "runtime_stats"]
+           "check_inputs"]
 
 #: Stages a layer can fail at, in pipeline order. "timeout" and "crash" say how a
 #: compile or run ended; ``StageError.during`` then says which of the two it was.

@@ -60,31 +60,25 @@ from typing import TYPE_CHECKING, Any
 
 from ..tools import ToolNotFoundError, bounded_message, run_tool, tool_version
 from ..weight_store import PARAMETER_SCOPE
-from .base import (Backend, CompiledArtifact, StageError, check_inputs, check_options, check_timing_args,
-                   raise_for_tool_failure, runtime_stats)
-from .iree_tools import (  # noqa: F401 (re-exported: the old home of these names)
+from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, raise_for_tool_failure
+from .timing import check_timing_args, runtime_stats
+from .iree_tools import (
     _RAW_DTYPES,
-    _TIME_UNITS_MS,
-    _TORCH_DTYPES,
-    _VTENSOR,
     FUNCTION,
     MODULE_FILE,
     _fix_dtype,
     _has_f64,
     _iree_version_line,
-    _package_dir,
-    _parse_types,
     compile_mlir_module,
     iree_tool_path,
     parse_benchmark_json,
-    parse_mlir_signature,
     unavailable_device_reason,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-__all__ = ["IreeBackend", "TARGETS", "parse_mlir_signature", "iree_tool_path", "parse_benchmark_json"]
+__all__ = ["IreeBackend", "TARGETS"]
 
 #: target backend -> (``--iree-hal-target-device`` value, default runtime ``--device``)
 TARGETS: dict[str, tuple[str, str]] = {

@@ -32,16 +32,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..external_data import session_options
+from ..logs import append_record
 from ..tools import bounded_message
-from .base import Backend, CompiledArtifact, StageError, check_inputs, check_timing_args
-from .ort_session import (  # noqa: F401 (re-exported: the old home of these names)
-    _OPTIONS,
+from .base import Backend, CompiledArtifact, StageError, check_inputs
+from .timing import check_timing_args
+from .ort_session import (
     OPT_LEVELS,
-    _append_log,
     _run_session,
     missing_providers,
-    ort_reference_session,
-    ort_version,
     parse_ort_options,
     time_session_runs,
 )
@@ -50,7 +48,7 @@ from ..limits import call_limit
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-__all__ = ["OnnxRuntimeBackend", "ort_reference_session", "ort_version", "OPT_LEVELS"]
+__all__ = ["OnnxRuntimeBackend"]
 
 
 class OnnxRuntimeBackend(Backend):
@@ -167,9 +165,9 @@ class OnnxRuntimeBackend(Backend):
         try:
             session, wall_ms = self._create_session(onnx_path)
         except StageError as e:
-            _append_log(log_path, f"{what}\n--- FAILED (compile)\n{e.message}")
+            append_record(log_path, f"{what}\n--- FAILED (compile)\n{e.message}")
             raise
-        _append_log(log_path, f"{what}\n--- ok; wall {wall_ms:.1f} ms; active providers {session.get_providers()}")
+        append_record(log_path, f"{what}\n--- ok; wall {wall_ms:.1f} ms; active providers {session.get_providers()}")
         if timeout_s and wall_ms > timeout_s * 1000.0:
             raise StageError(
                 "timeout",
@@ -287,15 +285,15 @@ class OnnxRuntimeBackend(Backend):
                     f"onnxruntime run exceeded the {timeout_s:g} s limit and was terminated "
                     f"after {wall_ms / 1000.0:.3g} s (RunOptions.terminate)"
                 )
-                _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- TIMED OUT\n{msg}")
+                append_record(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- TIMED OUT\n{msg}")
                 raise StageError("timeout", msg, during="run") from None
             msg = bounded_message(f"{type(e).__name__}: {e}")
-            _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- FAILED (run)\n{msg}")
+            append_record(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- FAILED (run)\n{msg}")
             raise StageError("run", msg) from None
         finally:
             timer.cancel()
         wall_ms = (time.perf_counter() - start) * 1000.0
-        _append_log(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- ok; wall {wall_ms:.3f} ms")
+        append_record(log_path, f"onnxruntime run {artifact.info.get('onnx_path')}\n--- ok; wall {wall_ms:.3f} ms")
         return dict(zip(output_names, results)), wall_ms
 
     def _benchmark_here(

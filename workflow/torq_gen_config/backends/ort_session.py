@@ -11,7 +11,8 @@ from ..errors import ConfigError
 from ..logs import append_record
 from ..external_data import session_options
 from ..tools import bounded_message
-from .base import StageError, check_options, runtime_stats
+from .base import StageError, check_options
+from .timing import runtime_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnxruntime
@@ -75,8 +76,6 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
     session_options(onnx_path, so)  # a layer model's weights are in the work directory's store
     return ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
 
-
-_append_log = append_record  # its old name here
 
 
 def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
@@ -166,7 +165,7 @@ def time_session_runs(session, fetch: list[str], feed: dict, *, runs: int, warmu
     ``label`` starts the records appended to ``log_path``.
 
     Returns:
-        :func:`~torq_gen_config.backends.base.runtime_stats` of the samples.
+        :func:`~torq_gen_config.backends.timing.runtime_stats` of the samples.
 
     Raises:
         StageError: ``"timeout"`` (``during="run"``) or ``"run"`` (onnxruntime error).
@@ -200,7 +199,7 @@ def time_session_runs(session, fetch: list[str], feed: dict, *, runs: int, warmu
     except Exception as e:  # onnxruntime raises its own pybind exception types
         if not fired.is_set():
             msg = bounded_message(f"{type(e).__name__}: {e}")
-            _append_log(log_path, f"{label}\n--- FAILED (run)\n{msg}")
+            append_record(log_path, f"{label}\n--- FAILED (run)\n{msg}")
             raise StageError("run", msg) from None
     finally:
         timer.cancel()
@@ -208,14 +207,14 @@ def time_session_runs(session, fetch: list[str], feed: dict, *, runs: int, warmu
     if fired.is_set():
         msg = (f"onnxruntime benchmark ({warmup} warm-up + {runs} timed runs) exceeded the {timeout_s:g} s limit "
                f"after {wall_ms / 1000.0:.3g} s and {len(samples)} timed run(s)")
-        _append_log(log_path, f"{label}\n--- TIMED OUT\n{msg}")
+        append_record(log_path, f"{label}\n--- TIMED OUT\n{msg}")
         raise StageError("timeout", msg, during="run")
     method = (f"onnxruntime in-process: time.perf_counter around each session.run ({', '.join(session.get_providers())}); "
               f"{warmup} untimed warm-up run(s) first; excludes session creation")
     stats = runtime_stats(samples, warmup=warmup, method=method)
-    _append_log(log_path, f"{label}\n--- ok; {warmup} warm-up + "
-                          f"{runs} timed runs in {wall_ms:.1f} ms; median {stats['median_ms']} ms, "
-                          f"min {stats['min_ms']} ms")
+    append_record(log_path, f"{label}\n--- ok; {warmup} warm-up + "
+                            f"{runs} timed runs in {wall_ms:.1f} ms; median {stats['median_ms']} ms, "
+                            f"min {stats['min_ms']} ms")
     return stats
 
 

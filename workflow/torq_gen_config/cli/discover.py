@@ -17,17 +17,15 @@ import os
 from pathlib import Path
 
 from ..backends import run_wide_options
-from .options import (  # noqa: F401 (re-exported: the names' old home)
+from .options import (
     add_execution_options,
     add_keep_work_option,
     add_model_options,
-    add_precision_options,
     add_reduce_options,
     build_config,
     output_layout,
     repair_rules,
     resolve_execution_options,
-    subgraph_flags,
 )
 
 

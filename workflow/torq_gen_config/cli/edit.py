@@ -84,7 +84,9 @@ def describe_change(change) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """List layers, or apply the edit and print what changed."""
-    from ..report.edit import UNSET, edit_report_file, list_layers, load_report, resolve_report_path
+    from ..report.edit import UNSET, edit_report_file
+    from ..report.files import load_report, resolve_report_path
+    from ..report.layer_select import list_layers
 
     from ..report.staleness import staleness
     from ..report.summary import status_counts_line

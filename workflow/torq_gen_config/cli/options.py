@@ -190,7 +190,7 @@ def build_config(args: argparse.Namespace) -> dict:
         data = Path(args.input_data).expanduser().resolve()
         if not data.is_file():
             raise ConfigError(f"--input-data {data}: no such file")
-        from ..reference import open_input_data
+        from ..model_inputs import open_input_data
 
         open_input_data(data).close()  # not an .npz: say so before the workflow starts
         config["input_data"] = str(data)
@@ -258,7 +258,8 @@ def build_config(args: argparse.Namespace) -> dict:
         weights = {t.name for t in onnx_model.graph.initializer}  # opset < 9 models list them as inputs
         inputs_only.graph.input.extend(vi for vi in onnx_model.graph.input if vi.name not in weights)
     if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
-        from ..model.prepare import fix_symbolic_dims, parse_input_shapes
+        from ..config import parse_input_shapes
+        from ..model.symbolic_dims import fix_symbolic_dims
 
         fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
     if config.get("input_data") and not (config["auto_convert_bf16"] or config["auto_convert_int32"]):

@@ -136,7 +136,7 @@ def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, 
     config = dict(config)
     given_shapes = list(getattr(args, "input_shapes", None) or [])
     if given_shapes:
-        from ..model.prepare import parse_input_shapes
+        from ..config import parse_input_shapes
 
         fixed = ((report.get("provenance") or {}).get("model") or {}).get("fixed_dims") or []
         set_by_discovery = {(d["input"], d["axis"]): d.get("to", 1) for d in fixed}

@@ -38,7 +38,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, console=None) -> int:
     """Show the JSON. ``console``: a rich Console to print to (tests); default stdout."""
-    from ..report.view import load_view_json, make_console, render, resolve_view_path
+    from ..report.view import load_view_json, render, resolve_view_path
+    from ..report.view_format import make_console
 
     json_path, layer = args.json_path, args.layer
     if args.model:

@@ -154,7 +154,7 @@ def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, met
 
     backend = make_backend(executor)
     if backend.needs_mlir:
-        from ..backends.iree import parse_mlir_signature
+        from ..backends.iree_tools import parse_mlir_signature
 
         module = layer_dir / name / "module.vmfb"
         if not module.is_file():

@@ -66,7 +66,7 @@ from .common import (
 from .batches import batch_dir, batch_members, compile_partition_batch, compiled_from_batch, plan_partition_batches
 from .compile import compile_partition
 from .execute import run_partitions, run_whole_model
-from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
+from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .plan import QDQ_OPS, make_plan, whole_model_plan
 from .report_section import (
     TEXT_MARKER,
@@ -91,7 +91,7 @@ __all__ = [
     "ASSIGNMENT_SCHEMA", "COMPILED_FILE", "COMPILED_SCHEMA", "PARTITION_MLIR", "PARTITION_MODEL", "PARTITIONS_MODE",
     "PLAN_SCHEMA", "QDQ_OPS", "RESULT_SCHEMA", "RUN_RULES", "TEXT_MARKER",
     "assignment_bytes", "assignment_mode", "batch_dir", "batch_members", "build_partition_model", "check_selection", "compile_definition",
-    "compile_partition", "compile_partition_batch", "compiled_from_batch", "effective_executor", "full_model_section", "make_assignment", "make_plan",
+    "compile_partition", "compile_partition_batch", "compiled_from_batch", "full_model_section", "make_assignment", "make_plan",
     "partition_id", "partition_runs", "plan_partition_batches", "render_full_model_text", "resolve_assignment", "run_partitions",
     "run_whole_model", "selection_digest", "stale_layers", "stale_reason", "selection_from_compiler_json", "selection_from_report",
     "whole_model_plan", "with_full_model_text",

@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping
 
-from ..backends import capabilities, effective_executor  # noqa: F401 (effective_executor re-exported)
+from ..backends import capabilities
 from ..model.extract import extract_model
 
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..backends import NEEDS_MLIR, capabilities
+from ..backends import NEEDS_MLIR, capabilities, effective_executor
 from ..backends.parameters import with_parameters
 from ..fileio import write_bytes_if_changed
 from ..external_data import model_bytes
@@ -18,7 +18,7 @@ from ..model.graph import node_inputs, tensor_consumers, value_types
 from ..batch_compile import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches
 from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
-from .partition import build_partition_model, compile_definition, effective_executor, partition_id, partition_runs
+from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .selection import check_selection, resolve_assignment
 
 #: Kept as nodes in partitions (never constant-folded): with ``--quantize`` the

@@ -185,7 +185,7 @@ def make_inputs(layer_model: "onnx.ModelProto", settings: dict | None = None,  #
         cast (bfloat16, float8, int4, ... through ml_dtypes), integers uniformly in
         [low, high), bools in {False, True}; inputs that an operator reads as
         indices, axes, shapes, sizes, scales, ... follow that operator's rule
-        (:func:`torq_gen_config.input_generation.generate_inputs`, docs/inputs.md).
+        (:func:`generate_inputs`, docs/inputs.md).
 
     Raises:
         ValueError: a graph input with a symbolic or unknown dim (named in the message).

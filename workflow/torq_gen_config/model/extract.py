@@ -1,6 +1,6 @@
 """Nodes -> stand-alone model: the one builder behind the layer models
 (:mod:`torq_gen_config.model.split`), the subgraph (:mod:`torq_gen_config.model.subgraph`)
-and the full-model partitions (:mod:`torq_gen_config.full_model`).
+and the full-model partitions (:mod:`torq_gen_config.fullrun.partition`).
 
 :func:`extract_model` takes a model and some of its nodes (indices into
 ``model.graph.node``, in the order the new graph holds them) and builds an ONNX model

@@ -1,5 +1,5 @@
 """Small ONNX graph helpers shared by the layer split, the subgraph cut and the
-full-model partitioning (``model/split.py``, ``model/subgraph.py``, ``full_model.py``) and
+full-model partitioning (``model/split.py``, ``model/subgraph.py``, ``fullrun/``) and
 their one model builder (``model/extract.py``)."""
 
 from __future__ import annotations

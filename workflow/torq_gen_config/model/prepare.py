@@ -17,14 +17,13 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..config import parse_input_shapes  # noqa: F401 (re-exported: its old home)
 from ..errors import ModelError
-from .graph import user_node_table  # noqa: F401 (re-exported: its old home)
-from .opset_upgrade import (  # noqa: F401 (some re-exported: their old home)
+from .graph import user_node_table
+from .opset_upgrade import (
     _TAG, _restore_node_names, _restore_tensor_names, model_signature, signature_changes, trace_node_origins,
 )
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
-from .symbolic_dims import _dims_text, fix_symbolic_dims  # noqa: F401 (_dims_text: re-exported)
+from .symbolic_dims import fix_symbolic_dims
 from ..limits import NOTE_CHARS
 from ..external_data import external_data_problem, load_weights, model_bytes, resolve_locations
 from ..weight_store import MIN_EXTERNAL_BYTES, externalize

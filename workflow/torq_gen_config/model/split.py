@@ -20,11 +20,10 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from ..external_data import save_model
 from ..weight_store import store_folded
-from .folding import NONDETERMINISTIC_OPS, fold_constants, static_shapes as _static_shapes  # noqa: F401 (re-exported)
+from .folding import fold_constants
 from .extract import extract_model
 from .graph import node_inputs, value_types
 from .shapes import type_is_complete, type_table, type_text

@@ -18,7 +18,7 @@ DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
 #: Random integer inputs that are not indices are drawn uniformly from ``[0, 10)``
 #: (small non-negative values); index inputs (Gather/GatherElements/GatherND/Scatter*
 #: indices read straight from a graph input) are drawn in ``[0, dim)`` of the indexed
-#: axis, as the layers' test inputs (:func:`torq_gen_config.input_generation.make_inputs`).
+#: axis, as the layers' test inputs (:func:`torq_gen_config.inputs.generate.make_inputs`).
 INT_INPUT_RANGE = (0, 10)
 
 
@@ -46,7 +46,7 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
     uniform [-1, 1)): ``n`` samples, seeded and deterministic. Float inputs are drawn
     from ``numpy.random.default_rng(seed)`` uniform in ``[low, high)`` of
     ``float_range`` (cast to the input's float dtype). Non-float inputs are drawn as
-    the layers' test inputs (:func:`torq_gen_config.input_generation.make_inputs`, seed
+    the layers' test inputs (:func:`torq_gen_config.inputs.generate.make_inputs`, seed
     derived from ``(seed, sample index)``): index inputs (Gather/GatherElements/
     GatherND/ScatterElements/ScatterND indices that are graph inputs) in ``[0, dim)``
     of the indexed axis, other integer inputs in :data:`INT_INPUT_RANGE` ``[0, 10)``,
@@ -187,7 +187,7 @@ def _is_float_dtype(dt) -> bool:
 
 def _random_samples(model, specs, n: int, seed: int, float_range_of) -> list[dict]:
     """``n`` random feed dicts: float inputs from ``default_rng(seed)`` uniform in
-    ``float_range_of(name)``; the other inputs from :func:`torq_gen_config.input_generation.make_inputs`
+    ``float_range_of(name)``; the other inputs from :func:`torq_gen_config.inputs.generate.make_inputs`
     (bounded index inputs, other integers in :data:`INT_INPUT_RANGE`, booleans), seeded
     per sample with ``(seed, sample index)``."""
     import numpy as np

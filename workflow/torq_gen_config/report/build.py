@@ -31,10 +31,10 @@ from .recommend import (
     reference_used,
     runtime_median_ms,
 )
-from .summary import summarize, trust_lists  # noqa: F401 (re-exported: their old home)
+from .summary import summarize, trust_lists
 from .text import render_final_report_text
 
-__all__ = ["build_op", "build_report", "build_compiler_json", "finish_report", "summarize"]
+__all__ = ["build_op", "build_report", "build_compiler_json", "finish_report"]
 
 _LOCATION_RE = re.compile(r"^(\d+):(\d+)$")
 

@@ -44,39 +44,18 @@ from ..errors import ConfigError, ReportError
 from .. import run_lock
 from ..fileio import json_bytes, read_json
 from ..layout import REPORT_PREFIX, lock_file
-from .build import build_compiler_json, check_report, render_report, summarize, trust_lists  # noqa: F401
+from .build import render_report
 from .cells import executor_names
 from .publish import publish_report
-from .files import (  # noqa: F401 (their old import path here)
-    _report_name_for_compiler,
-    compiler_path_for_model,
-    compiler_path_for_report,
-    is_compiler_json,
-    load_report,
-    report_path_for_model,
-    resolve_report_path,
-    user_choices_path,
-)
-from .layer_select import ALL_LAYERS, _MAX_CLOSE, _no_match_message, close_matches, find_layer, list_layers, match_layers  # noqa: F401
+from .files import compiler_path_for_report, load_report, user_choices_path
+from .layer_select import match_layers
 from .recommend import recommend_with_reason, rederive_statuses
-from .text import render_final_report_text  # noqa: F401 (its old import path here)
 
 __all__ = [
     "UNSET",
     "NULL_EXECUTOR",
     "LayerChange",
     "EditResult",
-    "report_path_for_model",
-    "compiler_path_for_model",
-    "compiler_path_for_report",
-    "user_choices_path",
-    "resolve_report_path",
-    "is_compiler_json",
-    "load_report",
-    "match_layers",
-    "find_layer",
-    "close_matches",
-    "list_layers",
     "apply_edit",
     "refresh_report",
     "user_choice_entry",

@@ -18,7 +18,7 @@ rich markup.
 
 This module holds the loading, the summary and the dispatch; the layer view is
 :mod:`.view_layer`, the compiler view :mod:`.view_compiler`, the shared formats
-:mod:`.view_format` (their names are re-exported here).
+:mod:`.view_format`.
 """
 
 from __future__ import annotations
@@ -34,35 +34,18 @@ from rich.text import Text
 
 from ..errors import ReportError
 from ..fileio import read_json
-from .edit import (
-    compiler_path_for_model,
-    is_compiler_json,
-    report_path_for_model,
-)
+from .files import compiler_path_for_model, is_compiler_json, model_name_of, report_path_for_model
 from .build import check_report, discovery_report_of
-from .files import model_name_of
 from .cells import executor_names
 from .recommend import STATUSES, is_inconclusive
 from .summary import success_note
 from .text import LAYER_COLUMN_MAX, trust_lines
-from .view_compiler import render_compiler, sorted_assignments
-from .view_format import (  # noqa: F401 (some re-exported: their old home)
-    _LOCATION_RE, _MESSAGE_LINE_CHARS, _MESSAGE_LINES, _PLAIN_WIDTH, STATUS_STYLES, _cut, _fmt_ms,
-    _fmt_num, _fmt_tol, _line, _print_table, _recommended_text, _status_text, make_console, precision_text,
-)
-from .view_layer import _message_lines, _over_tolerance_text, render_layer  # noqa: F401 (re-exported)
+from .view_compiler import render_compiler
+from .view_format import (STATUS_STYLES, _cut, _fmt_ms, _fmt_tol, _line, _print_table, _recommended_text, _status_text,
+                          precision_text)
+from .view_layer import render_layer
 
-__all__ = [
-    "STATUS_STYLES",
-    "make_console",
-    "resolve_view_path",
-    "load_view_json",
-    "render",
-    "render_summary",
-    "render_layer",
-    "render_compiler",
-    "sorted_assignments",
-]
+__all__ = ["resolve_view_path", "load_view_json", "render", "render_summary"]
 
 # --------------------------------------------------------------------------- loading
 

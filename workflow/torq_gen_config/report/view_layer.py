@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..compare import REL_DIFF_THRESHOLDS, count_over_tolerance
-from .edit import find_layer
+from .layer_select import find_layer
 from .cells import executor_names
 from .recommend import is_inconclusive, is_reference_fallback, reference_used
 from .view_format import (

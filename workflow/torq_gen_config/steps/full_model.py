@@ -14,7 +14,8 @@ from pathlib import Path
 from ..backends import capabilities
 from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..fullrun.common import PARTITIONS_MODE
-from ..job_support import _log, records_failure
+from ..job_support import records_failure
+from ..logs import append_record
 from ..external_data import load_model
 
 
@@ -129,7 +130,7 @@ def assignment_job(*, report: str | None, compiler: str | None, assignment: str,
     if sel is None:
         raise ReportError(f"no report JSON ({report}) or compiler JSON ({compiler}): run discovery first")
     write_bytes_if_changed(assignment, assignment_bytes(make_assignment(sel)))
-    _log(log, f"assignment from {sel['source_file']}")
+    append_record(log, f"assignment from {sel['source_file']}")
 
 
 @records_failure
@@ -138,7 +139,7 @@ def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
     the model's constants with onnx's reference evaluator; :func:`~torq_gen_config.job_support.in_worker`)."""
     from ..job_support import in_worker
     from ..limits import model_job_limit
-    from ..reference import DEFAULT_TIMEOUT_S
+    from ..limits import DEFAULT_TIMEOUT_S
 
     return in_worker(_plan_job, "the full-model partition plan", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1),
                      **kwargs)
@@ -173,7 +174,7 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
 
         resolved = resolve_from(parameters, read_json(prepare_info, "preparation info"), executors)
         resolved["archives"] = [os.path.abspath(Path(prepare_info).parent / STORE_FILE), os.path.abspath(folded_store)]
-        _log(log, f"weights: {describe(resolved)}")
+        append_record(log, f"weights: {describe(resolved)}")
     result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
                        runtime_options=runtime_options, full_mlir=full_mlir, compile_batch=compile_batch,
                        parameters=resolved, folded_store=folded_store)
@@ -193,7 +194,7 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
             b = result["compile_batches"]
             msg += (f"; {sum(len(x['members']) for x in b)} compiled in {len(b)} batch(es) "
                     f"({', '.join(sorted({x['executor'] for x in b}))})")
-    _log(log, f"{msg}; {time.perf_counter() - t0:.2f} s; warnings: {result['warnings']}")
+    append_record(log, f"{msg}; {time.perf_counter() - t0:.2f} s; warnings: {result['warnings']}")
     print(msg, file=sys.stderr)
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
@@ -281,7 +282,7 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
 
     feeds, source = None, None
     if run_data:  # `run --input-data`: must fit the prepared model discovery tested
-        from ..reference import load_input_data
+        from ..model_inputs import load_input_data
 
         model = onnx.load(prepared, load_external_data=False)
         feeds, source = load_input_data(run_data, model), f"run --input-data {run_data}"
@@ -294,8 +295,8 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
     meta = compute_reference(prepared, reference, input_settings, inputs=feeds, inputs_source=source,
                              input_ranges=quantized_input_ranges(prepared, {}) if quantized else None,
                              engine=engine, timeout_s=timeout_s, second_opinion="on_failure", subject="the model")
-    _log(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
-              f"inputs: {meta.get('layer_inputs')}")
+    append_record(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
+                       f"inputs: {meta.get('layer_inputs')}")
 
 
 @records_failure
@@ -325,7 +326,7 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
                          partitions_dir=parts_dir, log_path=log)
     write_json(result, res)
     t = res["timing"]
-    _log(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
+    append_record(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
     run_ms = "n/a" if t["run_ms_total"] is None else f"{t['run_ms_total']:.0f} ms"
     mode = res.get("mode") or PARTITIONS_MODE
     what = f"whole model on {mode}" if mode != PARTITIONS_MODE else f"{res['num_partitions']} partitions"
@@ -349,6 +350,6 @@ def _emit(text: str, log_file: str | None, title: str, log: str | None) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
     if log_file and log and os.path.isfile(log):
-        from ..job_support import append_to_shared_log
+        from ..logs import append_to_shared_log
 
         append_to_shared_log(log_file, title, Path(log).read_text())

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from ..errors import DamagedWorkFile
 from ..fileio import read_json, write_json
-from ..job_support import _log, append_to_shared_log, records_failure
+from ..job_support import records_failure
 from ..layout import mark_outdated
+from ..logs import append_record, append_to_shared_log
 from .markers import (SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller,
                       was_skipped)
 from .units import changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key
@@ -61,7 +62,7 @@ def _internal_error(e: Exception, *, layer: dict, executor: dict, result: str, t
     message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
     res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
                        tolerance=tolerance)
-    _log(log, message)
+    append_record(log, message)
     sys.stdout.write(one_line_summary(res) + "\n")
 
 
@@ -144,7 +145,7 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
         raise
     except Exception as e:  # the layers' own compiles report what is wrong, one verdict each
         reason = f"the batch was not compiled: {type(e).__name__}: {e}"
-        _log(log, reason + "\n" + traceback.format_exc())
+        append_record(log, reason + "\n" + traceback.format_exc())
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_text(os.path.join(out_dir, MODULE_FILE), "")
         rec = {"schema": BATCH_SCHEMA, "executor": executor["name"], "backend": executor["backend"],
@@ -287,10 +288,10 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     if drift is not None:
         res["drift"] = drift
     # the unit's log says what it did; each layer's tool output is in its own log
-    _log(os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log"),
-         "\n".join(f"{r['slug']}: {r['status']} ({'tested' if r['tested'] else 'up to date, kept'})"
-                   for r in record) + f"\n(tool output per layer: {os.path.join(logs_dir, 'test_layer')}/"
-                                     f"<slug>.{name}.log)")
+    append_record(os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log"),
+                  "\n".join(f"{r['slug']}: {r['status']} ({'tested' if r['tested'] else 'up to date, kept'})"
+                            for r in record) + f"\n(tool output per layer: {os.path.join(logs_dir, 'test_layer')}/"
+                                              f"<slug>.{name}.log)")
     if out:
         write_json(out, res)
     return res

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from ..fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
-from ..job_support import _log, in_worker, records_failure
+from ..job_support import in_worker, records_failure
 from ..layout import mark_outdated
+from ..logs import append_record
 from ..limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ..errors import ConfigError
 from ..external_data import self_contained_bytes
@@ -123,10 +124,10 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         print(precision_summary(key, rep), file=sys.stderr)
     info["onnx_version"] = onnx.__version__
     write_json(info_path, info)
-    _log(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
-              f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; shapes: "
-              f"{ {k: len(v) for k, v in info['shapes'].items()} }; model run: {info.get('model_run')}; "
-              f"warnings: {info['warnings']}")
+    append_record(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
+                       f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; shapes: "
+                       f"{ {k: len(v) for k, v in info['shapes'].items()} }; model run: {info.get('model_run')}; "
+                       f"warnings: {info['warnings']}")
     if info.get("subgraph"):
         sg = info["subgraph"]
         print(f"subgraph {sg['from']['layer_id']} (node {sg['from']['node_index']}) .. {sg['to']['layer_id']} "
@@ -223,8 +224,8 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, weights: 
                "n_unverified": None}
     res["mlir_file"] = os.path.basename(mlir)
     write_json(locations, res)
-    _log(log, f"imported full model: {res['status']}, {len(res['nodes'])} nodes, "
-              f"{res['n_unverified']} unverified; {res.get('message') or ''}")
+    append_record(log, f"imported full model: {res['status']}, {len(res['nodes'])} nodes, "
+                       f"{res['n_unverified']} unverified; {res.get('message') or ''}")
     if res["status"] != "ok":
         print(f"warning: full-model MLIR import failed, layers get no mlir_location: {res['message'][:300]}", file=sys.stderr)
 

@@ -8,8 +8,9 @@ import time
 from pathlib import Path
 
 from ..fileio import read_json, write_bytes_if_changed, write_json
-from ..job_support import _log, in_worker, records_failure
+from ..job_support import in_worker, records_failure
 from ..layout import mark_outdated
+from ..logs import append_record
 from ..limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
 from ..external_data import load_model
 
@@ -42,8 +43,8 @@ def _calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float
     rng = tensor_ranges(model, data_samples)
     write_json(ranges, {"source": data or "random", "samples": len(data_samples), "seed": None if data else seed,
                         "float_range": None if data else list(float_range), "ranges": rng})
-    _log(log, f"calibrated {len(rng)} tensors on {len(data_samples)} samples ({data or 'random'}) "
-              f"in {time.perf_counter() - t0:.2f} s")
+    append_record(log, f"calibrated {len(rng)} tensors on {len(data_samples)} samples ({data or 'random'}) "
+                       f"in {time.perf_counter() - t0:.2f} s")
     print(f"calibration: {len(data_samples)} samples ({data or 'seeded random'}), {len(rng)} tensors", file=sys.stderr)
 
 
@@ -87,7 +88,7 @@ def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info
     qinfo["quantized_tensors"] = quantized_tensor_names(qmodel)
     qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
     write_json(info, qinfo)
-    _log(log, f"quantized the full model: {qinfo}")
+    append_record(log, f"quantized the full model: {qinfo}")
     print(f"quantized the full model ({qinfo.get('format_used')}, {qinfo.get('quantized_nodes')} quantized nodes) in "
           f"{qinfo['quantize_s']:.1f} s", file=sys.stderr)
     for w in qinfo.get("warnings") or []:
@@ -107,7 +108,7 @@ def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
     except (WorkerTimeout, WorkerCrash) as e:
         write_bytes_if_changed(kwargs["quantized"], Path(kwargs["layer_onnx"]).read_bytes())
         write_json(kwargs["info"], {"status": "error", "message": str(e), "quant_format": None})
-        _log(kwargs.get("log"), f"quantization of {kwargs['layer_onnx']} stopped: {e}")
+        append_record(kwargs.get("log"), f"quantization of {kwargs['layer_onnx']} stopped: {e}")
 
 
 def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
@@ -144,14 +145,14 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
     except QuantizationError as e:
         write_bytes_if_changed(quantized, model.SerializeToString(deterministic=True))
         write_json(info, {"status": "error", "message": str(e), "quant_format": qsettings["quant_format"]})
-        _log(log, f"quantization of {layer_onnx} failed: {e}")
+        append_record(log, f"quantization of {layer_onnx} failed: {e}")
         print(f"warning: layer {Path(layer_onnx).parent.name} could not be quantized: {e}", file=sys.stderr)
         return
     qinfo["status"] = "ok"
     write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
     qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
     write_json(info, qinfo)
-    _log(log, f"quantized layer {layer_onnx}: {qinfo}")
+    append_record(log, f"quantized layer {layer_onnx}: {qinfo}")
 
 
 def quantize_failure(layer_onnx: str) -> str | None:
@@ -176,7 +177,7 @@ def map_quantized_layers_job(*, manifest: str, quantized: str, mapped: str, log:
     out = map_layers_to_quantized(man, onnx.load(quantized))
     write_json(mapped, out)
     text = mapping_summary(out)
-    _log(log, text)
+    append_record(log, text)
     print(text, file=sys.stderr)
 
 

@@ -6,17 +6,11 @@ from __future__ import annotations
 import os
 import sys
 
-from ..job_support import _log, records_failure
+from ..job_support import records_failure
 from ..keep_work import finish
 from ..layout import clear_outdated
-from ..report.assemble import (  # noqa: F401 (re-exported: their old home)
-    _dist_version,
-    _model_digest,
-    _module_version,
-    assemble_report,
-    build_provenance,
-    precision_section,
-)
+from ..logs import append_record
+from ..report.assemble import assemble_report
 from ..report.publish import publish_report
 from ..report.summary import status_counts_line
 
@@ -35,7 +29,7 @@ def aggregate_job(*, report: str, compiler: str, log: str | None = None, work_di
         rep["work_dir"] = finish_work_dir(work_dir, keep_work, (kwargs.get("options") or {}).get("model"),
                                           output_dir=kwargs.get("output_dir"))
     publish_report(report, compiler, rep, rederive=False, force=True)
-    _log(log, f"report written: {report}")
+    append_record(log, f"report written: {report}")
     return rep
 
 

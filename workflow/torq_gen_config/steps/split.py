@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from ..fileio import atomic_write_text, read_json, write_json
-from ..job_support import _log, in_worker, records_failure
+from ..job_support import in_worker, records_failure
 from ..layout import mark_outdated
+from ..logs import append_record
 from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
 from .quantize import quantize_layer_job, quantized_input_ranges
 from .units import drop_key, file_identity, is_current, make_key, record_key
@@ -50,8 +51,8 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
     model = load_model(prepared, weights=False)  # the weights stay in the store: layers refer to them
     info = read_json(info_path, "preparation info")
     man = split_layers(model, info, Path(manifest).parent, folded_store=Path(prepared).parent / FOLDED_FILE)
-    _log(log, f"split into {len(man['layers'])} layers ({len(man['folded_nodes'])} constant nodes folded) "
-              f"in {time.perf_counter() - t0:.2f} s")
+    append_record(log, f"split into {len(man['layers'])} layers ({len(man['folded_nodes'])} constant nodes folded) "
+                       f"in {time.perf_counter() - t0:.2f} s")
     print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded"
           + (f", {sum(1 for x in man['layers'] if x.get('not_testable'))} not testable (unknown tensor types)"
              if any(x.get("not_testable") for x in man["layers"]) else ""), file=sys.stderr)
@@ -62,10 +63,10 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
                                      failed=model_run_failed)
         man["layer_inputs"] = res
         run = res["run"]
-        _log(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in {run['seconds']} s "
-                  f"(engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); {res['rewritten']} of "
-                  f"{res['layers']} layer input files changed; {len(res['fallback'])} layer(s) fall back to "
-                  f"generated inputs: {res['fallback']}")
+        append_record(log, f"whole-model run on {res['model_inputs']}: {run['nodes_run']} nodes in "
+                           f"{run['seconds']} s (engines {run['engines']}, peak {run['peak_live_bytes']} bytes live); "
+                           f"{res['rewritten']} of {res['layers']} layer input files changed; "
+                           f"{len(res['fallback'])} layer(s) fall back to generated inputs: {res['fallback']}")
         if run.get("error"):
             print(f"layer inputs: generated for all {len(res['fallback'])} layer(s) (the whole-model reference run "
                   f"failed: {run['error'][:300]})", file=sys.stderr)
@@ -92,7 +93,8 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     each bounded by ``timeout_s`` seconds."""
     import traceback
 
-    from ..reference import compute_reference, save_npz
+    from ..fileio import save_npz
+    from ..reference import compute_reference
 
     try:
         input_ranges = None
@@ -105,12 +107,13 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
         meta = {"status": "error", "message": message, "engine": engine, "input_names": [], "output_names": [],
                 "inputs_missing": True, "layer_inputs": None, "second": {}, "engines_agreement": None}
         save_npz(reference, {}, meta)
-        _log(log, f"{message}\n{traceback.format_exc()}")
+        append_record(log, f"{message}\n{traceback.format_exc()}")
     second = meta.get("second") or {}
     record_timeout(reference, "timeout" in (meta.get("status"), second.get("status")), timeout_s)
-    _log(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
-              f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
-              f"{second.get('message') or ''}; inputs: {meta.get('layer_inputs')}")
+    append_record(log, f"reference {meta['engine']} {meta['status']} ({meta.get('run_ms')} ms) "
+                       f"{meta.get('message') or ''}; "
+                       f"second {second.get('engine')} {second.get('status')} ({second.get('run_ms')} ms) "
+                       f"{second.get('message') or ''}; inputs: {meta.get('layer_inputs')}")
 
 
 @records_failure
@@ -134,7 +137,8 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     res["parameters"] = "external" if parameters else "inline"
     write_json(status, res)
     record_timeout(status, res.get("stage") == "timeout", timeout_s)
-    _log(log, f"import {res['status']} ({res['import_ms']} ms, weights {res['parameters']}) {res.get('message') or ''}")
+    append_record(log, f"import {res['status']} ({res['import_ms']} ms, weights {res['parameters']}) "
+                       f"{res.get('message') or ''}")
 
 
 #: the per-layer files of a prepared layer (their identities are in the unit's record)
@@ -218,7 +222,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                     redone.append("import")
         except Exception as e:  # noqa: BLE001 - one layer's bug must not stop the unit's others
             failed.append(f"{m['layer_id']}: {type(e).__name__}: {str(e)[:300]}")
-            _log(os.path.join(logs_dir, "prepare_unit", f"{unit}.log"), traceback.format_exc())
+            append_record(os.path.join(logs_dir, "prepare_unit", f"{unit}.log"), traceback.format_exc())
         # the files' identities: a redone member changes this record's content (Snakemake
         # compares the checksums of small inputs, so a rewrite with the same text would
         # not rerun the unit's tests)

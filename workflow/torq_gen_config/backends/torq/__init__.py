@@ -50,23 +50,12 @@ error verdict whose message names every place searched.
 
 from __future__ import annotations
 
-from .backend import INPUTS_DIR, OUTPUTS_DIR, TorqBackend
-from .tensors import _IREE_TYPES, _numpy_dtype, input_spec, iree_type_name, read_output_bin, write_input_bin
+from .backend import TorqBackend
+from .tensors import input_spec, iree_type_name, read_output_bin, write_input_bin
 from .toolchain import (
-    _OPTIONS,
     FORCING_FLAGS,
-    FUNCTION,
-    MODULE_FILE,
-    NATIVE_HOST_HW_TYPES,
-    REPO_ROOT,
     TOOLS,
     TORQ_EXECUTORS,
-    _build_tree,
-    _hw_flags,
-    _is_exe,
-    _log_line,
-    _parse_options,
-    _torq_package_dir,
     find_torq_tool,
     full_model_compile_argv,
     run_module_argv,

@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from ...logs import append_record
 from ...tools import ToolNotFoundError, run_tool, tool_version
 from ..base import Backend, CompiledArtifact, RunWideOption, StageError, check_inputs, raise_for_tool_failure
 from .tensors import read_output_bin, write_input_bin
-from .toolchain import FORCING_FLAGS, FUNCTION, MODULE_FILE, _hw_flags, _log_line, _parse_options, find_torq_tool
+from .toolchain import FORCING_FLAGS, FUNCTION, MODULE_FILE, _hw_flags, _parse_options, find_torq_tool
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -135,7 +136,7 @@ class TorqBackend(Backend):
         try:
             argv = self.compile_argv(os.path.abspath(mlir_path), str(out))
         except ToolNotFoundError as e:
-            _log_line(log_path, f"torq backend: {e}")
+            append_record(log_path, f"torq backend: {e}")
             raise StageError("compile", str(e)) from None
         return compile_mlir_module(argv, tool="torq-compile", out=out, mlir_path=mlir_path, onnx_path=onnx_path,
                                    timeout_s=timeout_s, log_path=log_path, cwd=str(work),
@@ -220,7 +221,7 @@ class TorqBackend(Backend):
         try:
             argv = self.run_argv(module, in_files, out_files, function=info.get("function") or FUNCTION)
         except ToolNotFoundError as e:
-            _log_line(log_path, f"torq backend: {e}")
+            append_record(log_path, f"torq backend: {e}")
             raise StageError("run", str(e)) from None
 
         res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ...errors import ConfigError
-from ...logs import append_record
 from ...tools import ToolNotFoundError, tool_from_env
 from ..base import check_options
 
@@ -275,5 +274,3 @@ def run_module_argv(
         *[f"--input={spec}=@{os.path.abspath(p)}" for spec, p in inputs],
     ]
 
-
-_log_line = append_record  # its old name here (e.g. the places searched for a missing tool)

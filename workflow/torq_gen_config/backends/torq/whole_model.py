@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ...errors import ConfigError
+from ...logs import append_record
 from ...tools import ToolNotFoundError, run_tool
 from ..base import CompiledArtifact, StageError, raise_for_tool_failure
 from ..whole_model import WholeModel
-from .toolchain import MODULE_FILE, _log_line, _parse_options, full_model_compile_argv
+from .toolchain import MODULE_FILE, _parse_options, full_model_compile_argv
 
 __all__ = ["TORQ_PARTITION", "TORQ_MAP_FILE", "TorqWholeModel", "torq_options", "mlir_function"]
 
@@ -87,7 +88,7 @@ def mlir_function(mlir_path: str | os.PathLike) -> tuple[str | None, dict | None
 
     Returns:
         ``(name, signature)`` (signature as
-        :func:`~torq_gen_config.backends.iree.parse_mlir_signature`), ``(None, None)``
+        :func:`~torq_gen_config.backends.iree_tools.parse_mlir_signature`), ``(None, None)``
         when there is no function header.
 
     Raises:
@@ -308,7 +309,7 @@ class TorqWholeModel(WholeModel):
         try:
             argv = full_model_compile_argv(mlir, out, model_path, opts)
         except ToolNotFoundError as e:
-            _log_line(log_path, f"torq backend: {e}")
+            append_record(log_path, f"torq backend: {e}")
             raise StageError("compile", str(e)) from None
         except ConfigError as e:
             raise StageError("compile", str(e)) from None
