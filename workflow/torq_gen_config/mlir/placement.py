@@ -1,0 +1,291 @@
+"""The placement step: an executor assignment (the compiler JSON's ``op_assignments``,
+keyed by the ``line:col`` of each op of ``full.mlir``) turned into ONE IREE module whose
+ops run on several HAL devices (notes/one_module_placement.md).
+
+The transformation works on the parsed IR with IREE's MLIR Python bindings
+(``iree.compiler.ir``), never on the text:
+
+1. one ``util.global private @device_<executor> = #hal.device.target<"<hal device>",
+   {ordinal = N : index}, [<executable targets>]> : !hal.device`` per executor the module
+   uses, in order (the default executor first: ordinal 0), and the module attribute
+   ``stream.affinity.default = #hal.device.affinity<@device_<default>>``;
+2. on every edge whose producer and consumer run on different devices, the value goes
+   through ``torch_c.to_builtin_tensor`` -> ``flow.tensor.transfer ... to
+   #hal.device.affinity<@device_<consumer>>`` -> ``torch_c.from_builtin_tensor`` (one
+   transfer per (value, device), every consumer on that device rewired to it);
+   function arguments start on the default device;
+3. the function's results are transferred back to the default device before ``return``.
+
+Constants (``onnx.Constant``, ``torch.constant.*``, ``torch.vtensor.literal``, parameter
+loads) get no transfer: IREE places each one with its user. Every op keeps its location;
+the file name of the ``line:col`` locations becomes ``source_name`` (the parser calls a
+string ``"-"``). An op inside a region (the branches of ``onnx.If``, ``onnx.Loop``) runs
+where its parent op runs: its key is accepted and listed under ``unplaced``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ..errors import ConfigError
+
+#: ops whose results are constants: IREE places them with their users, no transfer
+_CONSTANT_OPS = ("torch.vtensor.literal", "torch_c.from_builtin_tensor", "util.global.load")
+_ONNX_CONSTANT = '"onnx.Constant"'
+_VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],\s*([A-Za-z0-9_]+)>\Z")
+_INT = re.compile(r"[su]i(\d+)\Z")
+_SYMBOL_CHARS = re.compile(r"[^A-Za-z0-9_]")
+#: name of the location given to the ops a transfer adds
+TRANSFER_LOC = "placement.transfer"
+
+
+def executor_of(value: Any) -> str | None:
+    """The executor name of one ``op_assignments`` value: a name, ``{"executor": name}``;
+    None for null, ``""`` or ``"null"`` (the op follows the default device)."""
+    if isinstance(value, Mapping):
+        value = value.get("executor")
+    if not isinstance(value, str) or value.strip().lower() in ("", "null", "none"):
+        return None
+    return value.strip()
+
+
+def device_symbol(executor: str, taken: set[str]) -> str:
+    """``device_<executor>`` with every character outside ``[A-Za-z0-9_]`` as ``_``,
+    made unique against ``taken`` (which it joins)."""
+    base = "device_" + _SYMBOL_CHARS.sub("_", executor)
+    name, k = base, 1
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping[str, str | list[str]], *,
+                 default: str | None = None, hal_devices: Mapping[str, str] | None = None,
+                 source_name: str = "full.mlir") -> dict:
+    """Place each op of an imported ``full.mlir`` on its executor's HAL device.
+
+    Args:
+        mlir_text: the text of ``full.mlir`` (one ``func.func``, torch dialect, as
+            :func:`torq_gen_config.mlir.importer.import_full_model` writes it with weights).
+        assignment: ``{"line:col": executor name or {"executor": name} or None}`` (the
+            compiler JSON's ``op_assignments``); ops without one run on the default device.
+        targets: executor name -> its executable-target attribute text
+            (``#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {...}>``), or a
+            list of them; in priority order.
+        default: the default executor (function arguments and results live there, ops
+            without an assignment run there); None: the first executor of ``targets`` that
+            the assignment names (the first of ``targets`` when it names none).
+        hal_devices: executor name -> HAL device ID (``"local"``, ``"cuda"``, ``"hip"``,
+            ...); default ``"local"``.
+        source_name: the file name put into the ``line:col`` locations.
+
+    Returns:
+        ``{"text": the placed module (printed with its locations, weights included),
+        "function": the function's name, "devices": [{"executor", "symbol", "ordinal", "hal_device"}] (ordinal order: the
+        runtime's ``--device=`` flags go in this order), "default": executor,
+        "transfers": int (transfer ops inserted, results included), "placed":
+        {"line:col": executor} (every top-level tensor op and where it was put),
+        "unplaced": {"line:col": reason} (assigned ops the step could not place)}``.
+
+    Raises:
+        ConfigError: a key that matches no op of ``mlir_text`` (the message names it),
+            an executor without an entry in ``targets``, a target that does not parse,
+            a crossing value whose type has no static rank.
+        ValueError: ``mlir_text`` does not parse or has no ``func.func``.
+    """
+    from iree.compiler import ir
+
+    wanted = {str(k): executor_of(v) for k, v in assignment.items()}
+    unknown = sorted({e for e in wanted.values() if e and e not in targets})
+    if unknown:
+        raise ConfigError(f"the assignment names executor {unknown[0]!r}, which has no device target "
+                          f"(IREE executors: {', '.join(targets) or 'none'})")
+    used = [e for e in targets if e in set(wanted.values())]
+    default = default or (used[0] if used else next(iter(targets), None))
+    if default is None or default not in targets:
+        raise ConfigError(f"default executor {default!r} has no device target")
+    order = [default] + [e for e in used if e != default]
+
+    ctx = ir.Context()
+    try:
+        module = ir.Module.parse(mlir_text, ctx)
+    except ir.MLIRError as e:
+        raise ValueError(f"{source_name} does not parse: {str(e).splitlines()[0]}") from e
+    func = next((op.operation for op in module.body.operations if op.operation.name == "func.func"), None)
+    if func is None:
+        raise ValueError(f"{source_name} has no func.func")
+    by_loc = _index_locations(module.operation, ctx, source_name)
+    missing = [k for k in wanted if k not in by_loc]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ConfigError(f"assignment key {missing[0]!r} matches no op of {source_name}{more}")
+
+    with ctx, ir.Location.unknown():
+        symbols = _declare_devices(module, order, targets, hal_devices or {})
+        affinity = {e: ir.Attribute.parse(f"#hal.device.affinity<@{symbols[e]}>") for e in order}
+        module.operation.attributes["stream.affinity.default"] = affinity[default]
+        block = func.regions[0].blocks[0]
+        top = {id_: op for id_, op in ((_key(op), op) for op in (o.operation for o in block.operations)) if id_}
+        device_of: dict = {}  # result value -> executor, top-level ops only (Operation hashes are not stable)
+        placed, unplaced = {}, {}
+        for key, ex in wanted.items():
+            if key not in top:
+                if ex:
+                    unplaced[key] = "inside a region: it runs where its parent op runs"
+        transfers: dict = {}  # (value, executor) -> transferred value
+        count = 0
+        for op in [o.operation for o in block.operations]:
+            if op.name == "func.return":
+                for i, v in enumerate(op.operands):
+                    src = _producer_device(v, device_of, default)
+                    if src is not None and src != default and _is_vtensor(v.type):
+                        op.operands[i], n = _transfer(v, default, affinity, transfers, op)
+                        count += n
+                continue
+            if _is_constant(op):
+                continue
+            key = _key(op)
+            ex = (wanted.get(key) if key else None) or default
+            for r in op.results:
+                device_of[r] = ex
+            if key and any(_is_vtensor(r.type) for r in op.results):
+                placed[key] = ex
+            for i, v in enumerate(op.operands):
+                src = _producer_device(v, device_of, default)
+                if src is None or src == ex or not _is_vtensor(v.type):
+                    continue
+                op.operands[i], n = _transfer(v, ex, affinity, transfers, op)
+                count += n
+        module.operation.verify()
+    text = module.operation.get_asm(enable_debug_info=True, assume_verified=True)
+    devices = [{"executor": e, "symbol": symbols[e], "ordinal": i, "hal_device": (hal_devices or {}).get(e, "local")}
+               for i, e in enumerate(order)]
+    return {"text": text, "function": ir.StringAttr(func.attributes["sym_name"]).value, "devices": devices,
+            "default": default, "transfers": count, "placed": placed, "unplaced": unplaced}
+
+
+def _key(op) -> str | None:
+    """The ``"line:col"`` of an op's file location, or None."""
+    from iree.compiler import ir
+
+    loc = op.location
+    if isinstance(loc, ir.FileLineColLoc) or hasattr(loc, "start_line"):
+        try:
+            return f"{loc.start_line}:{loc.start_col}"
+        except AttributeError:
+            return None
+    return None
+
+
+def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
+    """``line:col`` -> op for every op of the module (nested ones too); renames the
+    file of each location to ``source_name``."""
+    from iree.compiler import ir
+
+    out: dict[str, Any] = {}
+
+    def walk(op) -> None:
+        for region in op.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    child = child.operation
+                    key = _key(child)
+                    if key:
+                        line, col = (int(x) for x in key.split(":"))
+                        child.location = ir.Location.file(source_name, line, col, ctx)
+                        out.setdefault(key, child)
+                    walk(child)
+
+    walk(module_op)
+    return out
+
+
+def _declare_devices(module, order: list[str], targets: Mapping, hal_devices: Mapping[str, str]) -> dict[str, str]:
+    """Insert one ``util.global`` HAL device per executor at the top of the module, in
+    ``order`` (ordinal = position); return executor -> symbol name."""
+    from iree.compiler import ir
+    from iree.compiler.dialects import util
+
+    taken = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in module.body.operations
+             if "sym_name" in op.operation.attributes}
+    symbols: dict[str, str] = {}
+    body = module.body
+    first = body.operations[0] if len(body.operations) else None
+    for ordinal, ex in enumerate(order):
+        tlist = targets[ex] if isinstance(targets[ex], (list, tuple)) else [targets[ex]]
+        kind = hal_devices.get(ex, "local")
+        text = (f'#hal.device.target<"{kind}", {{ordinal = {ordinal} : index}}, [{", ".join(tlist)}]> '
+                f": !hal.device")
+        try:
+            attr = ir.Attribute.parse(text)
+        except ir.MLIRError as e:
+            raise ConfigError(f"executor {ex!r}: its device target does not parse: "
+                              f"{str(e).splitlines()[0]}") from e
+        symbols[ex] = device_symbol(ex, taken)
+        ip = ir.InsertionPoint(first) if first is not None else ir.InsertionPoint(body)
+        with ip:
+            util.GlobalOp(ir.StringAttr.get(symbols[ex]), ir.TypeAttr.get(ir.Type.parse("!hal.device")),
+                          sym_visibility=ir.StringAttr.get("private"), initial_value=attr)
+    return symbols
+
+
+def _is_vtensor(t) -> bool:
+    return str(t).startswith("!torch.vtensor<")
+
+
+def _is_constant(op) -> bool:
+    """Ops that make constants (IREE places them with their users)."""
+    if op.name.startswith("torch.constant.") or op.name in _CONSTANT_OPS:
+        return True
+    return op.name == "torch.operator" and str(op.attributes["name"]) == _ONNX_CONSTANT
+
+
+def _producer_device(value, device_of: Mapping, default: str) -> str | None:
+    """Where ``value`` lives: its defining op's device, the default device for a
+    function argument, None for a constant (or an op not placed)."""
+    from iree.compiler import ir
+
+    if isinstance(value.owner, ir.Block):
+        return default
+    return device_of.get(value)
+
+
+def builtin_tensor_type(vtensor: str) -> str:
+    """The builtin tensor type of a ``!torch.vtensor<[d0,d1],dtype>`` type's text
+    (``tensor<d0xd1xdtype>``; signed and unsigned integers become signless, ``?`` dims stay).
+
+    Raises:
+        ConfigError: not a ranked vtensor with a known dtype.
+    """
+    m = _VTENSOR.match(vtensor.strip())
+    if not m or m.group(2) == "unk":
+        raise ConfigError(f"a value crossing devices has type {vtensor}: placement needs a ranked tensor type")
+    dims = [d.strip() for d in m.group(1).split(",") if d.strip()]
+    im = _INT.match(m.group(2))
+    dtype = f"i{im.group(1)}" if im else m.group(2)
+    return "tensor<" + "".join(f"{d}x" for d in dims) + dtype + ">"
+
+
+def _transfer(value, ex: str, affinity: Mapping, transfers: dict, before) -> tuple[Any, int]:
+    """The transferred copy of ``value`` on ``ex``'s device (made before op ``before`` the
+    first time); returns ``(value, 1 if a transfer was added else 0)``."""
+    from iree.compiler import ir
+    from iree.compiler.dialects import arith, flow, tensor
+
+    hit = transfers.get((value, ex))
+    if hit is not None:
+        return hit, 0
+    btype = ir.Type.parse(builtin_tensor_type(str(value.type)))
+    with ir.InsertionPoint(before), ir.Location.name(TRANSFER_LOC):
+        b = ir.Operation.create("torch_c.to_builtin_tensor", results=[btype], operands=[value]).result
+        dims = []
+        for i, d in enumerate(ir.RankedTensorType(btype).shape):
+            if ir.ShapedType.is_dynamic_size(d):
+                dims.append(tensor.DimOp(b, arith.ConstantOp(ir.IndexType.get(), i).result).result)
+        t = flow.TensorTransferOp(b, dims, affinity[ex], results=[btype]).result
+        out = ir.Operation.create("torch_c.from_builtin_tensor", results=[value.type], operands=[t]).result
+    transfers[(value, ex)] = out
+    return out, 1
