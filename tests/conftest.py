@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -94,10 +96,65 @@ def one_line_error(r) -> str:
     return errors[0]
 
 
+def cli_in_process(capsys, *args):
+    """Run ``torq_gen_config.cli.main.main`` in this process, for commands that are refused
+    before any workflow starts (no console-script start: ~1 s each). Returns a
+    CompletedProcess like ``run_cli``'s (returncode, stdout, stderr from ``capsys``), so
+    ``one_line_error`` applies; argparse's usage errors (SystemExit) give their status. The
+    state a refused command must leave alone in the test process (working directory,
+    environment, SIGINT/SIGTERM handlers) is asserted unchanged."""
+    from torq_gen_config.cli.main import main
+
+    argv = [str(a) for a in args]
+    cwd, env = os.getcwd(), dict(os.environ)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    capsys.readouterr()  # what the test printed before is not the command's
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    out, err = capsys.readouterr()
+    assert (os.getcwd(), dict(os.environ)) == (cwd, env), "the command changed the process state"
+    assert {s: signal.getsignal(s) for s in handlers} == handlers, "the command left signal handlers set"
+    return subprocess.CompletedProcess(["torq-gen-config", *argv], code, out, err)
+
+
 def run_snakemake(*args, cwd=REPO, timeout=900):
     """Run snakemake from the repository root (picks up profiles/default)."""
     exe = str(Path(sys.executable).parent / "snakemake")
     return subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
-__all__ = ["make_model", "tvi", "work", "run_cli", "run_snakemake", "TensorProto", "helper", "REPO", "LIGHT", "SQUEEZENET", "os"]
+@pytest.fixture(scope="session")
+def squeezenet_discovery(tmp_path_factory):
+    """ONE default discovery of light_squeezenet through the console script
+    (``discover --model SQUEEZENET --output-dir OUT -j 2 -q``, ~45 s on 2 cores), shared by
+    the tests that read its outputs (tests/workflow: test_e2e, test_promises_e2e,
+    test_units_e2e, test_reduce_e2e, test_output_schemas), instead of one discovery each.
+    Returns ``(out, completed)``.
+    READ ONLY: a test that changes or reruns anything works on ``copy_discovery(out, ...)``.
+    Its files' digest is checked at the end of the session, so a test that writes into it
+    fails there instead of passing on another's changes."""
+    out = tmp_path_factory.mktemp("squeezenet_discovery") / "out"
+    r = run_cli("discover", "--model", SQUEEZENET, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    before = _tree_digest(out)
+    yield out, r
+    assert _tree_digest(out) == before, f"a test changed the shared discovery in {out}"
+
+
+def _tree_digest(root: Path) -> dict:
+    """path -> (size, mtime_ns) of every file under ``root`` (symlinks as their target)."""
+    return {str(p.relative_to(root)): (os.lstat(p).st_size, os.lstat(p).st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+def copy_discovery(src: Path, dst: Path) -> Path:
+    """A private copy of a shared discovery's output directory (symlinks kept), for tests
+    that modify, edit or rerun it; returns ``dst``."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+__all__ = ["make_model", "tvi", "work", "run_cli", "run_snakemake", "TensorProto", "helper", "REPO", "LIGHT", "SQUEEZENET", "os",
+           "cli_in_process", "copy_discovery"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
-from conftest import one_line_error, run_cli
+from conftest import cli_in_process, one_line_error, run_cli
 from test_output_schemas import validate_tree
 from torq_gen_config import run_lock
 from torq_gen_config.conformance import cases
@@ -153,13 +153,13 @@ def test_interrupted_run_resumes(first_run):
     _validate(out)
 
 
-def test_bad_ops_and_a_second_run_are_one_line_errors(first_run, tmp_path):
+def test_bad_ops_and_a_second_run_are_one_line_errors(first_run, tmp_path, capsys, monkeypatch):
     tmp, out, _, _, _ = first_run
-    r = run_cli("conformance", "--ops", "Reluu", "--output-dir", tmp_path / "o", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)  # the refusals run in-process, from where the console script ran
+    r = cli_in_process(capsys, "conformance", "--ops", "Reluu", "--output-dir", tmp_path / "o")
     assert r.returncode == 2
     assert "no node test has op type(s) Reluu; did you mean Relu" in one_line_error(r)
-    r = run_cli("conformance", "--ops", "Relu", "--skip-executors", "nope", "--output-dir", tmp_path / "o",
-                cwd=tmp_path)
+    r = cli_in_process(capsys, "conformance", "--ops", "Relu", "--skip-executors", "nope", "--output-dir", tmp_path / "o")
     assert r.returncode == 2 and "nope" in one_line_error(r)
     lock = out / lock_file("conformance")
     run_lock.acquire(lock)  # another run holds the output directory

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, TensorProto, helper, make_model, one_line_error, run_cli, run_snakemake, tvi, work
+from conftest import (REPO, TensorProto, cli_in_process, helper, make_model, one_line_error, run_cli, run_snakemake, tvi,
+                      work)
 from onnx import numpy_helper
 
 from torq_gen_config.mlir.importer import operator_at
@@ -93,9 +94,8 @@ def test_snakemake_form_squeezenet(tmp_path, squeezenet_path):
     assert json.loads(target.read_text())["status"] == before["status"]
 
 
-def test_cli_discover_squeezenet(tmp_path, squeezenet_path):
-    out = tmp_path / "out"
-    r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q")
+def test_cli_discover_squeezenet(squeezenet_discovery):
+    out, r = squeezenet_discovery  # discover --model light_squeezenet -j 2 -q (conftest: one run, read only)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "FINAL EXECUTOR DISCOVERY REPORT" in r.stdout
     report, compiler = load_outputs(out, "light_squeezenet")
@@ -142,7 +142,7 @@ def test_compile_failure_falls_to_next_executor(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["missing", "text", "tflite", "truncated"])
-def test_bad_model_inputs(tmp_path, squeezenet_path, kind):
+def test_bad_model_inputs(tmp_path, capsys, squeezenet_path, kind):
     out = tmp_path / "out"
     if kind == "missing":
         model = tmp_path / "nope.onnx"
@@ -156,7 +156,7 @@ def test_bad_model_inputs(tmp_path, squeezenet_path, kind):
         model = tmp_path / "trunc.onnx"
         data = squeezenet_path.read_bytes()
         model.write_bytes(data[: len(data) // 2])
-    r = run_cli("discover", "--model", model, "--output-dir", out)
+    r = cli_in_process(capsys, "discover", "--model", model, "--output-dir", out)  # refused before the workflow
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("torq-gen-config: error:"), r.stderr
@@ -325,7 +325,7 @@ def test_tolerance_change_rederives_without_recompiling(tmp_path):
     assert conv["failure_report"]["type"] == "accuracy_failure"
 
 
-def test_skip_executors_and_ops(tmp_path):
+def test_skip_executors_and_ops(tmp_path, capsys):
     model = small_cnn(tmp_path / "cnn.onnx")
     out = tmp_path / "out"
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q",
@@ -341,7 +341,7 @@ def test_skip_executors_and_ops(tmp_path):
     assert not (work(out) / "layers" / "MaxPool_pool" / "llvm-cpu").exists()
     assert all(set(op["executors"]) == {"llvm-cpu", "ort"} for lid, op in report["ops"].items() if lid != "MaxPool_pool")
     assert report["provenance"]["options"]["skip_ops"] == ["maxpool"]
-    r = run_cli("discover", "--model", model, "--output-dir", out, "--skip-executors", "nope")
+    r = cli_in_process(capsys, "discover", "--model", model, "--output-dir", out, "--skip-executors", "nope")
     assert r.returncode == 2 and "unknown executor(s) nope" in one_line_error(r)
 
 

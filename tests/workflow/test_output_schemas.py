@@ -25,7 +25,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from conftest import REPO, TensorProto, helper, make_model, run_cli, tvi, work
+from conftest import REPO, TensorProto, copy_discovery, helper, make_model, run_cli, tvi, work
 from torq_gen_config.schemas import OUTPUT_SCHEMAS, SCHEMA_DIR, load_schema, schema_for, validator
 
 SNAKEMAKE_STATE = ".snakemake"  # Snakemake's own metadata, not an output of the tool
@@ -130,10 +130,12 @@ def ok(r) -> None:
 
 
 @pytest.mark.slow
-def test_squeezenet_discover_run_edit_outputs_validate(tmp_path, squeezenet_path):
-    out = tmp_path / "out"
-    # batches (opt-in) so that batch.json files are validated too
-    ok(run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q", "--compile-batch", "32"))
+def test_squeezenet_discover_run_edit_outputs_validate(tmp_path, squeezenet_path, squeezenet_discovery):
+    # the session's default discovery (conftest; its compile_batch is 32, so batch.json files are
+    # validated too), copied: run and edit change the outputs
+    shared, r = squeezenet_discovery
+    ok(r)
+    out = copy_discovery(shared, tmp_path / "out")
     ok(run_cli("run", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q"))
     ok(run_cli("edit", "--model", squeezenet_path, "--output-dir", out, "--layer", "Relu_r1", "--executor", "vmvx"))
     ok(run_cli("edit", "--model", squeezenet_path, "--output-dir", out, "--layer", "Softmax", "--tolerance-max", "0.05"))

@@ -35,9 +35,9 @@ def retested(stdout: str) -> list[str]:
     return sorted(ln.split("]")[0][1:] for ln in stdout.splitlines() if ln.startswith("[") and "] " in ln)
 
 
-def test_default_squeezenet_run_is_all_success_on_llvm_cpu(tmp_path, squeezenet_path):
-    out = tmp_path / "out"
-    ok(run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q"))
+def test_default_squeezenet_run_is_all_success_on_llvm_cpu(squeezenet_discovery):
+    out, r = squeezenet_discovery  # discover --model light_squeezenet -j 2 -q (conftest: one run, read only)
+    ok(r)
     report = json.loads((out / "torq_gen_config_light_squeezenet.json").read_text())
     statuses = [e["status"] for op in report["ops"].values() for e in op["executors"].values()]
     assert len(report["ops"]) == 66 and len(statuses) == 198

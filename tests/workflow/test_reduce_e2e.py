@@ -40,10 +40,10 @@ def cli(*args, env=None, cwd=None, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def discovered(tmp_path_factory, squeezenet_path) -> Path:
-    """One discovery of light_squeezenet with the real compiler (every layer passes)."""
-    out = tmp_path_factory.mktemp("reduce") / "sq"
-    r = run_cli("discover", "--model", squeezenet_path, "--output-dir", out, "-j", "2", "-q")
+def discovered(squeezenet_discovery) -> Path:
+    """One discovery of light_squeezenet with the real compiler (every layer passes): the
+    session's shared one (conftest), read only; the tests work on ``copy_of`` it."""
+    out, r = squeezenet_discovery
     assert r.returncode == 0, r.stderr[-3000:]
     return out
 

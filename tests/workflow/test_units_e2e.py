@@ -95,19 +95,21 @@ def per_layer_jobs(layers_dir: Path, root: Path) -> dict:
 
 
 @pytest.mark.parametrize("which", ["light_squeezenet", "transformer_stack"])
-def test_unit_verdicts_equal_the_per_layer_jobs(which, tmp_path, squeezenet_path):
+def test_unit_verdicts_equal_the_per_layer_jobs(which, tmp_path, request):
     if which == "light_squeezenet":
-        model = squeezenet_path
+        model = request.getfixturevalue("squeezenet_path")
+        # the session's default discovery (conftest: one run, read only; per_layer_jobs works on a copy)
+        out, r = request.getfixturevalue("squeezenet_discovery")
     else:
         model = tmp_path / "stack.onnx"
         onnx.save(transformer_encoder_stack(2), model)  # 80 layers: 3 units
-    out = tmp_path / "out"
-    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+        out = tmp_path / "out"
+        r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
     assert r.returncode == 0, r.stderr[-3000:]
     layers_dir = work(out, Path(model).stem) / "layers"
     units = sorted(p.name for p in (layers_dir.parent / "units").iterdir())
     assert units == ["0000", "0001", "0002"]  # 66 and 80 layers: units of 32
-    got = verdicts(layers_dir, tmp_path)
+    got = verdicts(layers_dir, out.parent)  # the discovery's root, as tmp_path was for its own run
     expected = per_layer_jobs(layers_dir, tmp_path)
     assert len(got) == len(expected) == sum(1 for _ in layers_dir.glob("*/*/result.json"))
     differ = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))

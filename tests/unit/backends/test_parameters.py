@@ -5,7 +5,7 @@ external with a torq executor (config, CLI)."""
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, SQUEEZENET, one_line_error, run_cli
+from conftest import REPO, SQUEEZENET, cli_in_process, one_line_error
 
 from torq_gen_config.backends.parameters import describe, resolve, resolve_from, size_text, with_parameters
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
@@ -63,8 +63,8 @@ def test_config_refuses_external_with_a_torq_executor():
     assert validate_config(both)["parameters"] == "external"  # the torq executor is skipped
 
 
-def test_cli_external_with_torq_is_a_one_line_error(tmp_path):
-    r = run_cli("discover", "--model", SQUEEZENET, "--output-dir", tmp_path, "--config-file",
-                REPO / "config" / "torq.yaml", "--parameters", "external")
+def test_cli_external_with_torq_is_a_one_line_error(tmp_path, capsys):
+    r = cli_in_process(capsys, "discover", "--model", SQUEEZENET, "--output-dir", tmp_path, "--config-file",
+                       REPO / "config" / "torq.yaml", "--parameters", "external")
     assert r.returncode == 2
     assert "packs the weights" in one_line_error(r)

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import TensorProto, helper, make_model, run_cli, run_snakemake, tvi
+from conftest import TensorProto, cli_in_process, helper, make_model, run_cli, run_snakemake, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.errors import ConfigError
@@ -74,16 +74,16 @@ def test_config_form(squeezenet_path):
 
 
 @pytest.mark.parametrize("cmd", ["discover", "run"])
-def test_cli_bad_names_exit_2(tmp_path, squeezenet_path, cmd):
+def test_cli_bad_names_exit_2(tmp_path, capsys, squeezenet_path, cmd):
     out = tmp_path / "out"
-    r = run_cli(cmd, "--model", squeezenet_path, "--output-dir", out, "--subgraph-from", "Conv_r10x",
-                "--subgraph-to", "Concat_r16", timeout=120)
+    r = cli_in_process(capsys, cmd, "--model", squeezenet_path, "--output-dir", out, "--subgraph-from", "Conv_r10x",
+                       "--subgraph-to", "Concat_r16")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("torq-gen-config: error: --subgraph-from 'Conv_r10x'")
     assert "Conv_r10" in lines[0]
-    r = run_cli(cmd, "--model", squeezenet_path, "--output-dir", out, "--subgraph-from=Concat_r16",
-                "--subgraph-to=Conv_r10", timeout=120)
+    r = cli_in_process(capsys, cmd, "--model", squeezenet_path, "--output-dir", out, "--subgraph-from=Concat_r16",
+                       "--subgraph-to=Conv_r10")
     assert r.returncode == 2 and "reversed subgraph range" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()  # nothing ran
 

@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from conftest import SQUEEZENET, TensorProto, helper, make_model, one_line_error, run_cli, tvi
+from conftest import SQUEEZENET, TensorProto, cli_in_process, helper, make_model, one_line_error, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.config import (DEFAULT_CONFIG_PATH, PRECISION_KEYS, check_precision_matches, load_config_file,
@@ -87,9 +87,10 @@ def test_flag_defaults_all_off():
     (["--quant-format", "qoperator"], ["--quant-format qoperator", "--quantize"]),
     (["--save-bf16-model", "x.onnx"], ["--save-bf16-model", "--auto-convert-bf16"]),
 ])
-def test_flag_rules_on_the_cli(tmp_path, args, flags):
+def test_flag_rules_on_the_cli(tmp_path, capsys, monkeypatch, args, flags):
+    monkeypatch.chdir(tmp_path)  # a relative --save-bf16-model x.onnx: here, as the subprocess's cwd was
     out = tmp_path / "out"
-    r = run_cli("discover", "--model", SQUEEZENET, "--output-dir", out, "-q", *args, timeout=120)
+    r = cli_in_process(capsys, "discover", "--model", SQUEEZENET, "--output-dir", out, "-q", *args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("torq-gen-config: error: "), r.stderr
@@ -99,8 +100,8 @@ def test_flag_rules_on_the_cli(tmp_path, args, flags):
     assert not (tmp_path / "x.onnx").exists()
 
 
-def test_flag_rules_on_run_cli(tmp_path):
-    r = run_cli("run", "--model", SQUEEZENET, "--output-dir", tmp_path, "--per-channel", timeout=120)
+def test_flag_rules_on_run_cli(tmp_path, capsys):
+    r = cli_in_process(capsys, "run", "--model", SQUEEZENET, "--output-dir", tmp_path, "--per-channel")
     assert r.returncode == 2
     assert "--per-channel" in r.stderr and "--quantize" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -468,7 +469,7 @@ def test_quantize_layer_uses_the_whole_models_format(tmp_path, conv_relu_conv):
 
 
 # ------------------------------------------------------------------ --save-bf16-model path
-def test_save_bf16_model_must_not_be_the_input(tmp_path):
+def test_save_bf16_model_must_not_be_the_input(tmp_path, capsys):
     from torq_gen_config.config import check_save_bf16_path
 
     model = tmp_path / "m.onnx"
@@ -479,11 +480,12 @@ def test_save_bf16_model_must_not_be_the_input(tmp_path):
         check_save_bf16_path(model, str(tmp_path))
     check_save_bf16_path(model, str(tmp_path / "m_bf16.onnx"))
     check_save_bf16_path(model, None)
-    r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--auto-convert-bf16",
-                "--save-bf16-model", str(model))
+    r = cli_in_process(capsys, "discover", "--model", str(model), "--output-dir", str(tmp_path / "out"),
+                       "--auto-convert-bf16", "--save-bf16-model", str(model))
     assert r.returncode == 2 and "input model itself" in one_line_error(r)
     assert model.read_bytes() == SQUEEZENET.read_bytes()
-    r = run_cli("discover", "--model", str(model), "--output-dir", str(tmp_path / "out"), "--calibration-samples", "3")
+    r = cli_in_process(capsys, "discover", "--model", str(model), "--output-dir", str(tmp_path / "out"),
+                       "--calibration-samples", "3")
     assert r.returncode == 2 and "--calibration-samples needs --quantize" in one_line_error(r)
 
 
