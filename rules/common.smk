@@ -394,7 +394,9 @@ def full_plan(whole=False):
         with open(path) as f:
             plan = json.load(f)
         _PLAN_CACHE.clear()
-        _PLAN_CACHE[key] = ({p["pid"]: p for p in plan["partitions"]}, plan)
+        # module mode (fullrun/module_mode.py): the module is a partition of its own too
+        parts = plan["partitions"] + ([plan["module"]] if plan.get("module") else [])
+        _PLAN_CACHE[key] = ({p["pid"]: p for p in parts}, plan)
     return _PLAN_CACHE[key][1 if whole else 0]
 
 
@@ -459,6 +461,9 @@ def get_compile_def(wildcards):
 
 def all_compiled(wildcards):
     """compiled.json of every partition of the plan (known once the checkpoint ran)."""
+    plan = full_plan(whole=True)
+    if plan.get("module"):  # module mode: the chain is compiled only when the module fails or differs
+        return [os.path.join(PARTS, plan["module"]["pid"], "compiled.json")]
     return [os.path.join(PARTS, pid, "compiled.json") for pid in full_plan()]
 
 

@@ -257,7 +257,7 @@ def test_snakemake_form_full_model_target(tmp_path):
     of a recommendation in the report reruns the assignment and the run, nothing else."""
     model = small_cnn(tmp_path / "cnn.onnx")
     out = tmp_path / "cnn"
-    cfg = ["--config", f"model={model}", f"output_dir={out}"]
+    cfg = ["--config", f"model={model}", f"output_dir={out}", "run_mode=partitions"]  # (module mode: test_run_module_e2e)
     r = run_snakemake("--cores", "2", "full_model", *cfg)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads((work(out) / "full" / "result.json").read_text())
@@ -288,7 +288,7 @@ def test_run_is_judged_against_the_spec_where_onnx_runtime_fails(tmp_path):
     out = tmp_path / "o"
     r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", "-q", "--skip-executors", "vmvx")
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_cmd("--model", path, "--output-dir", out, "-q")
+    r = run_cmd("--model", path, "--output-dir", out, "-q", "--run-mode", "partitions")  # the partition check below
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "Judged against: reference: onnx (ONNX Runtime failed: " in r.stdout
     result = json.loads((work(out) / "full" / "result.json").read_text())

@@ -45,6 +45,7 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     ("work/*/full/partitions/*/import.json", "import.schema.yaml"),  # a partition of a compile batch
     ("work/*/full/batches/*/*/batch.json", "compile_batch.schema.yaml"),
     ("work/*/full/partitions/*/executor_map.json", "compiler.schema.yaml"),
+    ("work/*/full/partitions/*/placement.json", "full_module_placement.schema.yaml"),  # module mode
     # conformance, in its output directory (each tests/<test>/out/ is a discover output directory)
     ("conformance.json", "conformance.schema.yaml"),
     ("conformance_verdicts.json", "conformance_verdicts.schema.yaml"),

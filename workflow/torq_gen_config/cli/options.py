@@ -208,6 +208,8 @@ def build_config(args: argparse.Namespace) -> dict:
         config["parameters"] = args.parameters
     if getattr(args, "keep_work", None):
         config["keep_work"] = args.keep_work
+    if getattr(args, "run_mode", None):
+        config["run_mode"] = args.run_mode
     if getattr(args, "skip_mode", False):
         config["skip_mode"] = True
     if getattr(args, "skip_executors", None):

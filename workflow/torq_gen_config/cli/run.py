@@ -8,7 +8,10 @@ compiled for its executor and run in order, compared with the ONNX Runtime
 reference of the whole model. When every assigned executor is of the torq
 backend, the whole model (``work/full.mlir``) is compiled once by torq-compile
 with ``--torq-executor-map`` and run once (docs/torq_backend.md); torq and
-non-torq executors in one assignment are bad input. The result goes into the report (``full_model``
+non-torq executors in one assignment are bad input. ``--run-mode`` (config ``run_mode``):
+``auto`` compiles an assignment of IREE executors on local targets as ONE IREE module with
+per-op devices, ``module`` forces it (impossible: exit 2), ``partitions`` the chain
+(:mod:`torq_gen_config.fullrun.module_mode`). The result goes into the report (``full_model``
 section and the "--- Full Model Comparison ---" part of ``final_report_text``).
 In subgraph mode (``--subgraph-from``/``--subgraph-to``) the same happens for the
 subgraph, with its own report and work directory; :func:`run_assigned` is also the
@@ -58,8 +61,16 @@ def add_parser(sub) -> argparse.ArgumentParser:
     )
     add_model_options(p)
     add_execution_options(p, what="parallel compile jobs")
+    p.add_argument("--run-mode", choices=["auto", "module", "partitions"],
+                   help="module: the whole assignment as ONE IREE module with one device per executor (where each "
+                        "op ran is read back from the compiled program); partitions: a chain of same-executor "
+                        "partitions; auto (the config's run_mode, default): module when every assigned executor "
+                        "is an IREE executor on llvm-cpu or vmvx and no If/Loop body is assigned elsewhere, else "
+                        "partitions (docs/full_model_run.md, 'Module mode')")
     p.add_argument("--debug-ir", metavar="DIR",
-                   help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>")
+                   help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>; "
+                        "in module mode the placed IR, the stream-level IR, the dispatch sources and the placement "
+                        "record to DIR/module (README.txt there says how to read them)")
     p.add_argument("--compile-batch", type=int, metavar="N",
                    help="partitions compiled by one compiler process per iree executor (default: the config's "
                         "compile_batch; 1 = one compile per partition); the results are the same "
@@ -237,6 +248,12 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     except ValueError as e:
         raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
     mode = check_selection(selection, config["executors"])  # else PARTITIONS_MODE: a whole-model mode (torq)
+    if config.get("run_mode") == "module":  # impossible: one line, exit 2, before anything runs
+        from ..fullrun.module_mode import decide_run_mode
+        from ..fullrun.selection import named_executors
+
+        decide_run_mode("module", list(named_executors(selection)) or [config["executors"][0]["name"]],
+                        config["executors"])
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
     # the job's own verdict line uses the tolerance the report section is judged with
@@ -271,7 +288,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         else:
             print(f"Compiler JSON: {compiler_path} (no report JSON: the result is only in {result_file})")
         if debug_ir:
-            print(f"Debug IR:      {debug_ir}/<partition id>")
+            print(f"Debug IR:      {debug_ir}/" + ("module (README.txt)" if section.get("mode") == "module"
+                                                    else "<partition id>"))
         from ..keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
@@ -350,6 +368,8 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
 
     full = out / layout["work"] / FULL_DIR
     plan = read_json(full / PLAN_FILE, "full-model plan")
+    if plan.get("mode") == "module":  # its partitions: the same assignment as a chain
+        plan = {**plan, "mode": "partitions"}
     if (plan.get("mode") or "partitions") != "partitions":
         raise ConfigError(f"--reduce reduces a chain of partitions; this run is one whole-model compile "
                           f"({plan.get('mode')}): reduce it with --subgraph-from/--subgraph-to by hand")

@@ -50,6 +50,11 @@ single "partition" are the backend's hooks (``backends/torq/whole_model.py``).
 Executors of such a backend and others in one assignment are an error; an executor
 whose backend cannot run one partition of a chain (``chain_unavailable``) is never
 a fallback.
+
+Module mode (``run --run-mode``, :mod:`.module_mode`, :mod:`.module_run`): an assignment of
+IREE executors on local targets compiled as ONE IREE module with per-op devices
+(:mod:`.one_module`), where each layer ran read back from the compiled program; the
+partitions of the same assignment run too when the module fails or differs.
 """
 
 from .common import (

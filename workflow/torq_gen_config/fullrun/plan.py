@@ -170,6 +170,14 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     }
 
 
+def prune_plan_dirs(partitions_dir: str | os.PathLike, keep: Iterable[str], batches: Iterable[Mapping]) -> None:
+    """Remove the partition directories not in ``keep`` (pids) and the compile-batch
+    directories not in ``batches`` (``{"executor", "id"}``) of a plan made with ``prune=False``."""
+    parts = Path(partitions_dir)
+    _prune(parts, set(keep))
+    _prune_batches(parts.parent / BATCHES_DIR, {(b["executor"], b["id"]) for b in batches})
+
+
 def _prune(parts_dir: Path, keep: set[str]) -> None:
     if parts_dir.is_dir():
         for d in parts_dir.iterdir():

@@ -52,7 +52,12 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         "reference": result.get("reference"),
         "options": result.get("options"),
         "warnings": result.get("warnings") or [],
-        **({mode: result.get(mode)} if mode != PARTITIONS_MODE else {}),  # the backend's fields
+        **({mode: result.get(mode)} if mode not in (PARTITIONS_MODE, "module") else {}),  # the backend's fields
+        "mode_reason": result.get("mode_reason"),
+        # module mode (fullrun/module_run.py): the one-module run, also when the partitions ran after it
+        **({"module": result["module"], "placement": (result["module"] or {}).get("placement")}
+           if result.get("module") else {}),
+        **({"verdict": result["verdict"]} if result.get("verdict") else {}),
         "result_file": result_file,
         "generated_at": result.get("generated_at"),
     }
@@ -111,11 +116,19 @@ def render_full_model_text(section: Mapping) -> str:
                  f"({', '.join(f'{k}: {v}' for k, v in (a.get('layer_counts') or {}).items())} layers)")
     parts = section.get("partition_counts") or {}
     mode = section.get("mode") or PARTITIONS_MODE
-    if mode != PARTITIONS_MODE:
+    if section.get("mode_reason"):
+        lines.append(f"Mode: {mode} ({section['mode_reason']})")
+    if section.get("verdict"):
+        lines.append(f"Verdict: {section['verdict']}")
+    if mode == "module":
+        lines.extend(module_lines(section))
+    elif mode != PARTITIONS_MODE:
         hooks = capabilities(mode).whole_model()
         lines.extend(hooks.text_lines(section) if hooks is not None else [f"Mode: whole model on {mode}"])
         lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))}; run time: {_fmt_ms(t.get('run_ms_total'))}")
     else:
+        if section.get("module"):
+            lines.extend(module_lines(section))
         lines.append(f"Partitions: {section.get('num_partitions')} "
                      f"({', '.join(f'{k}: {v}' for k, v in parts.items())})")
         lines.append(f"Compile time: {_fmt_ms(t.get('compile_ms_total'))} total; run time: "
@@ -175,6 +188,36 @@ def render_full_model_text(section: Mapping) -> str:
                          f"({_layer_span(p['layer_ids'])}): {c.get('status')}: {c.get('summary')}")
     lines.extend(reduced_lines(section.get("reduced")))
     return "\n".join(lines) + "\n"
+
+
+def module_lines(section: Mapping) -> list[str]:
+    """The lines on the one-module run (``full_model.module``, ``full_model.placement``):
+    its status, compile and run time, devices, transfers, where the layers ran (counts),
+    the layers that ran elsewhere than assigned and executables built for two backends.
+    Placement is what was read back from the compiled program, not the assignment."""
+    m = section.get("module") or {}
+    pl = section.get("placement") or m.get("placement") or {}
+    devs = ", ".join(f"{d.get('executor')} ({d.get('device')})" for d in m.get("devices") or [])
+    lines = [f"One module: {m.get('status')}" + (f": {m['summary']}" if m.get("summary") and
+                                                  section.get("mode") != "module" else ""),
+             f"  compile {_fmt_ms(m.get('compile_ms'))}, run {_fmt_ms(m.get('run_ms'))}; devices: {devs or 'n/a'}; "
+             f"{m.get('transfers')} transfer(s); {m.get('shared_executables') or 0} executable(s) shared between "
+             "devices (each device given its own copy)"]
+    if pl:
+        counts = pl.get("counts") or {}
+        lines.append("  Placement (read back from the compiled program): "
+                     + ", ".join(f"{k}: {counts[k]}" for k in ("as assigned", "elsewhere", "no kernel") if k in counts)
+                     + " layer(s)")
+        rows = pl.get("layers") or {}
+        for lid in (pl.get("elsewhere") or [])[:20]:
+            r = rows.get(lid) or {}
+            lines.append(f"  RAN ELSEWHERE: {lid}: assigned {r.get('assigned')}, ran on {', '.join(r.get('ran_on') or [])}")
+        if len(pl.get("elsewhere") or []) > 20:
+            lines.append(f"  ... and {len(pl['elsewhere']) - 20} more layer(s) ran elsewhere")
+        for exe, variants in (pl.get("two_backends") or {}).items():
+            lines.append(f"  TWO BACKENDS: executable {exe} built for {', '.join(variants)} (IREE's shared-executable "
+                         "bug: its numbers may be wrong)")
+    return lines
 
 
 def reduced_lines(r: Mapping | None) -> list[str]:

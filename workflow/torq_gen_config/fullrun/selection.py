@@ -68,8 +68,9 @@ def selection_from_compiler_json(compiler: Mapping, *, source_file: str | None =
             "layers": None, "locations": {str(k): _executor_name(v) for k, v in oa.items()}}
 
 
-def _named_executors(selection: Mapping) -> dict[str, list[str]]:
-    """Executor name -> the layer IDs (or ``line:col`` keys) the selection assigns to it."""
+def named_executors(selection: Mapping) -> dict[str, list[str]]:
+    """Executor name -> the layer IDs (or ``line:col`` keys) the selection assigns to it
+    (first use order)."""
     named: dict[str, list[str]] = {}
     for key, entry in (selection.get("layers") or {}).items():
         if entry.get("executor"):
@@ -94,7 +95,7 @@ def check_selection(selection: Mapping, executors: list[dict]) -> str:
             assignment.
     """
     by_name = {e["name"]: e for e in executors}
-    named = _named_executors(selection)
+    named = named_executors(selection)
     unknown = sorted(n for n in named if n not in by_name)
     if unknown:
         n = unknown[0]
@@ -124,7 +125,7 @@ def assignment_mode(selection: Mapping, executors: list[dict]) -> str:
             model at once, the others run as a chain).
     """
     by_name = {e["name"]: e for e in executors}
-    named = {n: keys for n, keys in _named_executors(selection).items() if n in by_name}
+    named = {n: keys for n, keys in named_executors(selection).items() if n in by_name}
     if not named:
         first = _whole_model_kind(executors[0]) if executors else None
         return first or PARTITIONS_MODE

@@ -90,7 +90,9 @@ def layer_flags(report: Mapping) -> dict[str, list[str]]:
 
 def full_run_placement(report: Mapping) -> dict[str, dict]:
     """``{layer_id: {executor, partition, pid, check, run_status}}`` from the report's
-    ``full_model`` (``torq-gen-config run``); empty without one. A layer whose assignment
+    ``full_model`` (``torq-gen-config run``); empty without one. After a one-module run
+    (``full_model.placement``) also ``ran_on`` (executors its dispatches ran on, read
+    back) and ``placement`` (``as assigned`` / ``elsewhere`` / ``no kernel``). A layer whose assignment
     changed since that run (:func:`~torq_gen_config.fullrun.stale_layers`, the rule
     ``view`` uses for "OUT OF DATE") also has ``stale: True``, ``stale_reason`` and ``now``
     (the executor recommended now): its placement is not the current assignment's."""
@@ -109,6 +111,9 @@ def full_run_placement(report: Mapping) -> dict[str, dict]:
             out.setdefault(lid, {"executor": p.get("executor"), "run_status": status}).update(
                 partition=p.get("index"), pid=p.get("pid"), check=check.get("status"),
                 check_summary=check.get("summary"))
+    for lid, row in (((fm.get("placement") or {}).get("layers")) or {}).items():  # module mode: read back
+        out.setdefault(lid, {"executor": row.get("assigned"), "run_status": status}).update(
+            ran_on=list(row.get("ran_on") or []), placement=row.get("status"))
     for lid, (was, now) in stale_layers(fm, report.get("ops") or {}).items():
         out.setdefault(lid, {"executor": was, "run_status": status}).update(
             stale=True, now=now, stale_reason=f"assignment changed since: {was} -> {now}")

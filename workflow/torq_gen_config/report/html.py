@@ -188,6 +188,17 @@ def _trust(report: Mapping) -> str:
     return "\n".join(out)
 
 
+def _module_rows(fm: Mapping) -> list[list]:
+    """Rows on the one-module run (``full_model.module``; placement read back)."""
+    m = fm.get("module") or {}
+    counts = ((fm.get("placement") or m.get("placement") or {}).get("counts")) or {}
+    return [["one module", f"{m.get('status')}: {m.get('summary')}"],
+            ["one module: compile (ms) / run (ms)", f"{m.get('compile_ms')} / {m.get('run_ms')}"],
+            ["one module: devices", ", ".join(f"{d.get('executor')} ({d.get('device')})" for d in m.get("devices") or [])
+             + f"; {m.get('transfers')} transfer(s)"],
+            ["placement (read back)", ", ".join(f"{k} {v}" for k, v in counts.items()) + " layer(s)"]]
+
+
 def _full_model(report: Mapping) -> str:
     fm = report.get("full_model")
     out = ["<h2>Full-model comparison</h2>"]
@@ -224,8 +235,14 @@ def _full_model(report: Mapping) -> str:
     if moved:
         rows.insert(4, ["layers moved since the run (run -> now)",
                         ", ".join(f"{lid} ({was} -> {now})" for lid, (was, now) in list(moved.items())[:50])])
+    if fm.get("mode_reason"):
+        rows.insert(3, ["mode reason", fm["mode_reason"]])
+    if fm.get("verdict"):
+        rows.insert(1, ["verdict", fm["verdict"]])
     if (fm.get("failure") or {}).get("summary"):
         rows.append(["failure", fm["failure"]["summary"]])
+    if fm.get("module"):
+        rows += _module_rows(fm)
     red = fm.get("reduced")
     if red:  # run --reduce
         rows.append(["reduced (run --reduce)",
@@ -238,6 +255,16 @@ def _full_model(report: Mapping) -> str:
                                                                    for x in fb[:50])])
     out.append(_table(["", ""], rows))
     out += [f'<div class="warn">{escape(str(w))}</div>' for w in fm.get("warnings") or []]
+    pl = fm.get("placement") or {}
+    flagged = [(lid, r) for lid, r in (pl.get("layers") or {}).items() if r.get("status") == "elsewhere"]
+    if flagged:
+        out.append('<div class="warn" id="full-model-elsewhere"><b>RAN ELSEWHERE</b> than assigned (read back from '
+                   "the compiled program; IREE merges identical fills and copies, so placement can leak):</div>")
+        out.append(_table(["layer", "assigned", "ran on"], [[lid, r.get("assigned"), ", ".join(r.get("ran_on") or [])]
+                                                          for lid, r in flagged[:200]]))
+    for exe, variants in (pl.get("two_backends") or {}).items():
+        out.append(f'<div class="warn"><b>TWO BACKENDS</b>: executable {escape(str(exe))} built for '
+                   f"{escape(', '.join(variants))} (IREE's shared-executable bug: its numbers may be wrong)</div>")
     parts = fm.get("partitions") or []
     if parts:
         out.append(_table(["#", "executor", "nodes", "layers", "own check"],

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..backends import capabilities
 from ..fileio import read_json, write_bytes_if_changed, write_json
 from ..fullrun.common import PARTITIONS_MODE
+from ..fullrun.module_mode import MODULE_MODE
 from ..job_support import records_failure
 from ..logs import append_record
 from ..external_data import load_model
@@ -34,7 +35,7 @@ def plan_full_model(input, output, params, log) -> None:
              locations=input.locations, executors=params.executors, plan=output.plan,
              compiler_options=params.compiler_options, runtime_options=params.runtime_options,
              full_mlir=input.mlir, compile_batch=params.compile_batch, timeout_s=params.timeout_s.value, log=log[0],
-             parameters=params.parameters, prepare_info=input.info)
+             parameters=params.parameters, prepare_info=input.info, run_mode=params.run_mode)
 
 
 def compile_partition_batch(input, output, params, log, wildcards) -> None:
@@ -148,7 +149,7 @@ def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
 def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, executors: list[dict], plan: str,
              compiler_options: list[str] = (), runtime_options: list[str] = (), full_mlir: str | None = None,
              compile_batch: int = 1, log: str | None = None, parameters: dict | None = None,
-             prepare_info: str | None = None) -> dict:
+             prepare_info: str | None = None, run_mode: str = "auto") -> dict:
     """Checkpoint ``plan_full_model``: partitions, ``plan.json`` and one
     ``partitions/<pid>/model.onnx`` per partition (side files, rewritten only when
     their bytes change, so unchanged partitions are not compiled again). For a torq
@@ -156,8 +157,11 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     (``partitions/torq-<hash>/executor_map.json``), compiled from ``full_mlir``.
     ``compile_batch`` > 1: the plan's compile batches (``compile_batches``).
     ``parameters`` (``{"setting", "auto_mb"}``) is resolved with ``prepare_info``
-    (:func:`~torq_gen_config.backends.parameters.resolve_from`; the store beside it)."""
+    (:func:`~torq_gen_config.backends.parameters.resolve_from`; the store beside it).
+    ``run_mode`` (``auto``/``module``/``partitions``): a partitions plan may become a
+    module plan (:func:`~torq_gen_config.fullrun.module_mode.module_or_partitions`); ``mode_reason`` says why."""
     from ..fullrun import make_plan
+    from ..fullrun.plan import prune_plan_dirs
 
     t0 = time.perf_counter()
     doc = read_json(assignment, "full-model assignment")
@@ -177,14 +181,28 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
         append_record(log, f"weights: {describe(resolved)}")
     result = make_plan(model, man, locs, doc, executors, parts_dir, compiler_options=compiler_options,
                        runtime_options=runtime_options, full_mlir=full_mlir, compile_batch=compile_batch,
-                       parameters=resolved, folded_store=folded_store)
+                       parameters=resolved, folded_store=folded_store, prune=False)
     result["prepared_model"] = prepared
+    keep = {p["pid"] for p in result["partitions"]}
+    if result.get("mode") == PARTITIONS_MODE:
+        from ..fullrun.module_mode import module_or_partitions
+
+        result = module_or_partitions(result, run_mode=run_mode, model=model, manifest=man, locations=locs,
+                                       assignment=doc, executors=executors, full_mlir=full_mlir,
+                                       compiler_options=compiler_options, runtime_options=runtime_options,
+                                       parts_dir=parts_dir)
+        keep |= {result["module"]["pid"]} if result.get("module") else set()
+    else:
+        result["mode_reason"] = f"every assigned executor is of the {result['mode']} backend (one whole-model compile)"
+    prune_plan_dirs(parts_dir, keep, result.get("compile_batches") or [])
     result["manifest"] = manifest  # the layers over the model's nodes (run --reduce reads them)
     write_json(plan, result)
     counts: dict[str, int] = {}
     for p in result["partitions"]:
         counts[p["executor"]] = counts.get(p["executor"], 0) + 1
-    if result.get("mode") != PARTITIONS_MODE:
+    if result.get("mode") == MODULE_MODE:
+        msg = f"full model: one module ({result['module']['pid']}); {result['mode_reason']}"
+    elif result.get("mode") != PARTITIONS_MODE:
         msg = f"full model: {capabilities(result['mode']).whole_model().summary(result)}"
     else:
         msg = (f"full model: {result['num_partitions']} partition(s) "
@@ -241,7 +259,11 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
     work_dir = str(Path(compiled).parent)
-    if batch:
+    if executor.get("backend") == MODULE_MODE:  # the module of a module plan (model: its placement.json)
+        from ..fullrun.module_run import compile_module_partition
+
+        res = compile_module_partition(pid=pid, side_file=model, work_dir=work_dir, timeout_s=timeout_s, log_path=log)
+    elif batch:
         res = compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
                                   batch_info=batch["info"], batch_module=batch["module"], timeout_s=timeout_s,
                                   log_path=log)
@@ -312,7 +334,8 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
     p = read_json(plan, "full-model plan")
     parts_dir = Path(plan).parent / "partitions"
     compiled = {}
-    for part in p["partitions"]:
+    # module mode: the module only (the chain is compiled when the module fails or differs)
+    for part in [p["module"]] if p.get("mode") == MODULE_MODE else p["partitions"]:
         f = parts_dir / part["pid"] / "compiled.json"
         if f.is_file():
             compiled[part["pid"]] = read_json(f, "compile result")
@@ -322,19 +345,52 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
                     executor=part["compile_def"], compiled=str(f), timeout_s=timeout_s,
                     log=str(Path(log).parent / "compile_partition" / f"{part['pid']}.log") if log else None,
                     log_file=log_file, verbose=verbose)
-    res = run_partitions(p, reference_npz=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
-                         partitions_dir=parts_dir, log_path=log)
+    if p.get("mode") == MODULE_MODE:
+        res = _run_module_plan(p, reference=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
+                               parts_dir=parts_dir, log=log, log_file=log_file, verbose=verbose)
+    else:
+        res = run_partitions(p, reference_npz=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
+                             partitions_dir=parts_dir, log_path=log)
+        res.setdefault("mode_reason", p.get("mode_reason"))
     write_json(result, res)
     t = res["timing"]
     append_record(log, f"full model {res['status']}: {res['summary']}; run {t['run_ms_total']} ms")
     run_ms = "n/a" if t["run_ms_total"] is None else f"{t['run_ms_total']:.0f} ms"
     mode = res.get("mode") or PARTITIONS_MODE
     what = f"whole model on {mode}" if mode != PARTITIONS_MODE else f"{res['num_partitions']} partitions"
+    if mode == MODULE_MODE:
+        what = "one module"
+    elif res.get("module"):
+        what += f"; one module: {res['module'].get('status')}"
     text = f"full model: {res['status']} ({what}, run {run_ms}): {res['summary']}\n"
     if verbose and res.get("failure"):
         text += res["failure"]["message"].rstrip() + "\n"
     _emit(text, log_file, "full-model run", log)
     return res
+
+
+def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict, timeout_s: float, parts_dir: Path,
+                     log: str | None, log_file: str | None, verbose: bool) -> dict:
+    """A module plan run (:func:`torq_gen_config.fullrun.module_run.run_module_plan`); the
+    fallback partitions are compiled here, one at a time, when the module fails or
+    differs (a partition compiled by an earlier run is reused)."""
+    from ..fullrun.module_run import run_module_plan
+
+    def compile_one(part: dict) -> dict:
+        f = parts_dir / part["pid"] / "compiled.json"
+        if f.is_file():
+            c = read_json(f, "compile result")
+            if c.get("status") == "ok" and not c.get("compile_batch") and not _module_gone(c, f.parent):
+                return c
+        return compile_partition_job(pid=part["pid"], model=str(f.parent / os.path.basename(part["model"])),
+                                     executor=part["compile_def"], compiled=str(f), timeout_s=timeout_s,
+                                     log=str(Path(log).parent / "compile_partition" / f"{part['pid']}.log") if log
+                                     else None, log_file=log_file, verbose=verbose)
+
+    module = p["module"]
+    return run_module_plan(p, reference_npz=reference, compiled=compiled.get(module["pid"]) or {},
+                           tolerance=tolerance, timeout_s=timeout_s, partitions_dir=str(parts_dir),
+                           compile_partition=compile_one, log_path=log)
 
 
 def _module_gone(compiled: dict, pdir: Path) -> bool:

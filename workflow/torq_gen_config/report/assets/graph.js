@@ -208,6 +208,10 @@
             : 'full-model run (' + esc(f.run_status || '?') + ')') + ': on <b>' + esc(f.executor || '?') + '</b>' +
         (f.partition !== undefined ? ', partition ' + esc(f.partition) + ' (' + esc(f.pid) + ')' : '') +
         (f.check ? ', partition check ' + esc(f.check) + (f.check_summary ? ': ' + esc(f.check_summary) : '') : '') + '<br>';
+      if (f.placement) {  // one-module run: where its dispatches ran, read back from the compiled program
+        h += 'placement (read back): ' + (f.placement === 'elsewhere' ? '<span class="gstale">RAN ELSEWHERE</span> ' : '') +
+          esc(f.placement) + (f.ran_on && f.ran_on.length ? ', ran on <b>' + esc(f.ran_on.join(', ')) + '</b>' : '') + '<br>';
+      }
     } else if (G.full_model) {
       h += 'full-model run: not placed<br>';
     }
