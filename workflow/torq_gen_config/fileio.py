@@ -10,6 +10,7 @@ partial write.
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import json
 import os
 import tempfile
@@ -194,6 +195,16 @@ def write_bytes_if_changed(path: str | os.PathLike, data: bytes) -> bool:
         pass
     atomic_write_bytes(path, data)
     return True
+
+
+def file_digest(path: str | os.PathLike, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's bytes (``hashlib.file_digest``: read in blocks, not into memory).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, algorithm).hexdigest()
 
 
 def file_fingerprint(path: str | os.PathLike) -> dict:

@@ -28,7 +28,6 @@ once.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import os
 import threading
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .external_data import model_tensors
-from .fileio import read_json, write_json
+from .fileio import file_digest, read_json, write_json
 from .layout import LAYERS_DIR
 
 #: the record of what the clean-up removed, in the work directory (schema keep_work)
@@ -226,14 +225,6 @@ def read_record(work: str | os.PathLike) -> dict:
     return {"schema": SCHEMA, "restorable": {}, "last": None, "total": {"files": 0, "bytes": 0}}
 
 
-def _sha1(path: Path) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def clean(work: str | os.PathLike) -> dict:
     """Remove :func:`removable` from ``work``. The identity of each restorable file
     (``[size, mtime_ns, sha1]``) goes to ``keep_work.json`` before the file is removed.
@@ -254,7 +245,7 @@ def clean(work: str | os.PathLike) -> dict:
         rel = p.relative_to(w)
         if p.name in RESTORABLE_NAMES and rel.parts[0] == LAYERS_DIR:  # a layer's MLIR (keys name it)
             st = p.stat()
-            restorable[rel.as_posix()] = [st.st_size, st.st_mtime_ns, _sha1(p)]
+            restorable[rel.as_posix()] = [st.st_size, st.st_mtime_ns, file_digest(p, "sha1")]
     rec["schema"] = SCHEMA
     rec["last"] = {"files": len(paths), "bytes": freed, "at": time.strftime("%Y-%m-%d %H:%M:%S")}
     rec["total"] = {"files": rec["total"].get("files", 0) + len(paths), "bytes": rec["total"].get("bytes", 0) + freed}
@@ -332,7 +323,7 @@ def restore(path: str | os.PathLike, make: Callable[[str], None]) -> bool:
     tmp = p.with_name(f".{p.name}.restore-{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         make(str(tmp))
-        if tmp.stat().st_size == entry[0] and _sha1(tmp) == entry[2]:
+        if tmp.stat().st_size == entry[0] and file_digest(tmp, "sha1") == entry[2]:
             os.utime(tmp, ns=(time.time_ns(), entry[1]))
         os.replace(tmp, p)
     except BaseException:  # not made again: from now on it is simply missing (its job redoes it)

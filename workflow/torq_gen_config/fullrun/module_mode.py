@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import ConfigError
+from ..fileio import file_digest
 from .common import PARTITIONS_MODE, PLAN_SCHEMA
 
 MODULE_MODE = "module"
@@ -203,15 +204,6 @@ def placement_assignment(layers: list[Mapping], by_layer: Mapping[str, str], loc
         if ex:
             assignment[str(k)] = ex
     return assignment, key_layer
-
-
-def file_digest(path: str | os.PathLike) -> str:
-    """sha256 of a file (read in 1 MiB blocks)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def iree_version() -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ...errors import ConfigError
+from ...fileio import file_digest
 from ...logs import append_record
 from ...tools import ToolNotFoundError, run_tool
 from ..base import CompiledArtifact, StageError, raise_for_tool_failure
@@ -36,14 +37,6 @@ __all__ = ["TORQ_PARTITION", "TORQ_MAP_FILE", "TorqWholeModel", "torq_options", 
 TORQ_PARTITION = "torq"
 #: The executor map of a torq plan, in ``partitions/<pid>/``.
 TORQ_MAP_FILE = "executor_map.json"
-
-
-def _file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def torq_options(executors: list[dict], compiler_options: Iterable[str] = (),
@@ -228,7 +221,7 @@ class TorqWholeModel(WholeModel):
         doc = {"op_assignments": {k: {"executor": torq_names[entries[k]]} for k in ordered},
                "model_name": assignment.get("model_name")}
         data = (json.dumps(doc, indent=2) + "\n").encode("utf-8")
-        mlir_sha = _file_sha256(full_mlir) if full_mlir and os.path.isfile(full_mlir) else None
+        mlir_sha = file_digest(full_mlir) if full_mlir and os.path.isfile(full_mlir) else None
         debug_ir = (assignment.get("options") or {}).get("debug_ir")
         comp_opts = {k: opts[k] for k in ("torq_hw", "torq_hw_type", "compile_flags")}
         h = hashlib.sha256(data)
