@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import ConfigError
 from ..fileio import file_digest
+from ..mlir.placement import location_key, parse_module
 from .common import PARTITIONS_MODE, PLAN_SCHEMA
 
 MODULE_MODE = "module"
@@ -106,17 +107,8 @@ def region_keys_of(mlir_path: str | os.PathLike) -> dict[str, list[str]]:
 
     ctx = ir.Context()
     ctx.allow_unregistered_dialects = True
-    try:
-        module = ir.Module.parse(Path(mlir_path).read_text(encoding="utf-8"), ctx)
-    except ir.MLIRError as e:
-        raise ValueError(f"{mlir_path} does not parse: {str(e).splitlines()[0]}") from e
-
-    def key(op) -> str | None:
-        loc = op.location
-        try:
-            return f"{loc.start_line}:{loc.start_col}"
-        except AttributeError:
-            return None
+    module = parse_module(Path(mlir_path).read_text(encoding="utf-8"), str(mlir_path), ctx)
+    key = location_key
 
     def inner(op, acc: list[str]) -> None:
         for region in op.regions:

@@ -40,6 +40,30 @@ _SYMBOL_CHARS = re.compile(r"[^A-Za-z0-9_]")
 TRANSFER_LOC = "placement.transfer"
 
 
+def parse_module(text: str | bytes, what: str, ctx=None):
+    """``text`` (MLIR text or bytecode) parsed with IREE's bindings into ``ctx`` (a new
+    context when None); returns the ``ir.Module``.
+
+    Raises:
+        ValueError: it does not parse (``"<what> does not parse: <first line>"``).
+    """
+    from iree.compiler import ir
+
+    try:
+        return ir.Module.parse(text, ctx if ctx is not None else ir.Context())
+    except ir.MLIRError as e:
+        raise ValueError(f"{what} does not parse: {str(e).splitlines()[0]}") from e
+
+
+def location_key(op) -> str | None:
+    """The ``"line:col"`` of an op's file location (the compiler JSON's key), or None."""
+    try:
+        loc = op.location
+        return f"{loc.start_line}:{loc.start_col}"
+    except AttributeError:
+        return None
+
+
 def executor_of(value: Any) -> str | None:
     """The executor name of one ``op_assignments`` value: a name, ``{"executor": name}``;
     None for null, ``""`` or ``"null"`` (the op follows the default device)."""
@@ -110,10 +134,7 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
     order = [default] + [e for e in used if e != default]
 
     ctx = ir.Context()
-    try:
-        module = ir.Module.parse(mlir_text, ctx)
-    except ir.MLIRError as e:
-        raise ValueError(f"{source_name} does not parse: {str(e).splitlines()[0]}") from e
+    module = parse_module(mlir_text, source_name, ctx)
     func = next((op.operation for op in module.body.operations if op.operation.name == "func.func"), None)
     if func is None:
         raise ValueError(f"{source_name} has no func.func")
@@ -128,7 +149,7 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
         affinity = {e: ir.Attribute.parse(f"#hal.device.affinity<@{symbols[e]}>") for e in order}
         module.operation.attributes["stream.affinity.default"] = affinity[default]
         block = func.regions[0].blocks[0]
-        top = {id_: op for id_, op in ((_key(op), op) for op in (o.operation for o in block.operations)) if id_}
+        top = {id_: op for id_, op in ((location_key(op), op) for op in (o.operation for o in block.operations)) if id_}
         device_of: dict = {}  # result value -> executor, top-level ops only (Operation hashes are not stable)
         placed, unplaced = {}, {}
         for key, ex in wanted.items():
@@ -147,7 +168,7 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
                 continue
             if _is_constant(op):
                 continue
-            key = _key(op)
+            key = location_key(op)
             ex = (wanted.get(key) if key else None) or default
             for r in op.results:
                 device_of[r] = ex
@@ -167,19 +188,6 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
             "default": default, "transfers": count, "placed": placed, "unplaced": unplaced}
 
 
-def _key(op) -> str | None:
-    """The ``"line:col"`` of an op's file location, or None."""
-    from iree.compiler import ir
-
-    loc = op.location
-    if isinstance(loc, ir.FileLineColLoc) or hasattr(loc, "start_line"):
-        try:
-            return f"{loc.start_line}:{loc.start_col}"
-        except AttributeError:
-            return None
-    return None
-
-
 def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
     """``line:col`` -> op for every op of the module (nested ones too); renames the
     file of each location to ``source_name``."""
@@ -192,7 +200,7 @@ def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
             for block in region.blocks:
                 for child in block.operations:
                     child = child.operation
-                    key = _key(child)
+                    key = location_key(child)
                     if key:
                         line, col = (int(x) for x in key.split(":"))
                         child.location = ir.Location.file(source_name, line, col, ctx)

@@ -24,6 +24,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .placement import parse_module
+
 #: ops whose location says nothing about which op a kernel computes
 IGNORED_OPS = ("tensor.empty", "linalg.fill", "arith.constant")
 _FILE_LOC = re.compile(r'"[^"]*":(\d+):(\d+)')
@@ -48,11 +50,7 @@ def flow_sites(flow_text: str) -> list[dict]:
     """
     from iree.compiler import ir
 
-    ctx = ir.Context()
-    try:
-        module = ir.Module.parse(flow_text, ctx)
-    except ir.MLIRError as e:
-        raise ValueError(f"the flow-level IR does not parse: {str(e).splitlines()[0]}") from e
+    module = parse_module(flow_text, "the flow-level IR")
     contents: dict[str, set[str]] = {}
     for op in module.body.operations:
         op = op.operation

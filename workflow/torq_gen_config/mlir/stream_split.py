@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from .placement import parse_module
+
 _DISPATCH_OPS = ("stream.cmd.dispatch", "stream.async.dispatch", "flow.dispatch")
 _FILE_LOC = re.compile(r'"[^"]*":(\d+):(\d+)')
 _AFFINITY_SYMBOL = re.compile(r"#hal\.device\.affinity<@([A-Za-z0-9_$.-]+)")
@@ -46,10 +48,7 @@ def split_shared_executables(stream_ir: str | bytes) -> dict:
     from iree.compiler import ir
 
     ctx = ir.Context()
-    try:
-        module = ir.Module.parse(stream_ir, ctx)
-    except ir.MLIRError as e:
-        raise ValueError(f"the stream-level IR does not parse: {str(e).splitlines()[0]}") from e
+    module = parse_module(stream_ir, "the stream-level IR", ctx)
     executables = {ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
                    for op in module.body.operations if op.operation.name == "stream.executable"}
     sites: list[tuple[Any, int, str | None]] = []  # (dispatch op, index in its entry points, device symbol)
