@@ -140,14 +140,18 @@ def test_a_local_run_imports_the_slurm_plugin_without_its_controller_probe(tmp_p
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, cluster.SLURM_PLUGIN, raising=False)
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/slurm.conf")
-    assert cluster.import_slurm_plugin_without_probe() is True
-    seen["conf"] = sys.modules[cluster.SLURM_PLUGIN].SEEN_SLURM_CONF
-    assert seen["conf"] == cluster.NO_SLURM_CONF and Path(seen["conf"]).read_bytes() == b""
-    import os
+    try:
+        assert cluster.import_slurm_plugin_without_probe() is True
+        seen["conf"] = sys.modules[cluster.SLURM_PLUGIN].SEEN_SLURM_CONF
+        assert seen["conf"] == cluster.NO_SLURM_CONF and Path(seen["conf"]).read_bytes() == b""
+        import os
 
-    assert os.environ["SLURM_CONF"] == "/etc/slurm/slurm.conf"
-    assert cluster.import_slurm_plugin_without_probe() is False  # imported already: nothing to do
-    monkeypatch.delitem(sys.modules, cluster.SLURM_PLUGIN)
+        assert os.environ["SLURM_CONF"] == "/etc/slurm/slurm.conf"
+        assert cluster.import_slurm_plugin_without_probe() is False  # imported already: nothing to do
+    finally:
+        # the fake must not outlive the test: a later find_spec would see it (test_slurm_e2e's
+        # skip without the cluster extra); monkeypatch then puts back what was there before
+        sys.modules.pop(cluster.SLURM_PLUGIN, None)
 
 
 def test_no_slurm_plugin_installed_is_nothing_to_do(monkeypatch):
