@@ -4,7 +4,8 @@ shipped ones are all 0.02: every output is 0.001 and no wrong kernel could show)
 llvm-cpu, every Conv on vmvx, a seeded random 50/50 assignment, each against ONNX
 Runtime within 1e-4 with the placement read back as assigned; and the guard: without the
 stream-level split the random assignment gives wrong numbers or a compiler crash on this
-IREE version. About 70 s on 2 cores (vmvx runs ~200x slower than llvm-cpu: the Conv
+IREE version; and llvm-cpu + cuda in one module, compiled and read back (run where a GPU is).
+About 70 s on 2 cores (vmvx runs ~200x slower than llvm-cpu: the Conv
 assignment's run takes ~10 s)."""
 
 from __future__ import annotations
@@ -130,3 +131,45 @@ def test_without_the_split_the_random_assignment_is_wrong(squeezenet):
         f"without the stream-level executable split the random assignment now compiles, runs and matches "
         f"ONNX Runtime (max |diff| {diff:.3g}): this IREE version may have fixed the shared-executable bug "
         "(notes/one_module_placement.md), so the split (mlir/stream_split.py) may no longer be needed")
+
+
+def test_cpu_and_cuda_in_one_module_compile_and_read_back(tmp_path):
+    """llvm-cpu + IREE cuda in one module (item 6): compiles here with the placement step's
+    stream.topology (no GPU needed to compile), the Relu read back on cuda, the MatMuls on
+    llvm-cpu; where a GPU is, it also runs and matches ONNX Runtime."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from torq_gen_config.backends import make_backend
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["m1"]), helper.make_node("Relu", ["m1"], ["r1"]),
+             helper.make_node("MatMul", ["r1", "W2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), n)
+                               for n in ("W1", "W2")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "m.onnx")
+    prepared, _ = prepare_model(tmp_path / "m.onnx")
+    onnx.save(prepared, tmp_path / "p.onnx")
+    loc = import_full_model(tmp_path / "p.onnx", tmp_path / "full.mlir")
+    assert loc["status"] == "ok"
+    keys = {n["onnx_op"] + str(i): f"{n['line']}:{n['col']}" for i, n in enumerate(loc["nodes"])}
+    assignment = {k: ("cuda" if name.startswith("Relu") else "llvm-cpu") for name, k in keys.items()}
+    cuda = {"name": "cuda", "backend": "iree", "options": {"target": "cuda",
+                                                            "compile_flags": ["--iree-cuda-target=sm_80"]}}
+    executors = [EXECUTORS[0], cuda]
+    c = compile_one_module((tmp_path / "full.mlir").read_text(), assignment, executors,
+                           work_dir=tmp_path / "w", timeout_s=300)
+    assert [(d["executor"], d["hal_device"], d["device"]) for d in c["devices"]] == [
+        ("llvm-cpu", "local", "local-task"), ("cuda", "cuda", "cuda")]
+    ran = {k: r["ran_on"] for k, r in c["placement"]["ops"].items()}
+    assert ran == {k: [assignment[k]] for k in assignment}, ran
+    assert c["transfers"] == 2 and c["placement"]["two_backends"] == {}
+    if make_backend(cuda).unavailable_reason(timeout_s=60):
+        return  # no GPU here: compiled and read back only
+    x = rng.standard_normal((1, 16)).astype(np.float32)
+    out, _ = run_one_module(c, executors, inputs={"x": x}, input_names=["x"], output_names=["y"],
+                            work_dir=tmp_path / "run", timeout_s=300)
+    ref = ort.InferenceSession(str(tmp_path / "p.onnx")).run(None, {"x": x})[0]
+    assert float(np.abs(out["y"] - ref).max()) <= ATOL

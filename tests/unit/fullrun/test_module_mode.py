@@ -67,6 +67,16 @@ def test_cuda_executor_without_a_gpu_is_unavailable(monkeypatch):
     assert mode == "partitions" and "unavailable" in why and "'gpu'" in why
 
 
+def test_cuda_executor_with_its_gpu_joins_the_module(monkeypatch):
+    from torq_gen_config.backends import iree
+
+    monkeypatch.setattr(iree.IreeBackend, "unavailable_reason", lambda self, timeout_s=60.0: None)
+    cuda = {"name": "gpu", "backend": "iree", "options": {"target": "cuda", "device": "cuda"}}
+    mode, why = decide_run_mode("auto", ["llvm-cpu", "gpu"], [*EXECUTORS, cuda])
+    assert mode == "module" and "gpu shares the module with CPU devices through a stream.topology" in why
+    assert decide_run_mode("module", ["gpu"], [*EXECUTORS, cuda])[0] == "module"
+
+
 def test_placement_assignment_every_node_of_a_layer_and_compiler_keys_on_top():
     layers = [{"layer_id": "A", "prepared_node_indices": [0, 1]}, {"layer_id": "B", "prepared_node_indices": [2]}]
     locations = {"nodes": [{"line": 3, "col": 10, "verified": True}, {"line": 4, "col": 10, "verified": True},

@@ -83,6 +83,22 @@ def test_devices_declared_in_order_with_default(small):
     assert str(module.operation.attributes["stream.affinity.default"]) == "#hal.device.affinity<@device_cpu>"
 
 
+def test_devices_of_different_kinds_get_a_topology(small):
+    """A CPU and a CUDA device: links with transparent access both ways (IREE needs them
+    to compile, notes/toolchain.md section 6); two local devices get none."""
+    text, keys = small
+    cuda = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
+    res = place_module(text, {keys["relu"]: "gpu"}, {**TARGETS, "gpu": cuda}, default="cpu",
+                       hal_devices={"cpu": "local", "gpu": "cuda"})
+    module, _ = _ops(res["text"])
+    topo = str(module.operation.attributes["stream.topology"])
+    assert "@device_cpu -> @device_gpu = {transparent_access = true}" in topo
+    assert "@device_gpu -> @device_cpu = {transparent_access = true}" in topo
+    assert res["devices"][1]["hal_device"] == "cuda"
+    local, _ = _ops(place_module(text, {keys["relu"]: "vm"}, TARGETS, default="cpu")["text"])
+    assert "stream.topology" not in local.operation.attributes
+
+
 def test_transfers_exactly_on_crossing_edges(small):
     """relu on vm: conv -> relu crosses to vm, relu -> add back to cpu; nothing else."""
     text, keys = small

@@ -9,7 +9,7 @@ reference of the whole model. When every assigned executor is of the torq
 backend, the whole model (``work/full.mlir``) is compiled once by torq-compile
 with ``--torq-executor-map`` and run once (docs/torq_backend.md); torq and
 non-torq executors in one assignment are bad input. ``--run-mode`` (config ``run_mode``):
-``auto`` compiles an assignment of IREE executors on local targets as ONE IREE module with
+``auto`` compiles an assignment of IREE executors whose devices are here as ONE IREE module with
 per-op devices, ``module`` forces it (impossible: exit 2), ``partitions`` the chain
 (:mod:`torq_gen_config.fullrun.module_mode`). The result goes into the report (``full_model``
 section and the "--- Full Model Comparison ---" part of ``final_report_text``).
@@ -65,7 +65,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    help="module: the whole assignment as ONE IREE module with one device per executor (where each "
                         "op ran is read back from the compiled program); partitions: a chain of same-executor "
                         "partitions; auto (the config's run_mode, default): module when every assigned executor "
-                        "is an IREE executor on llvm-cpu or vmvx and no If/Loop body is assigned elsewhere, else "
+                        "is an IREE executor whose device is here (llvm-cpu, vmvx; cuda where a GPU is) and no "
+                        "If/Loop body is assigned elsewhere, else "
                         "partitions (docs/full_model_run.md, 'Module mode')")
     p.add_argument("--debug-ir", metavar="DIR",
                    help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>; "

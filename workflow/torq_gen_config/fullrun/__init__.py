@@ -52,7 +52,7 @@ whose backend cannot run one partition of a chain (``chain_unavailable``) is nev
 a fallback.
 
 Module mode (``run --run-mode``, :mod:`.module_mode`, :mod:`.module_run`): an assignment of
-IREE executors on local targets compiled as ONE IREE module with per-op devices
+IREE executors whose devices are here compiled as ONE IREE module with per-op devices
 (:mod:`.one_module`), where each layer ran read back from the compiled program; the
 partitions of the same assignment run too when the module fails or differs.
 """

@@ -3,8 +3,8 @@ ONE IREE module with per-op devices (:mod:`.one_module`) or as a chain of partit
 and the plan of a module run (``plan.json`` with ``mode: "module"``).
 
 ``run_mode`` (config key, ``run --run-mode``): ``auto`` runs one module when every
-executor the layers are assigned to is an IREE executor on a local target (llvm-cpu,
-vmvx) and no If/Loop/Scan has body ops assigned elsewhere than the op itself (their
+executor the layers are assigned to is an IREE executor whose device is here (llvm-cpu and
+vmvx always; cuda, rocm, vulkan when the runtime finds the device) and no If/Loop/Scan has body ops assigned elsewhere than the op itself (their
 bodies run where the parent runs), else partitions, with the reason; ``module``
 forces one module (:class:`~torq_gen_config.errors.ConfigError` naming why when it
 cannot); ``partitions`` is the chain. The reason of the choice goes into the plan
@@ -50,9 +50,10 @@ def _target(executor: Mapping) -> str | None:
 def executor_obstacle(executor: Mapping, *, probe_timeout_s: float = 60.0) -> str | None:
     """Why ``executor`` cannot be a device of one module here, or None.
 
-    Not an IREE executor (ONNX Runtime, TORQ), an IREE target that is not local
-    (cuda, rocm, vulkan...: ``unavailable`` when this machine has no such device, as
-    the backend's probe says; else one module with a GPU device is not supported yet).
+    Not an IREE executor (ONNX Runtime, TORQ), or an IREE target that is not local
+    (cuda, rocm, vulkan...) whose device this machine lacks (``unavailable``, as the
+    backend's probe says). A GPU device that is here can join local ones: the placement
+    step declares a ``stream.topology`` (:func:`~torq_gen_config.mlir.placement.topology`).
     """
     name, kind = executor.get("name"), executor.get("backend")
     if kind != "iree":
@@ -69,8 +70,7 @@ def executor_obstacle(executor: Mapping, *, probe_timeout_s: float = 60.0) -> st
         why = f"{type(e).__name__}: {e}"
     if why:
         return f"executor {name!r} ({target}) is unavailable: {why}"
-    return (f"executor {name!r} targets {target}: one module with a non-local device (GPU) is not supported "
-            "yet (notes/one_module_placement.md, stream.topology)")
+    return None
 
 
 def region_conflicts(region_keys: Mapping[str, Iterable[str]], assignment: Mapping[str, str | None]) -> list[str]:
@@ -165,7 +165,12 @@ def decide_run_mode(requested: str, used: Iterable[str], executors: list[Mapping
         if requested == MODULE_MODE:
             raise ConfigError(f"--run-mode module is impossible: {obstacles[0]}")
         return PARTITIONS_MODE, f"auto: partitions, since {obstacles[0]}"
-    why = f"every assigned executor is an IREE executor on a local target ({', '.join(names)})"
+    gpus = [n for n in names if _target(by_name[n]) not in LOCAL_TARGETS]
+    why = f"every assigned executor is an IREE executor whose device is here ({', '.join(names)})"
+    if gpus and len(names) > len(gpus):
+        why += (f"; {', '.join(gpus)} shares the module with CPU devices through a stream.topology that "
+                "declares transparent access between them (IREE's requirement; a wrong result would show "
+                "in the comparison)")
     return MODULE_MODE, (f"auto: one module, since {why}" if requested == "auto" else f"run mode module: {why}")
 
 

@@ -15,6 +15,7 @@ The transformation works on the parsed IR with IREE's MLIR Python bindings
    transfer per (value, device), every consumer on that device rewired to it);
    function arguments start on the default device;
 3. the function's results are transferred back to the default device before ``return``.
+4. devices of different kinds (a CPU and CUDA) get a ``stream.topology`` (:func:`topology`).
 
 Constants (``onnx.Constant``, ``torch.constant.*``, ``torch.vtensor.literal``, parameter
 loads) get no transfer: IREE places each one with its user. Every op keeps its location;
@@ -88,7 +89,7 @@ def device_symbol(executor: str, taken: set[str]) -> str:
 
 def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping[str, str | list[str]], *,
                  default: str | None = None, hal_devices: Mapping[str, str] | None = None,
-                 source_name: str = "full.mlir") -> dict:
+                 source_name: str = "full.mlir", extra_results: list[str] | None = None) -> dict:
     """Place each op of an imported ``full.mlir`` on its executor's HAL device.
 
     Args:
@@ -105,6 +106,10 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
         hal_devices: executor name -> HAL device ID (``"local"``, ``"cuda"``, ``"hip"``,
             ...); default ``"local"``.
         source_name: the file name put into the ``line:col`` locations.
+        extra_results: ``line:col`` keys of top-level ops whose tensor results are also
+            returned (a diagnostic module, :mod:`~torq_gen_config.fullrun.module_bisect`):
+            appended to the ``func.return`` and the function type in this order, each
+            transferred to the default device (:func:`_expose_results`).
 
     Returns:
         ``{"text": the placed module (printed with its locations, weights included),
@@ -112,7 +117,9 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
         runtime's ``--device=`` flags go in this order), "default": executor,
         "transfers": int (transfer ops inserted, results included), "placed":
         {"line:col": executor} (every top-level tensor op and where it was put),
-        "unplaced": {"line:col": reason} (assigned ops the step could not place)}``.
+        "unplaced": {"line:col": reason} (assigned ops the step could not place),
+        "extra_results": [{"key", "result": index among the op's results, "type"}] (the
+        appended results, in order), "not_exposed": {"line:col": reason}}``.
 
     Raises:
         ConfigError: a key that matches no op of ``mlir_text`` (the message names it),
@@ -180,12 +187,17 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
                     continue
                 op.operands[i], n = _transfer(v, ex, affinity, transfers, op)
                 count += n
+        exposed, not_exposed = [], {}
+        if extra_results:
+            exposed, not_exposed, n = _expose_results(func, extra_results, device_of, default, affinity, transfers)
+            count += n
         module.operation.verify()
     text = module.operation.get_asm(enable_debug_info=True, assume_verified=True)
     devices = [{"executor": e, "symbol": symbols[e], "ordinal": i, "hal_device": (hal_devices or {}).get(e, "local")}
                for i, e in enumerate(order)]
     return {"text": text, "function": ir.StringAttr(func.attributes["sym_name"]).value, "devices": devices,
-            "default": default, "transfers": count, "placed": placed, "unplaced": unplaced}
+            "default": default, "transfers": count, "placed": placed, "unplaced": unplaced,
+            "extra_results": exposed, "not_exposed": not_exposed}
 
 
 def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
@@ -237,7 +249,24 @@ def _declare_devices(module, order: list[str], targets: Mapping, hal_devices: Ma
         with ip:
             util.GlobalOp(ir.StringAttr.get(symbols[ex]), ir.TypeAttr.get(ir.Type.parse("!hal.device")),
                           sym_visibility=ir.StringAttr.get("private"), initial_value=attr)
+    kinds = {hal_devices.get(ex, "local") for ex in order}
+    if len(kinds) > 1:
+        module.operation.attributes["stream.topology"] = ir.Attribute.parse(topology([symbols[ex] for ex in order]))
     return symbols
+
+
+def topology(symbols: list[str]) -> str:
+    """The ``stream.topology`` attribute text that lets devices of different kinds
+    (a local CPU and CUDA) share one module: a link with ``transparent_access = true``
+    in both directions between every two devices.
+
+    Without it, IREE 3.13 fails to legalize ``hal.allocator.resolve_memory_properties``
+    for a buffer used by both (notes/toolchain.md section 6, iree-org/iree#20856); with
+    it, such buffers get the mapping usage (host-visible). Devices of one kind need none.
+    Whether this is right at run time on a discrete GPU is unverified here (no GPU).
+    """
+    links = [f"(@{a} -> @{b} = {{transparent_access = true}})" for a in symbols for b in symbols if a != b]
+    return f"#hal.device.topology<links = [{', '.join(links)}]>"
 
 
 def _is_vtensor(t) -> bool:
@@ -297,3 +326,52 @@ def _transfer(value, ex: str, affinity: Mapping, transfers: dict, before) -> tup
         out = ir.Operation.create("torch_c.from_builtin_tensor", results=[value.type], operands=[t]).result
     transfers[(value, ex)] = out
     return out, 1
+
+
+def _expose_results(func, keys: list[str], device_of: Mapping, default: str, affinity: Mapping,
+                    transfers: dict) -> tuple[list[dict], dict[str, str], int]:
+    """Append the tensor results of the top-level ops ``keys`` (``line:col``) to the
+    function's ``func.return`` and type, each transferred to the default device (a value
+    already transferred there is reused); a ``res_attrs`` array gets empty entries.
+
+    Returns:
+        ``(exposed, not_exposed, transfers added)``: ``[{"key", "result", "type"}]`` in
+        order, ``{key: reason}`` for keys with no top-level tensor op.
+    """
+    from iree.compiler import ir
+
+    block = func.regions[0].blocks[0]
+    ops = [o.operation for o in block.operations]
+    ret = ops[-1]
+    by_key: dict[str, Any] = {}
+    for op in ops:
+        key = location_key(op)
+        if key and key not in by_key and not _is_constant(op) and any(_is_vtensor(r.type) for r in op.results):
+            by_key[key] = op
+    values, exposed, not_exposed, count = [], [], {}, 0
+    for key in keys:
+        op = by_key.get(key)
+        if op is None:
+            not_exposed[key] = "no top-level op with a tensor result (a constant, or inside a region)"
+            continue
+        for i, r in enumerate(op.results):
+            if not _is_vtensor(r.type):
+                continue
+            v = r
+            if device_of.get(r, default) != default:
+                v, n = _transfer(r, default, affinity, transfers, ret)
+                count += n
+            values.append(v)
+            exposed.append({"key": key, "result": i, "type": str(r.type)})
+    if not values:
+        return exposed, not_exposed, count
+    with ir.InsertionPoint(ret), ret.location:
+        ir.Operation.create("func.return", operands=[*ret.operands, *values])
+    ret.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    func.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(ftype.inputs), [*ftype.results, *[v.type for v in values]]))
+    if "res_attrs" in func.attributes:
+        old = list(ir.ArrayAttr(func.attributes["res_attrs"]))
+        func.attributes["res_attrs"] = ir.ArrayAttr.get([*old, *[ir.DictAttr.get({}) for _ in values]])
+    return exposed, not_exposed, count
