@@ -1,7 +1,7 @@
 """One IREE module with per-op devices (fullrun/one_module.py), with real IREE, on light
 SqueezeNet prepared as the product prepares it (opset 17) with SEEDED RANDOM weights (the
 shipped ones are all 0.02: every output is 0.001 and no wrong kernel could show): all on
-llvm-cpu, every Conv on vmvx, a seeded random 50/50 assignment, each against ONNX
+llvm-cpu, every Conv on vmvx, alternating executors, a seeded random 50/50 assignment, each against ONNX
 Runtime within 1e-4 with the placement read back as assigned; and the guard: without the
 stream-level split the random assignment gives wrong numbers or a compiler crash on this
 IREE version; and llvm-cpu + cuda in one module, compiled and read back (run where a GPU is).
@@ -85,6 +85,8 @@ def _assignment(nodes, kind: str) -> dict:
         return {_key(n): "llvm-cpu" for n in nodes}
     if kind == "convs":
         return {_key(n): ("vmvx" if n["onnx_op"] == "Conv" else "llvm-cpu") for n in nodes}
+    if kind == "alternating":
+        return {_key(n): ("vmvx", "llvm-cpu")[i % 2] for i, n in enumerate(nodes)}
     rng = np.random.default_rng(2)
     return {_key(n): ("vmvx" if rng.random() < 0.5 else "llvm-cpu") for n in nodes}
 
@@ -102,7 +104,7 @@ def _compile_and_run(squeezenet, kind: str, *, split: bool = True):
     return a, c, diff
 
 
-@pytest.mark.parametrize("kind", ["all", "convs", "random"])
+@pytest.mark.parametrize("kind", ["all", "convs", "alternating", "random"])
 def test_assignment_matches_reference_and_placement(squeezenet, kind):
     a, c, diff = _compile_and_run(squeezenet, kind)
     assert diff <= ATOL

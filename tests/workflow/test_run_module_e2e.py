@@ -3,8 +3,12 @@ on a small MatMul/Add/Relu/Concat model with seeded random weights built with
 onnx.helper: discover, put one layer on vmvx with ``edit``, run as one module (mode,
 reason, placement read back, verdict, compile and run time in the report and ``view``),
 rerun unchanged (no recompile), change one layer's executor (recompiles), and ``auto``
-with ``ort`` in the assignment falls back to partitions with the reason. About a
-minute on 2 cores."""
+with ``ort`` in the assignment falls back to partitions with the reason; the compiler
+JSON alone (no report) runs as one module. A transformer block built with onnx.helper
+(LayerNormalization, Q/K/V projections, heads, Softmax attention, MLP, residuals) with a
+seeded random llvm-cpu/vmvx assignment: the module matches the reference, its output
+equals the partitions' within tolerance, and the placement reads back as assigned.
+About two minutes on 2 cores."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TensorProto, make_model, one_line_error, run_cli, tvi, work
+from conftest import TensorProto, cli_in_process, make_model, one_line_error, run_cli, tvi, work
 from onnx import numpy_helper
 from test_output_schemas import validate_tree
 
@@ -127,3 +131,110 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     r = run_cli("run", *common, "--run-mode", "module")
     assert r.returncode == 2
     assert "--run-mode module is impossible" in one_line_error(r) and "ort" in one_line_error(r)
+
+
+def test_compiler_json_alone_runs_as_one_module(discovered, tmp_path):
+    """What the original's assignment pass reads: the compiler JSON, without the report."""
+    model, out = discovered
+    common = ["--model", model, "--output-dir", out]
+    report = _report(out)
+    relu = _layer(report, "Relu", 1)
+    for layer, ex in (("ALL", "llvm-cpu"), (relu, "vmvx")):
+        assert run_cli("edit", *common, "--layer", layer, "--executor", ex).returncode == 0
+    path = out / f"torq_gen_config_{NAME}.json"
+    saved = tmp_path / path.name
+    path.rename(saved)
+    try:
+        r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+        assert not path.exists()
+        result = json.loads((work(out) / "full" / "result.json").read_text())
+        assert result["source"] == "compiler_json" and result["mode"] == "module", result.get("mode_reason")
+        assert result["status"] == "success", result["summary"]
+        vm = [k for k, row in result["module"]["placement"]["layers"].items() if row["assigned"] == "vmvx"]
+        assert vm == [relu]
+    finally:
+        saved.rename(path)
+
+
+def _transformer_block(path: Path, seq: int = 8, hidden: int = 32, heads: int = 4) -> None:
+    """A pre-norm transformer block with seeded random weights (opset 17)."""
+    from onnx import checker, helper
+
+    rng = np.random.default_rng(0)
+    d = hidden // heads
+    inits = [numpy_helper.from_array((1 + rng.standard_normal(hidden) * 0.1).astype(np.float32), g)
+             for g in ("g1", "g2")]
+    inits += [numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+              for name, shape, scale in (("b1", (hidden,), 0.1), ("b2", (hidden,), 0.1), ("c1", (2 * hidden,), 0.1),
+                                         *((w, (hidden, hidden), hidden ** -0.5) for w in ("Wq", "Wk", "Wv", "Wo")),
+                                         ("W1", (hidden, 2 * hidden), hidden ** -0.5),
+                                         ("W2", (2 * hidden, hidden), (2 * hidden) ** -0.5))]
+    inits += [numpy_helper.from_array(np.array(d ** -0.5, np.float32), "scale"),
+              numpy_helper.from_array(np.array([1, seq, heads, d], np.int64), "heads_shape"),
+              numpy_helper.from_array(np.array([1, seq, hidden], np.int64), "flat_shape")]
+    n = helper.make_node
+    nodes = [n("LayerNormalization", ["x", "g1", "b1"], ["ln1"], name="ln1", axis=-1),
+             *(n("MatMul", ["ln1", f"W{c}"], [c], name=f"{c}_proj") for c in ("q", "k", "v")),
+             *(n("Reshape", [c, "heads_shape"], [f"{c}4"], name=f"{c}_heads") for c in ("q", "k", "v")),
+             n("Transpose", ["q4"], ["qh"], name="q_t", perm=[0, 2, 1, 3]),
+             n("Transpose", ["k4"], ["kt"], name="k_t", perm=[0, 2, 3, 1]),
+             n("Transpose", ["v4"], ["vh"], name="v_t", perm=[0, 2, 1, 3]),
+             n("MatMul", ["qh", "kt"], ["s"], name="scores"), n("Mul", ["s", "scale"], ["ss"], name="scaled"),
+             n("Softmax", ["ss"], ["p"], name="softmax", axis=-1), n("MatMul", ["p", "vh"], ["o"], name="attend"),
+             n("Transpose", ["o"], ["ot"], name="o_t", perm=[0, 2, 1, 3]),
+             n("Reshape", ["ot", "flat_shape"], ["oc"], name="o_flat"),
+             n("MatMul", ["oc", "Wo"], ["proj"], name="o_proj"), n("Add", ["x", "proj"], ["r1"], name="residual1"),
+             n("LayerNormalization", ["r1", "g2", "b2"], ["ln2"], name="ln2", axis=-1),
+             n("MatMul", ["ln2", "W1"], ["h1"], name="fc1"), n("Add", ["h1", "c1"], ["h2"], name="fc1_bias"),
+             n("Relu", ["h2"], ["h3"], name="act"), n("MatMul", ["h3", "W2"], ["h4"], name="fc2"),
+             n("Add", ["r1", "h4"], ["y"], name="residual2")]
+    f = TensorProto.FLOAT
+    model = make_model(nodes, [tvi("x", f, [1, seq, hidden])], [tvi("y", f, [1, seq, hidden])], inits, name="block")
+    checker.check_model(model)
+    import onnx
+
+    onnx.save(model, path)
+
+
+def _final_output(out: Path, name: str, output: str) -> np.ndarray:
+    """The model output ``output`` as the last run wrote it: the module's or the partition's that makes it."""
+    plan = json.loads((work(out, name) / "full" / "plan.json").read_text())
+    parts = [plan["module"]] if plan["mode"] == "module" else plan["partitions"]
+    p = next(p for p in parts if output in p["outputs"])
+    return np.load(work(out, name) / "full" / "partitions" / p["pid"] / "run" / f"out_{p['outputs'].index(output)}.npy")
+
+
+def test_transformer_block_random_assignment_module_equals_partitions(tmp_path, capsys):
+    model = tmp_path / "block.onnx"
+    _transformer_block(model)
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    common = ["--model", model, "--output-dir", out]
+    report = json.loads((out / "torq_gen_config_block.json").read_text())
+    rng = np.random.default_rng(3)
+    assignment = {lid: ("vmvx" if rng.random() < 0.5 else "llvm-cpu") for lid in report["ops"]}
+    assert set(assignment.values()) == {"vmvx", "llvm-cpu"}
+    for lid, ex in assignment.items():
+        assert cli_in_process(capsys, "edit", *common, "--layer", lid, "--executor", ex).returncode == 0
+
+    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    fm = json.loads((out / "torq_gen_config_block.json").read_text())["full_model"]
+    assert fm["mode"] == "module" and fm["status"] == "success", fm["summary"]
+    rows = fm["placement"]["layers"]
+    assert {lid: row["assigned"] for lid, row in rows.items()} == assignment
+    ran = {lid: row["ran_on"] for lid, row in rows.items() if row["status"] != "no kernel"}
+    assert ran == {lid: [assignment[lid]] for lid in ran} and fm["placement"]["elsewhere"] == []
+    assert all(op.startswith(("Reshape", "Transpose")) for op in set(rows) - set(ran))  # only views make no kernel
+    assert fm["placement"]["two_backends"] == {}
+    module_y = _final_output(out, "block", "y")
+
+    r = run_cli("run", *common, "--run-mode", "partitions", "-j", "2", "-q")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    fm = json.loads((out / "torq_gen_config_block.json").read_text())["full_model"]
+    assert fm["mode"] == "partitions" and fm["status"] == "success" and len(fm["partitions"]) > 2
+    partitions_y = _final_output(out, "block", "y")
+    assert module_y.shape == partitions_y.shape == (1, 8, 32)
+    np.testing.assert_allclose(module_y, partitions_y, rtol=1e-4, atol=1e-4)
