@@ -7,12 +7,14 @@ with ``ort`` in the assignment falls back to partitions with the reason; the com
 JSON alone (no report) runs as one module. A transformer block built with onnx.helper
 (LayerNormalization, Q/K/V projections, heads, Softmax attention, MLP, residuals) with a
 seeded random llvm-cpu/vmvx assignment: the module matches the reference, its output
-equals the partitions' within tolerance, and the placement reads back as assigned.
-About two minutes on 2 cores."""
+equals the partitions' within tolerance, and the placement reads back as assigned. An
+If on vmvx between llvm-cpu layers runs there (read back), and a removed module
+directory is planned and compiled again. About two and a half minutes on 2 cores."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -238,3 +240,48 @@ def test_transformer_block_random_assignment_module_equals_partitions(tmp_path, 
     partitions_y = _final_output(out, "block", "y")
     assert module_y.shape == partitions_y.shape == (1, 8, 32)
     np.testing.assert_allclose(module_y, partitions_y, rtol=1e-4, atol=1e-4)
+
+
+def test_an_if_on_another_device_runs_there(tmp_path, capsys):
+    """An If assigned to vmvx between llvm-cpu layers: one module (auto), its branches read
+    outer values through transfers, so the read-back says the If ran on vmvx; a removed
+    module directory is planned and compiled again on the next run."""
+    from onnx import checker, helper
+
+    f = TensorProto.FLOAT
+    rng = np.random.default_rng(0)
+    branch = {name: helper.make_graph([helper.make_node(op, ["r", k], [o])], name, [], [tvi(o, f, [1, 8])],
+                                      [numpy_helper.from_array(np.full((1, 8), v, np.float32), k)])
+              for name, op, k, v, o in (("then", "Add", "one", 1.0, "t"), ("else", "Mul", "two", 2.0, "e"))}
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["r"], name="relu"),
+             helper.make_node("ReduceSum", ["r"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["i"], name="branch", then_branch=branch["then"], else_branch=branch["else"]),
+             helper.make_node("Sigmoid", ["i"], ["y"], name="sig")]
+    model = make_model(nodes, [tvi("x", f, [1, 8])], [tvi("y", f, [1, 8])],
+                       [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "W"),
+                        numpy_helper.from_array(np.array(0, np.float32), "zero")], name="ifm")
+    checker.check_model(model)
+    import onnx
+
+    onnx.save(model, tmp_path / "ifm.onnx")
+    out = tmp_path / "out"
+    common = ["--model", tmp_path / "ifm.onnx", "--output-dir", out]
+    r = run_cli("discover", *common, "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((out / "torq_gen_config_ifm.json").read_text())
+    if_layer = _layer(report, "If")
+    assert cli_in_process(capsys, "edit", *common, "--layer", "ALL", "--executor", "llvm-cpu").returncode == 0
+    assert cli_in_process(capsys, "edit", *common, "--layer", if_layer, "--executor", "vmvx").returncode == 0
+    for attempt in ("first", "after the module directory was removed"):
+        r = run_cli("run", *common, "-j", "2", "-q")
+        assert r.returncode == 0, (attempt, (r.stdout + r.stderr)[-3000:])
+        fm = json.loads((out / "torq_gen_config_ifm.json").read_text())["full_model"]
+        assert fm["mode"] == "module" and fm["status"] == "success", (attempt, fm.get("mode_reason"), fm["summary"])
+        row = fm["placement"]["layers"][if_layer]
+        assert row == {"assigned": "vmvx", "ran_on": ["vmvx"], "status": "as assigned"}, (attempt, row)
+        assert fm["placement"]["elsewhere"] == []
+        modules = list((work(out, "ifm") / "full" / "partitions").glob("module-*"))
+        assert len(modules) == 1
+        shutil.rmtree(modules[0])
+    assert "placement.json is missing: planning the run again" in r.stdout

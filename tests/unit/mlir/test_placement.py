@@ -168,3 +168,39 @@ def test_builtin_tensor_type():
     assert builtin_tensor_type("!torch.vtensor<[],f32>") == "tensor<f32>"
     with pytest.raises(ConfigError):
         builtin_tensor_type("!torch.vtensor<*,unk>")
+
+
+def test_an_if_body_reads_outer_values_on_the_if_device(tmp_path):
+    """An If on ``vm`` whose branches read ``x`` directly (no operand): ``x`` crosses to
+    vm for the body (else its kernels follow the data: measured, they ran on the default
+    device), and the body ops are placed with the If."""
+    f = TensorProto.FLOAT
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", f, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", f, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2])],
+                              [helper.make_tensor_value_info("y", f, [2])],
+                              [numpy_helper.from_array(np.zeros((), np.float32), "zero")])
+    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    onnx.save(model, tmp_path / "if.onnx")
+    loc = import_full_model(tmp_path / "if.onnx", tmp_path / "full.mlir")
+    assert loc["status"] == "ok", loc["message"]
+    if_key = f"{loc['nodes'][2]['line']}:{loc['nodes'][2]['col']}"
+    res = place_module((tmp_path / "full.mlir").read_text(), {if_key: "vm"}, TARGETS, default="cpu")
+    body = {k: ex for k, ex in res["placed"].items() if k not in {if_key} and ex == "vm"}
+    assert len(body) == 2  # Relu and Neg, with the If
+    _, ops = _ops(res["text"])
+    if_op = next(o for o in ops if o.name == "torch.operator" and str(o.attributes["name"]) == '"onnx.If"')
+    moved = {str(o.results[0]) for o in ops if o.name == "torch_c.from_builtin_tensor"}
+
+    def inner_operands(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for child in block.operations:
+                    yield from (str(v) for v in child.operation.operands)
+                    yield from inner_operands(child.operation)
+
+    assert moved & set(inner_operands(if_op)), "the body does not read the transferred x"
+    assert str(if_op.operands[0]) in moved  # the condition moved too
+    assert res["transfers"] == 3  # c and x to vm, y back to cpu

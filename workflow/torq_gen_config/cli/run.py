@@ -43,6 +43,7 @@ from ..layout import (
     report_file,
 )
 from ..fileio import read_json, write_bytes_if_changed, write_json
+from ..fullrun.plan import missing_side_file
 from ..fullrun.reduce import parse_budget
 
 
@@ -257,6 +258,11 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
                         config["executors"])
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
+    gone = missing_side_file(out / full_dir / PLAN_FILE, out)
+    if gone:  # e.g. a partition directory removed by hand: the plan step writes them again
+        print(f"{gone} is missing: planning the run again")
+        for stale in (out / full_dir / PLAN_FILE, out / result_file):  # Snakemake remakes a lost plan only for a result
+            stale.unlink(missing_ok=True)
     # the job's own verdict line uses the tolerance the report section is judged with
     config = {**config, "tolerance": {**config["tolerance"], **tolerance}}
     try:

@@ -303,7 +303,11 @@ def module_or_partitions(plan: dict, *, run_mode: str, model, manifest: Mapping,
     keys, key_layer = placement_assignment(manifest["layers"], by_layer, locations, compiler_locations)
     conflicts: list[str] = []
     if run_mode != PARTITIONS_MODE and full_mlir and any(n.op_type in REGION_OPS for n in model.graph.node):
-        conflicts = region_conflicts(region_keys_of(full_mlir), keys)
+        regions = region_keys_of(full_mlir)
+        conflicts = region_conflicts(regions, keys)
+        for parent, children in regions.items():  # body ops belong to their op's layer
+            for k in children if parent in key_layer else ():
+                key_layer.setdefault(k, key_layer[parent])
     used = used_executors(by_layer, (compiler_locations or {}).values())
     params = (plan.get("options") or {}).get("parameters") or {}
     if run_mode == "auto" and params.get("mode") == "external":

@@ -4,6 +4,7 @@ backend's one-partition plan."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -168,6 +169,26 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         "warnings": warnings + fold_warnings,
         "folded_nodes": len(folded),
     }
+
+
+def missing_side_file(plan_path: str | os.PathLike, workdir: str | os.PathLike = ".") -> str | None:
+    """The first side file a stored plan names that is gone (a partition's model, a
+    module's ``placement.json``: e.g. its partition directory was removed), or None
+    (also when there is no readable plan). Such a plan cannot be run: the checkpoint
+    that writes the side files must run again (remove the plan and the result: Snakemake
+    remakes a missing checkpoint output only for a target that needs it).
+
+    Paths in the plan are relative to ``workdir`` (the output directory) or absolute.
+    """
+    try:
+        plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+        parts = [*(plan.get("partitions") or []), *([plan["module"]] if plan.get("module") else [])]
+        for p in parts:
+            if p.get("model") and not os.path.isfile(os.path.join(workdir, p["model"])):
+                return str(p["model"])
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return None
+    return None
 
 
 def prune_plan_dirs(partitions_dir: str | os.PathLike, keep: Iterable[str], batches: Iterable[Mapping]) -> None:

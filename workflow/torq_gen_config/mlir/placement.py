@@ -21,7 +21,9 @@ Constants (``onnx.Constant``, ``torch.constant.*``, ``torch.vtensor.literal``, p
 loads) get no transfer: IREE places each one with its user. Every op keeps its location;
 the file name of the ``line:col`` locations becomes ``source_name`` (the parser calls a
 string ``"-"``). An op inside a region (the branches of ``onnx.If``, ``onnx.Loop``) runs
-where its parent op runs: its key is accepted and listed under ``unplaced``.
+where its parent op runs: its key is accepted and listed under ``unplaced`` when it names
+another executor; the values a body reads from outside cross to the op's device (else
+the body's kernels follow the data), and the body's ops are ``placed`` with the op.
 """
 
 from __future__ import annotations
@@ -116,7 +118,8 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
         "function": the function's name, "devices": [{"executor", "symbol", "ordinal", "hal_device"}] (ordinal order: the
         runtime's ``--device=`` flags go in this order), "default": executor,
         "transfers": int (transfer ops inserted, results included), "placed":
-        {"line:col": executor} (every top-level tensor op and where it was put),
+        {"line:col": executor} (every top-level tensor op and where it was put; the tensor
+        ops in the bodies of an If/Loop with their op's executor),
         "unplaced": {"line:col": reason} (assigned ops the step could not place),
         "extra_results": [{"key", "result": index among the op's results, "type"}] (the
         appended results, in order), "not_exposed": {"line:col": reason}}``.
@@ -181,12 +184,21 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
                 device_of[r] = ex
             if key and any(_is_vtensor(r.type) for r in op.results):
                 placed[key] = ex
-            for i, v in enumerate(op.operands):
-                src = _producer_device(v, device_of, default)
-                if src is None or src == ex or not _is_vtensor(v.type):
-                    continue
-                op.operands[i], n = _transfer(v, ex, affinity, transfers, op)
-                count += n
+                for inner in _nested(op):  # a body runs where its op runs (the read-back checks it)
+                    k = location_key(inner)
+                    if k and k not in top and any(_is_vtensor(r.type) for r in inner.results):
+                        placed.setdefault(k, ex)
+            # a body reads outer values directly: they cross to the op's device too (else
+            # the body's kernels follow the data, not the assignment)
+            for user in [op, *(_nested(op) if len(op.regions) else ())]:
+                for i, v in enumerate(user.operands):
+                    if user is not op and not _outer(v, device_of, block):
+                        continue
+                    src = _producer_device(v, device_of, default)
+                    if src is None or src == ex or not _is_vtensor(v.type):
+                        continue
+                    user.operands[i], n = _transfer(v, ex, affinity, transfers, op)
+                    count += n
         exposed, not_exposed = [], {}
         if extra_results:
             exposed, not_exposed, n = _expose_results(func, extra_results, device_of, default, affinity, transfers)
@@ -221,6 +233,25 @@ def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
 
     walk(module_op)
     return out
+
+
+def _outer(value, device_of: Mapping, func_block) -> bool:
+    """Whether ``value`` is defined at the function's top level (a top-level op's result
+    or a function argument), not inside a region."""
+    from iree.compiler import ir
+
+    if isinstance(value.owner, ir.Block):
+        return value.owner == func_block
+    return value in device_of
+
+
+def _nested(op):
+    """Every op inside ``op``'s regions, depth first."""
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from _nested(child.operation)
 
 
 def _declare_devices(module, order: list[str], targets: Mapping, hal_devices: Mapping[str, str]) -> dict[str, str]:
