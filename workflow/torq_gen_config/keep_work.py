@@ -2,7 +2,9 @@
 
 A finished run (its report written) no longer needs its bulky intermediates: compiled
 modules, merged batch MLIR, the layers' own MLIR, the runtime's input and output files
-of successful tests, the full-model run's partition modules, the compiled partitions of
+of successful tests, the full-model run's partition modules (and the one-module run's
+placed IR, IR dumps, run files and diagnostic module: all but its ``placement.json`` and
+``compiled.json``), the compiled partitions of
 ``run --reduce``'s candidates (:func:`removable`). ``keep_work: minimal`` removes them
 (:func:`clean`: rule ``aggregate_report`` before it writes the report, ``run`` before it
 adds its section); ``all`` (the default) keeps everything.
@@ -36,7 +38,7 @@ from typing import Callable, Iterable
 
 from .external_data import model_tensors
 from .fileio import file_digest, read_json, write_json
-from .layout import LAYERS_DIR
+from .layout import COMPILED_FILE, LAYERS_DIR, MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
 
 #: the record of what the clean-up removed, in the work directory (schema keep_work)
 KEEP_WORK_FILE = "keep_work.json"
@@ -166,6 +168,9 @@ def _select(work: Path, entries: list[tuple[tuple[str, ...], os.DirEntry]]) -> l
         elif parts[:2] == ("full", "batches") and n == 5 and name == "batch.mlir":
             out.append(Path(e.path))
         elif parts[:2] == ("full", "partitions") and n == 4 and name in ("module.vmfb", "model.mlir"):
+            partitions.setdefault(parts[2], []).append(Path(e.path))
+        elif parts[:2] == ("full", "partitions") and n >= 4 and parts[2].startswith(MODULE_PARTITION_PREFIX) \
+                and name not in (MODULE_SIDE_FILE, COMPILED_FILE):  # placed.mlir (weights), IR dumps, run files
             partitions.setdefault(parts[2], []).append(Path(e.path))
         elif parts[:3] == ("full", "reduce", "partitions") and n >= 5:
             reduce_parts.setdefault(parts[3], []).append(Path(e.path))

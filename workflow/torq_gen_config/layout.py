@@ -28,6 +28,9 @@ LAYERS_DIR, LOGS_DIR, QUANT_DIR, FULL_DIR = "layers", "logs", "quant", "full"
 #: Files of a (layer, executor) verdict and of the full-model run (in FULL_DIR).
 RESULT_FILE = "result.json"
 ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", "plan.json", "reference.npz", "partitions"
+#: The one-module run's folder in PARTITIONS_DIR: ``module-<fingerprint>``; its side file and
+#: compile record (the rest is made again by its compile).
+MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, COMPILED_FILE = "module-", "placement.json", "compiled.json"
 
 
 def reduced_dir(subgraph_suffix: str = "") -> str:

@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 
 from ..errors import ConfigError
 from ..fileio import file_digest
+from ..layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
 from ..mlir.placement import location_key, parse_module
 from .common import PARTITIONS_MODE, PLAN_SCHEMA
 
@@ -39,7 +40,6 @@ RUN_MODES = ("auto", MODULE_MODE, PARTITIONS_MODE)
 LOCAL_TARGETS = ("llvm-cpu", "vmvx")
 #: ops with bodies (regions): their body ops run where the op runs
 REGION_OPS = ("If", "Loop", "Scan")
-PLACEMENT_FILE = "placement.json"
 
 
 def _target(executor: Mapping) -> str | None:
@@ -254,8 +254,8 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
     weights = [prepared] + [str(f) for f in sorted(Path(prepared).parent.glob("*.irpa"))] if prepared else []
     digest = "+".join(file_digest(f) for f in [full_mlir, *weights] if os.path.isfile(f))
     fp = module_fingerprint(digest, assignment, executors, version or iree_version(), debug_ir)
-    pid = f"module-{fp[:12]}"
-    side_path = Path(partitions_dir) / pid / PLACEMENT_FILE
+    pid = f"{MODULE_PARTITION_PREFIX}{fp[:12]}"
+    side_path = Path(partitions_dir) / pid / MODULE_SIDE_FILE
     side = {"full_mlir": os.path.abspath(full_mlir), "prepared_model": os.path.abspath(prepared) if prepared else None,
             "node_keys": list(node_keys or []), "assignment": dict(sorted(assignment.items())),
             "key_layer": dict(sorted(key_layer.items())), "executors": list(executors), "fingerprint": fp,

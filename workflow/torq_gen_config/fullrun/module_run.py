@@ -3,7 +3,10 @@
 (:mod:`.execute`'s comparison: same verdict rules and tolerance), and where each layer
 really ran (``placement``). When the module fails or differs, the partitions of the
 same assignment (the plan's ``partitions``) run too and the result keeps both: the partitions'
-result with the module's under ``module``.
+result with the module's under ``module``. When the partitions pass, the first model output
+over tolerance and the first layer whose value differs are looked for
+(:mod:`.module_bisect`: one diagnostic module with the layers' values exposed) and named in
+the verdict (``module.first_difference``).
 
 Placement can leak (IREE merges identical fills and copies): ``placement`` is what
 the compiled program says, read back, never the assignment.
@@ -23,6 +26,7 @@ from ..limits import MESSAGE_CHARS, SUMMARY_CHARS
 from ..tools import bounded_message, first_error_line
 from .common import COMPILED_SCHEMA, PARTITIONS_MODE, _round
 from .execute import _compare_and_finish, _new_result, run_partitions
+from .module_bisect import bisect_module, verdict_tail
 from .module_mode import MODULE_MODE
 
 #: what the verdict says when the partitions pass and the module does not
@@ -257,8 +261,9 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
         The module's result (:func:`run_module`) when it matches the reference; else the
         partitions' result (:func:`~.execute.run_partitions`) with ``mode_reason`` saying
         why the partitions ran, ``module`` (the module's result, placement included) and,
-        when the partitions pass, a summary that says the failure is in compiling the
-        assignment as one program.
+        when the partitions pass, a verdict that says the failure is in compiling the
+        assignment as one program and names the first differing output and layer
+        (``module.first_difference``: :func:`~.module_bisect.bisect_module`).
     """
     mres = run_module(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
                       timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
@@ -276,10 +281,31 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
     pres["module"] = module
     pres["module_timing"] = mres.get("timing")
     if pres["status"] == "success":
-        pres["verdict"] = f"one module {what}, partitions pass: {ONE_PROGRAM_BLAME}"
+        first = first_difference_of(plan, mres, reference_npz=reference_npz, tolerance=tolerance,
+                                    timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
+        module["first_difference"] = first
+        pres["verdict"] = f"one module {what}, partitions pass: {ONE_PROGRAM_BLAME}{verdict_tail(first)}"
     else:
         pres["verdict"] = f"one module {what}, and the partitions {pres['status']} too"
     return pres
+
+
+def first_difference_of(plan: Mapping, mres: Mapping, *, reference_npz: str, tolerance: Mapping, timeout_s: float,
+                        partitions_dir: str, log_path: str | None = None) -> dict:
+    """:func:`~.module_bisect.bisect_module` of a module that failed or differed, with its side
+    file and :func:`weighted_mlir`; never raises (an unexpected error is a ``failed`` record)."""
+    model = (plan.get("module") or {}).get("model")
+    try:
+        side = read_json(model, "module placement") if model and Path(model).is_file() else None
+
+        def text(work_dir: str) -> str:
+            return Path(weighted_mlir(side or {}, work_dir)).read_text(encoding="utf-8")
+
+        return bisect_module(plan, mres, side=side, reference_npz=reference_npz, tolerance=tolerance,
+                             timeout_s=timeout_s, partitions_dir=partitions_dir, mlir_text=text, log_path=log_path)
+    except Exception as e:  # the verdict stands without it
+        return {"status": "failed", "note": f"not located: {type(e).__name__}: {first_error_line(str(e))}",
+                "output": None, "output_problem": None, "bisect_ms": None}
 
 
 def _fail(res: dict, stage: str, message: str, during: str | None = None) -> dict:

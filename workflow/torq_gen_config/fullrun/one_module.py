@@ -124,7 +124,8 @@ def iree_backends(executors: list[Mapping], names) -> dict[str, Any]:
 
 def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors: list[Mapping], *,
                        work_dir: str | Path, timeout_s: float, default: str | None = None, split: bool = True,
-                       mlir_path: str | None = None, log_path: str | None = None) -> dict:
+                       mlir_path: str | None = None, log_path: str | None = None,
+                       extra_results: list[str] | None = None) -> dict:
     """Place, compile (two halves, the split between them) and read back the placement.
 
     Args:
@@ -139,6 +140,9 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
         split: run the executable split (False only to show the IREE bug it avoids).
         mlir_path: ``full.mlir``'s path (for the function signature; default: read from
             ``mlir_text``).
+        extra_results: ``line:col`` keys of ops whose results the function also returns
+            (a diagnostic module: ``place_module``'s ``extra_results``); the signature is
+            then read from ``placed.mlir``.
 
     Returns:
         ``{"module": path of the .vmfb, "function": the exported function, "devices": [{"executor", "symbol", "ordinal",
@@ -146,7 +150,9 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
         "transfers": int, "split": {executable: [device symbols]}, "placement":
         :func:`~torq_gen_config.mlir.readback.read_placement`'s record, "unplaced":
         {line:col: reason}, "compile_ms": {"targets", "place", "to_stream", "split",
-        "from_stream", "total"} (ms), "argv": [first half, second half], "signature"}``.
+        "from_stream", "total"} (ms), "argv": [first half, second half], "signature",
+        "extra_results": [{"key", "result", "type"}] (with ``extra_results``: the results
+        after the model's own), "not_exposed": {line:col: reason}}``.
 
     Raises:
         ConfigError: a key that matches no op, an executor that is not configured or
@@ -172,7 +178,8 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
     times["targets"] = _ms(t0)
 
     t = time.perf_counter()
-    placed = place_module(mlir_text, assignment, targets, default=default, hal_devices=hal)
+    placed = place_module(mlir_text, assignment, targets, default=default, hal_devices=hal,
+                          extra_results=list(extra_results) if extra_results else None)
     (work / PLACED_FILE).write_text(placed["text"], encoding="utf-8")
     times["place"] = _ms(t)
 
@@ -207,12 +214,14 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
                                backends=executable_backends(sources))
     times["total"] = _ms(t0)
     devices = [{**d, "device": backends[d["executor"]].device} for d in placed["devices"]]
-    signature = (parse_mlir_signature(mlir_path, placed["function"]) if mlir_path
+    signature = (parse_mlir_signature(work / PLACED_FILE, placed["function"]) if extra_results
+                 else parse_mlir_signature(mlir_path, placed["function"]) if mlir_path
                  else _signature_of(mlir_text, work, placed["function"]))
     return {"module": str(work / MODULE_FILE), "function": placed["function"], "devices": devices, "transfers": placed["transfers"],
             "split": res["split"] if split else {}, "shared_executables": res["split"], "placement": placement,
             "unplaced": placed["unplaced"], "compile_ms": times, "argv": [first, second], "signature": signature,
-            "run_flags": [f for b in backends.values() for f in b.run_flags]}
+            "run_flags": [f for b in backends.values() for f in b.run_flags],
+            "extra_results": placed.get("extra_results") or [], "not_exposed": placed.get("not_exposed") or {}}
 
 
 def run_one_module(compiled: Mapping, executors: list[Mapping], *, inputs: Mapping[str, "np.ndarray"],

@@ -203,6 +203,7 @@ def module_lines(section: Mapping) -> list[str]:
              f"  compile {_fmt_ms(m.get('compile_ms'))}, run {_fmt_ms(m.get('run_ms'))}; devices: {devs or 'n/a'}; "
              f"{m.get('transfers')} transfer(s); {m.get('shared_executables') or 0} executable(s) shared between "
              "devices (each device given its own copy)"]
+    lines.extend(first_difference_lines(m.get("first_difference")))
     if pl:
         counts = pl.get("counts") or {}
         lines.append("  Placement (read back from the compiled program): "
@@ -217,6 +218,30 @@ def module_lines(section: Mapping) -> list[str]:
         for exe, variants in (pl.get("two_backends") or {}).items():
             lines.append(f"  TWO BACKENDS: executable {exe} built for {', '.join(variants)} (IREE's shared-executable "
                          "bug: its numbers may be wrong)")
+    return lines
+
+
+def first_difference_lines(fd: Mapping | None) -> list[str]:
+    """The lines on where a one module that failed or differed first differs
+    (``full_model.module.first_difference``, :mod:`.module_bisect`): the first model output
+    over tolerance, the first differing layer or why it was not located, and the cost."""
+    if not fd:
+        return []
+    lines = []
+    if fd.get("output"):
+        lines.append(f"  First differing output: {fd['output']}" + (f" ({fd['output_problem']})"
+                                                                    if fd.get("output_problem") else ""))
+    note = fd.get("note") or fd.get("status")
+    if fd.get("status") == "located":
+        note = f"First differing layer: {note.removeprefix('first differing layer: ')}"
+        if fd.get("tensor"):
+            note += f"; tensor {fd['tensor']}"
+    elif note:
+        note = f"First differing layer {note}"
+    cost = [f"{k} {_fmt_ms(fd[f'{k}_ms'])}" for k in ("compile", "run") if fd.get(f"{k}_ms") is not None]
+    if fd.get("num_exposed"):
+        cost.insert(0, f"{fd['num_exposed']} value(s) exposed ({fd.get('selection')})")
+    lines.append(f"  {note}" + (f" [diagnostic module: {', '.join(cost)}]" if cost else ""))
     return lines
 
 
