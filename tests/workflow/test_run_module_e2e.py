@@ -106,6 +106,12 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
     assert r.returncode == 0, r.stderr[-2000:]
     assert _module_compiled(out) == first
+    # a runtime option runs the module again with it, without compiling it again
+    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q", "--runtime-option=--task_topology_group_count=1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _module_compiled(out) == first
+    log = "\n".join(p.read_text() for p in (work(out) / "logs").rglob("run_full_model*.log"))
+    assert "--task_topology_group_count=1" in log, log[-2000:]
 
     # one layer's executor changed: a new module is compiled
     # (with --debug-ir: the placed IR, the stream-level IR, the sources and the record)

@@ -88,11 +88,16 @@ def test_placement_assignment_every_node_of_a_layer_and_compiler_keys_on_top():
     assert keys["4:10"] == "llvm-cpu"
 
 
-def test_fingerprint_changes_with_the_assignment_only():
+def test_fingerprint_changes_with_what_the_compile_reads():
     a = module_fingerprint("d", {"3:10": "vmvx"}, EXECUTORS[:2], "3.13")
     assert a == module_fingerprint("d", {"3:10": "vmvx"}, EXECUTORS[:2], "3.13")
     assert a != module_fingerprint("d", {"3:10": "llvm-cpu"}, EXECUTORS[:2], "3.13")
     assert a != module_fingerprint("d", {"3:10": "vmvx"}, EXECUTORS[:2], "3.14")
+    run_only = [{**e, "options": {**e["options"], "run_flags": ["--task_topology_max_group_count=1"],
+                                  "device": "local-sync"}} for e in EXECUTORS[:2]]
+    assert a == module_fingerprint("d", {"3:10": "vmvx"}, run_only, "3.13")  # a runtime option: no recompile
+    flags = [{**e, "options": {**e["options"], "compile_flags": ["--iree-opt-level=O3"]}} for e in EXECUTORS[:2]]
+    assert a != module_fingerprint("d", {"3:10": "vmvx"}, flags, "3.13")
 
 
 def _module_result(status="success", mode="module"):

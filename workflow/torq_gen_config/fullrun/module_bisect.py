@@ -353,7 +353,8 @@ def bisect_module(plan: Mapping, module_result: Mapping, *, side: Mapping | None
         return {**head, "status": "skipped", "note": "not located: the reference failed", "bisect_ms": None}
     p = plan["module"]
     layers = ((module_result.get("module") or {}).get("placement") or {}).get("layers") or {}
-    rec = locate_first_difference(mlir_text=mlir_text, side=side or {},
+    run_side = {**(side or {}), "executors": p.get("run_executors") or (side or {}).get("executors") or []}
+    rec = locate_first_difference(mlir_text=mlir_text, side=run_side,
                                   prepared_model=plan.get("prepared_model") or (side or {}).get("prepared_model"),
                                   inputs=inputs, input_names=list(p.get("inputs") or meta.get("input_names") or []),
                                   output_names=list(p.get("outputs") or meta.get("output_names") or []),

@@ -38,6 +38,8 @@ MODULE_MODE = "module"
 RUN_MODES = ("auto", MODULE_MODE, PARTITIONS_MODE)
 #: IREE targets whose device is local (one module can hold devices of these)
 LOCAL_TARGETS = ("llvm-cpu", "vmvx")
+#: executor options read only when the module runs (iree-run-module's --device and flags)
+RUN_ONLY_OPTIONS = ("device", "run_flags")
 #: ops with bodies (regions): their body ops run where the op runs
 REGION_OPS = ("If", "Loop", "Scan")
 
@@ -218,10 +220,19 @@ def iree_version() -> str:
     return f"{version} {os.environ.get('IREE_COMPILE') or ''}".strip()
 
 
+def compile_view(executors: Iterable[Mapping]) -> list[dict]:
+    """The executors' definitions as the module's compile reads them: without the run-only
+    options (:data:`RUN_ONLY_OPTIONS`) and empty ones (an empty list is no option)."""
+    return [{**e, "options": {k: v for k, v in (e.get("options") or {}).items()
+                              if k not in RUN_ONLY_OPTIONS and v not in (None, [], "")}} for e in executors]
+
+
 def module_fingerprint(mlir_digest: str, assignment: Mapping, executors: list[Mapping], version: str,
                        debug_ir: str | None = None) -> str:
-    """sha256 (hex) of what the module's compile depends on."""
-    data = json.dumps({"mlir": mlir_digest, "assignment": dict(assignment), "executors": list(executors),
+    """sha256 (hex) of what the module's compile depends on: the executors' definitions
+    without their run-only options (:data:`RUN_ONLY_OPTIONS`: a changed ``--runtime-option``
+    runs the module again, it does not recompile it)."""
+    data = json.dumps({"mlir": mlir_digest, "assignment": dict(assignment), "executors": compile_view(executors),
                        "iree": version, "debug_ir": debug_ir}, sort_keys=True, default=str)
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
@@ -247,8 +258,9 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
 
     Returns:
         ``(plan, {path: bytes})``: the plan (``mode: "module"``, ``module``: the partition
-        ``module-<fingerprint[:12]>`` whose ``model`` is its ``placement.json``; ``partitions``:
-        the chain) and the side file to write.
+        ``module-<fingerprint[:12]>`` whose ``model`` is its ``placement.json`` (what the
+        compile reads: a changed run-only option leaves it as it is) and ``run_executors``
+        (the definitions the run uses); ``partitions``: the chain) and the side file to write.
     """
     prepared = partitions_plan.get("prepared_model")
     weights = [prepared] + [str(f) for f in sorted(Path(prepared).parent.glob("*.irpa"))] if prepared else []
@@ -258,7 +270,7 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
     side_path = Path(partitions_dir) / pid / MODULE_SIDE_FILE
     side = {"full_mlir": os.path.abspath(full_mlir), "prepared_model": os.path.abspath(prepared) if prepared else None,
             "node_keys": list(node_keys or []), "assignment": dict(sorted(assignment.items())),
-            "key_layer": dict(sorted(key_layer.items())), "executors": list(executors), "fingerprint": fp,
+            "key_layer": dict(sorted(key_layer.items())), "executors": compile_view(executors), "fingerprint": fp,
             "debug_ir": debug_ir}
     first = partitions_plan["partitions"]
     layer_ids = [lid for p in first for lid in p["layer_ids"]]
@@ -268,7 +280,7 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
             "num_nodes": sum(p["num_nodes"] for p in first), "layer_ids": layer_ids,
             "inputs": list(partitions_plan["graph_inputs"]), "outputs": list(partitions_plan["graph_outputs"]),
             "num_initializers": 0, "model": str(side_path), "executor_def": compile_def, "compile_def": compile_def,
-            "compile_batch": None}
+            "compile_batch": None, "run_executors": list(executors)}
     plan = {**partitions_plan, "schema": PLAN_SCHEMA, "mode": MODULE_MODE, "mode_reason": reason,
             "module": part, "full_mlir": full_mlir}
     data = (json.dumps(side, indent=2, sort_keys=True) + "\n").encode("utf-8")

@@ -230,7 +230,8 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
         f = failure(fr.get("stage") or "compile", fr.get("message") or "no compile result", fr.get("during"))
         return finish("error", f["summary"], f)
     try:
-        outs, run_ms = run_one_module(mod, side.get("executors") or [], inputs=inputs, input_names=p["inputs"],
+        outs, run_ms = run_one_module(mod, p.get("run_executors") or side.get("executors") or [], inputs=inputs,
+                                      input_names=p["inputs"],
                                       output_names=p["outputs"], work_dir=str(Path(partitions_dir) / p["pid"] / "run"),
                                       timeout_s=timeout_s, log_path=log_path)
     except StageError as e:

@@ -220,7 +220,6 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
     return {"module": str(work / MODULE_FILE), "function": placed["function"], "devices": devices, "transfers": placed["transfers"],
             "split": res["split"] if split else {}, "shared_executables": res["split"], "placement": placement,
             "unplaced": placed["unplaced"], "compile_ms": times, "argv": [first, second], "signature": signature,
-            "run_flags": [f for b in backends.values() for f in b.run_flags],
             "extra_results": placed.get("extra_results") or [], "not_exposed": placed.get("not_exposed") or {}}
 
 
@@ -229,7 +228,8 @@ def run_one_module(compiled: Mapping, executors: list[Mapping], *, inputs: Mappi
                    log_path: str | None = None) -> tuple[dict[str, "np.ndarray"], float]:
     """Run a module of :func:`compile_one_module` once with ``iree-run-module``, one
     ``--device=`` per declared device in ordinal order (e.g. ``--device=local-task
-    --device=local-task``), through the default executor's
+    --device=local-task``: each executor's ``device`` as configured now, with the
+    ``run_flags`` of all, each once), through the default executor's
     :meth:`~torq_gen_config.backends.iree.IreeBackend.run` (its dtype handling).
 
     Args:
@@ -249,12 +249,17 @@ def run_one_module(compiled: Mapping, executors: list[Mapping], *, inputs: Mappi
         ConfigError: the default executor is not configured.
     """
     devices = sorted(compiled["devices"], key=lambda d: d["ordinal"])
-    first = next((e for e in executors if e["name"] == devices[0]["executor"]), None)
-    if first is None:
-        raise ConfigError(f"executor {devices[0]['executor']!r} is not configured")
-    extra = [f"--device={d['device']}" for d in devices[1:]]
-    options = {**(first.get("options") or {}), "device": devices[0]["device"],
-               "run_flags": [*extra, *[f for f in compiled.get("run_flags") or [] if not f.startswith("--device=")]]}
+    by_name = {e["name"]: e for e in executors}
+    missing = [d["executor"] for d in devices if d["executor"] not in by_name]
+    if missing:
+        raise ConfigError(f"executor {missing[0]!r} is not configured")
+    # the runtime side from the executors as they are now: a changed --runtime-option
+    # runs the compiled module again, it does not recompile it
+    backends = [make_backend(by_name[d["executor"]]) for d in devices]
+    run_flags = [f for b in backends for f in b.run_flags if not f.startswith("--device=")]
+    first = by_name[devices[0]["executor"]]
+    options = {**(first.get("options") or {}), "device": backends[0].device,
+               "run_flags": [*(f"--device={b.device}" for b in backends[1:]), *dict.fromkeys(run_flags)]}
     backend = make_backend({**first, "options": options})
     artifact = CompiledArtifact(path=compiled["module"], compile_ms=None,
                                 info={"function": compiled.get("function") or FUNCTION, "signature": compiled.get("signature")})
