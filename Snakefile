@@ -9,11 +9,11 @@ import os
 from snakemake.utils import min_version, update_config
 
 from torq_gen_config.config import load_config_file
-from torq_gen_config.scheduler_sizes import size_only_temp_inputs
+from torq_gen_config.pipeline.scheduler_sizes import size_only_temp_inputs
 
 min_version("9.20")
 # Snakemake sizes every input of every ready job before each job selection; only temp()
-# inputs' sizes are used (torq_gen_config/scheduler_sizes.py: 16% of discovery's wall time
+# inputs' sizes are used (torq_gen_config/pipeline/scheduler_sizes.py: 16% of discovery's wall time
 # on a 668-layer model).
 size_only_temp_inputs()
 
@@ -58,7 +58,7 @@ else:
     # when this workflow is a module used with a prefix (a `localrules:` list is not renamed).
 
 
-    # One run per discovery: the same OS lock as the command line (torq_gen_config.run_lock),
+    # One run per discovery: the same OS lock as the command line (torq_gen_config.core.run_lock),
     # taken when the jobs start (not for dry runs), so both forms exclude each other.
     onstart:
         try:

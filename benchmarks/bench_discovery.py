@@ -62,10 +62,10 @@ def snakemake(*args: str) -> tuple[float, float, subprocess.CompletedProcess]:
 def sequential_loop(model: str, work: Path, config: dict) -> tuple[float, float, int]:
     """The baseline: every step of the workflow, one after the other, in this process."""
     from torq_gen_config.config import model_name
-    from torq_gen_config.steps.layer_tests import test_layer_job
-    from torq_gen_config.steps.prepare import import_full_model_job, prepare_model_job
-    from torq_gen_config.steps.report import aggregate_job
-    from torq_gen_config.steps.split import import_layer_job, reference_job, split_layers_job
+    from torq_gen_config.pipeline.steps.layer_tests import test_layer_job
+    from torq_gen_config.pipeline.steps.prepare import import_full_model_job, prepare_model_job
+    from torq_gen_config.pipeline.steps.report import aggregate_job
+    from torq_gen_config.pipeline.steps.split import import_layer_job, reference_job, split_layers_job
 
     c0, k0, t0 = cpu_self(), cpu_children(), time.perf_counter()
     w = work / "work"

@@ -35,7 +35,7 @@ feeds = make_inputs(model)
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
 if mode == "node":
-    from torq_gen_config.model_run import run_model_by_node
+    from torq_gen_config.reference.model_run import run_model_by_node
     res = run_model_by_node(model, feeds)
     extra = {"nodes_run": res["nodes_run"], "peak_live_bytes": res["peak_live_bytes"]}
 else:

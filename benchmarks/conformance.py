@@ -368,7 +368,7 @@ def main() -> None:
              else "all") + (f", matching {args.match!r}" if args.match else "")
     import onnx
 
-    from torq_gen_config.reference_run import engine_version
+    from torq_gen_config.reference.reference_run import engine_version
 
     print(f"\nnode tests (onnx {onnx.__version__}, onnxruntime {ort.__version__}): {n_all} collected, {n_expanded} "
           f"*_expanded* and {n_seq} with sequence/optional I/O left out, {n_considered} considered; "

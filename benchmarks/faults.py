@@ -90,8 +90,8 @@ SIGNAL_EXIT_S = 10.0
 
 
 def call_limit(timeout_s: float) -> float:
-    """The product's limit of one bounded call (torq_gen_config.limits)."""
-    from torq_gen_config.limits import call_limit as product_limit
+    """The product's limit of one bounded call (torq_gen_config.core.limits)."""
+    from torq_gen_config.core.limits import call_limit as product_limit
 
     return product_limit(timeout_s)
 
@@ -1248,7 +1248,7 @@ def slurm_up() -> None:
     the row is not measured."""
     import importlib.util
 
-    from torq_gen_config.cluster import slurm_controller_problem
+    from torq_gen_config.pipeline.cluster import slurm_controller_problem
 
     if importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         raise NotMeasured("not measured here: snakemake-executor-plugin-slurm is not installed (pip install -e "

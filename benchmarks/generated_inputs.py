@@ -7,7 +7,7 @@ outputs left out), for every model that ONNX Runtime (CPU, optimizations off) ca
 
   - the figure: the share of models whose ORT run fails on the values of
     ``torq_gen_config.inputs.generate.generate_inputs`` (run through
-    ``torq_gen_config.ort_io.run``), as "X of Y (Z%)";
+    ``torq_gen_config.core.ort_io.run``), as "X of Y (Z%)";
   - the baseline, measured in the same run: the uniform per-dtype generator that came
     before the op rules (reimplemented below: floats in [-1, 1), ints in [-40, 40),
     uint8 in [0, 80), bools, index inputs of Gather/GatherElements/ScatterElements/
@@ -146,7 +146,7 @@ def main() -> None:
     import onnxruntime as ort
     from onnx.backend.test.case.node import collect_testcases
 
-    from torq_gen_config import ort_io
+    from torq_gen_config.core import ort_io
     from torq_gen_config.inputs.generate import generate_inputs
 
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Per-job cost of the supervised workers (torq_gen_config.isolation): the same layer
+"""Per-job cost of the supervised workers (torq_gen_config.core.isolation): the same layer
 jobs run in this process (``TORQ_GEN_CONFIG_INLINE=1``, what the product did before)
 and in a forkserver worker (the product), measured in the same run.
 
@@ -57,7 +57,7 @@ def main() -> int:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from torq_gen_config import isolation
+    from torq_gen_config.core import isolation
     from torq_gen_config.backends import make_backend
     from torq_gen_config.reference import compute_reference, load_reference
 

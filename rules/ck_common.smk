@@ -4,9 +4,9 @@ import os
 
 from snakemake.exceptions import WorkflowError
 
-from torq_gen_config import isolation, run_lock
+from torq_gen_config.core import isolation, run_lock
 from torq_gen_config.ck import steps as ck_steps
-from torq_gen_config.errors import TorqGenConfigError
+from torq_gen_config.core.errors import TorqGenConfigError
 
 try:
     CK = ck_steps.settings(config)

@@ -7,27 +7,30 @@ import re
 from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import ExecMode
 
-from torq_gen_config import backends, batch_compile, isolation, layout, run_lock, steps
-from torq_gen_config.steps import units
-import torq_gen_config.steps.full_model
-import torq_gen_config.steps.layer_tests
-import torq_gen_config.steps.prepare
-import torq_gen_config.steps.quantize
-import torq_gen_config.steps.report
-import torq_gen_config.steps.report_html
-import torq_gen_config.steps.split
-import torq_gen_config.steps.units
-from torq_gen_config.steps import untracked
-from torq_gen_config.steps.markers import skipped_rerun_token, timeout_rerun_token
+from torq_gen_config import backends
+from torq_gen_config.core import isolation, layout, run_lock
+from torq_gen_config.discovery import batch_compile
+from torq_gen_config.pipeline import steps
+from torq_gen_config.pipeline.steps import units
+import torq_gen_config.pipeline.steps.full_model
+import torq_gen_config.pipeline.steps.layer_tests
+import torq_gen_config.pipeline.steps.prepare
+import torq_gen_config.pipeline.steps.quantize
+import torq_gen_config.pipeline.steps.report
+import torq_gen_config.pipeline.steps.report_html
+import torq_gen_config.pipeline.steps.split
+import torq_gen_config.pipeline.steps.units
+from torq_gen_config.pipeline.steps import untracked
+from torq_gen_config.pipeline.steps.markers import skipped_rerun_token, timeout_rerun_token
 from torq_gen_config.backends import NEEDS_MLIR
 from torq_gen_config.backends import parameters as weights_mode
 from torq_gen_config.config import (PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes,
                                     resolve_model_path, validate_config)
-from torq_gen_config.errors import ReportError, TorqGenConfigError
-from torq_gen_config.fileio import damaged_work_file, file_fingerprint, read_json, remove_temporary_files
+from torq_gen_config.core.errors import ReportError, TorqGenConfigError
+from torq_gen_config.core.fileio import damaged_work_file, file_fingerprint, read_json, remove_temporary_files
 from torq_gen_config.model import tested_layers as layer_test_plan
 from torq_gen_config.model.prepare import model_fingerprint
-from torq_gen_config.model_inputs import MODEL_INPUTS_FILE
+from torq_gen_config.reference.model_inputs import MODEL_INPUTS_FILE
 from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
 
 try:
@@ -35,7 +38,7 @@ try:
 except TorqGenConfigError as e:
     raise WorkflowError(str(e))
 
-# in-process work runs in supervised workers (torq_gen_config.isolation): a new run may
+# in-process work runs in supervised workers (torq_gen_config.core.isolation): a new run may
 # start them, and Ctrl-C / SIGTERM stop them and the tools at once
 isolation.reset()
 isolation.install_stop_handlers()
@@ -56,7 +59,7 @@ if "{" in OUT or "}" in OUT:
     raise WorkflowError(f"output_dir must not contain braces (Snakemake wildcards): {OUT}")
 # Subgraph mode (subgraph_from/subgraph_to; docs/subgraph.md): the range resolved in
 # the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>"); every
-# file is keyed by MODEL_NAME (torq_gen_config.layout), so models and subgraphs can
+# file is keyed by MODEL_NAME (torq_gen_config.core.layout), so models and subgraphs can
 # share an output directory.
 try:
     SUBGRAPH = subgraph_of_config(config, MODEL_PATH, labels=SUBGRAPH_KEYS)
@@ -478,7 +481,7 @@ def run_input_data():
     return [str(resolve_model_path(config["run_input_data"]))] if config["run_input_data"] else []
 
 
-# Units of work (steps/units.py, docs/scale.md): ~32 tested layers per job, a whole
+# Units of work (pipeline/steps/units.py, docs/scale.md): ~32 tested layers per job, a whole
 # number of compile batches; rules prepare_unit (rules/split.smk) and test_unit
 # (rules/layer_tests.smk) write each member's files and keep what is up to date.
 UNITS = os.path.join(WORK, units.UNITS_DIR)

@@ -7,7 +7,7 @@
 # executor map: compile_partition compiles work/full.mlir once with
 # --torq-executor-map, run_full_model runs that module once.
 # docs/full_model_run.md describes the files; the logic is in
-# torq_gen_config.fullrun, the steps in torq_gen_config.steps.full_model; the
+# torq_gen_config.fullrun, the steps in torq_gen_config.pipeline.steps.full_model; the
 # paths (FULL_*) and input functions are in rules/common.smk.
 
 

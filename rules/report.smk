@@ -31,7 +31,7 @@ rule aggregate_report:
         # weights inline or as IREE parameters (docs/parameters.md): the report says which and why
         parameters=PARAMETER_SETTINGS,
         outdated=REPORT_OUTDATED,
-        # minimal: the finished run's intermediates removed (torq_gen_config.keep_work); a
+        # minimal: the finished run's intermediates removed (torq_gen_config.core.keep_work); a
         # change reruns this job, which removes them (or keeps what is made from now on)
         keep_work=config["keep_work"],
     log:

@@ -72,7 +72,7 @@ def folding_model() -> onnx.ModelProto:
 
 def work(out, name: str | None = None) -> Path:
     """The work directory of a discovery in ``out``: ``out/work/<name>``
-    (torq_gen_config.layout); without ``name``, the only one there."""
+    (torq_gen_config.core.layout); without ``name``, the only one there."""
     root = Path(out) / "work"
     if name is not None:
         return root / name

@@ -1,6 +1,7 @@
 """The package's import structure (pyproject.toml [tool.importlinter]): no cycles between
-sibling modules or packages at any depth, the package layered (README, Layout), ck-profile
-layered and using only the basic layer; and the contracts catch a violation."""
+sibling modules or packages at any depth, the package layered by pipeline stage (README,
+Layout; docs/architecture.md), ck-profile layered and using only the basic layer; the
+contracts catch a violation; the root holds at most 8 modules."""
 
 from __future__ import annotations
 
@@ -29,21 +30,28 @@ def test_layers_contract_catches_an_upward_import(tmp_path):
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copytree(REPO / "workflow" / "torq_gen_config", tmp_path / "torq_gen_config",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    with open(tmp_path / "torq_gen_config" / "errors.py", "a", encoding="utf-8") as f:
-        f.write("\nfrom . import report  # noqa: E402,F401\n")
+    with open(tmp_path / "torq_gen_config" / "core" / "errors.py", "a", encoding="utf-8") as f:
+        f.write("\nfrom .. import report  # noqa: E402,F401\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     r = _lint(tmp_path, env)
     assert r.returncode != 0
     assert "the package is layered" in r.stdout and "BROKEN" in r.stdout
-    assert "torq_gen_config.errors -> torq_gen_config.report" in r.stdout
+    assert "torq_gen_config.core.errors -> torq_gen_config.report" in r.stdout
 
 
-def test_no_module_over_500_lines():
-    """One responsibility per module: none of the package's modules grows past ~500 lines."""
+def test_the_folders_are_the_pipeline():
+    """The package root holds at most 8 modules (the rest lives in the folder of its stage,
+    docs/architecture.md), and every folder is a package the layers contract names."""
+    import tomllib
+
     root = REPO / "workflow" / "torq_gen_config"
-    sizes = {str(p.relative_to(root)): sum(1 for _ in p.open(encoding="utf-8")) for p in root.rglob("*.py")}
-    assert len(sizes) > 100
-    assert {k: n for k, n in sizes.items() if n > 500} == {}
+    modules = sorted(p.name for p in root.glob("*.py"))
+    assert len(modules) <= 8, modules
+    folders = {d.name for d in root.iterdir() if d.is_dir() and (d / "__init__.py").is_file()}
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in contracts if c.get("containers") == ["torq_gen_config"])
+    named = {part.strip() for line in layers for part in line.split("|")}
+    assert folders <= named, f"folders the layers contract does not place: {sorted(folders - named)}"
 
 
 def test_readme_layout_names_every_module():

@@ -1,4 +1,4 @@
-"""Tests of torq_gen_config.batch_compile: batch plans, one compile per batch with the
+"""Tests of torq_gen_config.discovery.batch_compile: batch plans, one compile per batch with the
 real IREE compiler, failing layers left to compile alone (located, bisected, timeout)."""
 
 from __future__ import annotations
@@ -13,12 +13,20 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
 
-from torq_gen_config import backends, batch_compile
+from torq_gen_config import backends
+from torq_gen_config.discovery import batch_compile
 from torq_gen_config.backends.base import CompiledArtifact, StageError
-from torq_gen_config.batch_compile import (ALONE, COMPILED, IMPORT_FAILED, compile_batch, member_artifact, plan_batches,
-                                          settings_key)
+from torq_gen_config.discovery.batch_compile import (
+    ALONE,
+    COMPILED,
+    IMPORT_FAILED,
+    compile_batch,
+    member_artifact,
+    plan_batches,
+    settings_key,
+)
 from torq_gen_config.mlir.importer import import_model
-from torq_gen_config.steps.layer_tests import compile_batch_job
+from torq_gen_config.pipeline.steps.layer_tests import compile_batch_job
 
 vi = h.make_tensor_value_info
 VMVX = {"name": "vmvx", "backend": "iree", "options": {"target": "vmvx"}}
@@ -160,7 +168,7 @@ def test_timeout_leaves_every_layer_to_compile_alone(members, tmp_path, monkeypa
     assert "timed out" in rec["members"][0]["reason"] and len(rec["compiles"]) == 1
     assert (tmp_path / "module.vmfb").read_bytes() == b""
     # the job records the timeout: a rerun with a larger --timeout compiles the batch again
-    from torq_gen_config.steps.markers import TIMED_OUT_SUFFIX, timeout_rerun_token
+    from torq_gen_config.pipeline.steps.markers import TIMED_OUT_SUFFIX, timeout_rerun_token
 
     job_dir = tmp_path / "job"
     compile_batch_job(executor={"name": "f", "backend": "fake"}, members=_fake_members(tmp_path, 99, members),

@@ -1,4 +1,4 @@
-"""torq_gen_config.cluster: the checks before `discover --profile` (one line, no 9 s wait)."""
+"""torq_gen_config.pipeline.cluster: the checks before `discover --profile` (one line, no 9 s wait)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from torq_gen_config import cluster
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.pipeline import cluster
+from torq_gen_config.core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, resolve_model_path, validate_config
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 
 
 def base():

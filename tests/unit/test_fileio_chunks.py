@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from torq_gen_config.fileio import atomic_write_files, json_bytes, json_chunks
+from torq_gen_config.core.fileio import atomic_write_files, json_bytes, json_chunks
 
 
 @pytest.mark.parametrize("data", [

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from torq_gen_config.errors import DamagedWorkFile
-from torq_gen_config.fileio import load_npz, save_npz
+from torq_gen_config.core.errors import DamagedWorkFile
+from torq_gen_config.core.fileio import load_npz, save_npz
 
 
 def test_a_damaged_npz_is_named_and_removed(tmp_path):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from torq_gen_config import isolation, job_support, run_lock
-from torq_gen_config.isolation import WorkerCrash, WorkerError, WorkerTimeout, run_isolated
+from torq_gen_config.core import isolation, job_support, run_lock
+from torq_gen_config.core.isolation import WorkerCrash, WorkerError, WorkerTimeout, run_isolated
 
 
 # module-level: workers receive functions by name
@@ -160,7 +160,7 @@ def test_model_job_is_done_again_without_the_whole_model_run_after_a_crash(capsy
 
 
 def test_model_job_crash_without_a_fallback_is_one_model_error():
-    from torq_gen_config.errors import ModelError
+    from torq_gen_config.core.errors import ModelError
 
     with pytest.raises(ModelError, match="the model preparation crashed"):
         job_support.in_worker(_prepare_like, "the model preparation", 60)
@@ -177,7 +177,7 @@ def test_stale_snakemake_lock_of_this_output_dir_is_removed(tmp_path):
     (locks / "1.input.lock").write_text("")
     held = out / ".torq-gen-config-m.lock"
     child = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); from torq_gen_config import run_lock; "
+        "import sys, time; sys.path.insert(0, sys.argv[1]); from torq_gen_config.core import run_lock; "
         "run_lock.acquire(sys.argv[2]); print('held', flush=True); time.sleep(60)"),
         str(Path(isolation.__file__).parents[1]), str(held)], stdout=subprocess.PIPE, text=True)
     try:
@@ -193,7 +193,7 @@ def test_stale_snakemake_lock_of_this_output_dir_is_removed(tmp_path):
 
 
 def test_temporary_files_of_killed_writers_are_removed(tmp_path):
-    from torq_gen_config.fileio import atomic_write_bytes, remove_temporary_files
+    from torq_gen_config.core.fileio import atomic_write_bytes, remove_temporary_files
 
     (tmp_path / "layers" / "a").mkdir(parents=True)
     left = tmp_path / "layers" / "a" / ".reference.npz.bxol44ks.tmp"
@@ -204,7 +204,7 @@ def test_temporary_files_of_killed_writers_are_removed(tmp_path):
 
 
 def test_no_result_is_written_once_the_run_is_stopping(tmp_path):
-    from torq_gen_config.fileio import atomic_write_bytes
+    from torq_gen_config.core.fileio import atomic_write_bytes
 
     isolation.kill_all()
     try:
@@ -223,7 +223,7 @@ def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):
     run_lock.acquire(lock)
     run_lock.acquire(lock)  # reentrant in one process
     try:
-        code = ("import sys; sys.path.insert(0, sys.argv[2]); from torq_gen_config import run_lock\n"
+        code = ("import sys; sys.path.insert(0, sys.argv[2]); from torq_gen_config.core import run_lock\n"
                 "try:\n    run_lock.acquire(sys.argv[1])\nexcept run_lock.RunLocked as e:\n    print(e); sys.exit(7)")
         pkg = str(Path(run_lock.__file__).parents[1])
         p = subprocess.run([sys.executable, "-c", code, str(lock), pkg], capture_output=True, text=True, timeout=60)
@@ -239,7 +239,7 @@ def test_lock_excludes_other_processes_and_names_the_holder(tmp_path):
 
 
 def test_staleness_outdated_marker_and_changed_model(tmp_path):
-    from torq_gen_config.layout import OUTDATED_MARKER, clear_outdated, mark_outdated, report_file, work_dir
+    from torq_gen_config.core.layout import OUTDATED_MARKER, clear_outdated, mark_outdated, report_file, work_dir
     from torq_gen_config.report.staleness import model_digest, staleness
 
     model = tmp_path / "m.onnx"
@@ -252,11 +252,11 @@ def test_staleness_outdated_marker_and_changed_model(tmp_path):
     lines = staleness(report_path, report)
     assert len(lines) == 1 and "out of date" in lines[0] and "did not finish" in lines[0]
     # while another process holds the run's lock, the run is in progress, not failed
-    from torq_gen_config.layout import lock_file
+    from torq_gen_config.core.layout import lock_file
 
     lock = tmp_path / lock_file("m")
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.argv = ['torq-gen-config', 'discover']; from torq_gen_config import run_lock; "
+        "import sys, time; sys.argv = ['torq-gen-config', 'discover']; from torq_gen_config.core import run_lock; "
         f"run_lock.acquire({str(lock)!r}); print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True)
     try:
@@ -280,7 +280,7 @@ def test_stop_handlers_keep_an_ignored_sigint_and_let_sigterm_act_while_stopping
     what it did before (found by a fresh-user test: a backgrounded run could only be kill -9'd)."""
     code = r"""
 import signal, sys
-from torq_gen_config import isolation
+from torq_gen_config.core import isolation
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 isolation.install_stop_handlers()
 assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "SIGINT no longer ignored"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from torq_gen_config import keep_work
-from torq_gen_config.fileio import write_json
-from torq_gen_config.schemas import schema_for, validator
-from torq_gen_config.steps import units
+from torq_gen_config.core import keep_work
+from torq_gen_config.core.fileio import write_json
+from torq_gen_config.core.schemas import schema_for, validator
+from torq_gen_config.pipeline.steps import units
 
 
 def _blocks(path: Path) -> int:

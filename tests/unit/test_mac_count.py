@@ -1,4 +1,4 @@
-"""Tests of torq_gen_config.mac_count on small single-node ONNX models (numbers by hand)."""
+"""Tests of torq_gen_config.model.mac_count on small single-node ONNX models (numbers by hand)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from torq_gen_config.mac_count import mac_count
+from torq_gen_config.model.mac_count import mac_count
 
 F = TensorProto.FLOAT
 

@@ -8,7 +8,7 @@ import onnx
 from conftest import LIGHT, TensorProto, helper, tvi
 from fixtures.models import encoder_reference, transformer_encoder_layer
 
-from torq_gen_config.model_run import run_model_by_node
+from torq_gen_config.reference.model_run import run_model_by_node
 
 
 def test_values_match_a_numpy_encoder_layer_and_every_type_is_observed():

@@ -1,4 +1,4 @@
-"""Tests of the progress display (torq_gen_config/progress.py) fed with the log records
+"""Tests of the progress display (torq_gen_config/core/progress.py) fed with the log records
 Snakemake emits (same event names and fields as snakemake's scheduler and jobs), and of its
 installation in place of Snakemake's console handler (workflow_api)."""
 
@@ -11,8 +11,9 @@ import sys
 import pytest
 from snakemake_interface_logger_plugins.common import LogEvent
 
-from torq_gen_config import cluster, progress
-from torq_gen_config.progress import ProgressDisplay, display_mode
+from torq_gen_config.pipeline import cluster
+from torq_gen_config.core import progress
+from torq_gen_config.core.progress import ProgressDisplay, display_mode
 
 
 def rec(msg=None, level=logging.INFO, **extra):
@@ -160,7 +161,7 @@ def test_installed_in_place_of_snakemakes_console_handler(streams):
     """workflow_api._progress_display swaps Snakemake's console handler for the display and back."""
     from snakemake.logging import logger
 
-    from torq_gen_config.workflow_api import _progress_display
+    from torq_gen_config.pipeline.workflow_api import _progress_display
 
     console = logging.StreamHandler(io.StringIO())
     console.name = "DefaultStreamHandler"
@@ -195,7 +196,7 @@ def test_live_mode_catches_what_other_processes_write(capfd, tmp_path):
 def test_a_success_that_could_not_have_failed_is_counted_apart(streams):
     """success* (an inconclusive comparison, from layer_test.one_line_summary) is its own
     count, not a success."""
-    from torq_gen_config.layer_test import one_line_summary
+    from torq_gen_config.discovery.layer_test import one_line_summary
 
     res = {"executor": "ort", "layer_id": "Softmax_s", "status": "success", "failure_report": None,
            "timing": {"compile_ms": 3.0, "run_ms": 1.0},

@@ -11,9 +11,9 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config.errors import ModelError
+from torq_gen_config.core.errors import ModelError
 from torq_gen_config.inputs.generate import make_inputs
-from torq_gen_config.model_inputs import load_input_data
+from torq_gen_config.reference.model_inputs import load_input_data
 from torq_gen_config.reference import (
     compute_reference,
     load_layer_inputs,
@@ -83,7 +83,7 @@ def test_propagated_bf16_layer_inputs_stay_bf16(tmp_path):
     onnx.save(layer, tmp_path / "concat.onnx")
     manifest = {"layers": [{"slug": "relu", "inputs": [{"name": "x"}]},
                            {"slug": "concat", "inputs": [{"name": "r"}, {"name": "x"}]}]}
-    from torq_gen_config.model_inputs import cast_to_model_inputs, save_model_inputs
+    from torq_gen_config.reference.model_inputs import cast_to_model_inputs, save_model_inputs
 
     def model_inputs(seed):
         feeds = {"x": np.random.default_rng(seed).uniform(-1, 1, (1, 4)).astype(np.float32)}

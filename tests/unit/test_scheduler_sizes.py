@@ -1,4 +1,4 @@
-"""torq_gen_config.scheduler_sizes: Snakemake's scheduler sizes only temp() inputs.
+"""torq_gen_config.pipeline.scheduler_sizes: Snakemake's scheduler sizes only temp() inputs.
 
 The patch rests on three facts of the installed Snakemake, pinned here so that an
 upgrade that changes them fails this test rather than the scheduling.
@@ -9,7 +9,7 @@ import inspect
 
 from snakemake.scheduling.job_scheduler import JobScheduler
 
-from torq_gen_config import scheduler_sizes
+from torq_gen_config.pipeline import scheduler_sizes
 
 
 def test_the_installed_snakemake_has_what_the_patch_replaces():

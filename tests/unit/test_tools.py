@@ -1,4 +1,4 @@
-"""Tests of torq_gen_config.tools: run_tool (timeouts, crashes, logs), find_tool, message bounding."""
+"""Tests of torq_gen_config.core.tools: run_tool (timeouts, crashes, logs), find_tool, message bounding."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from torq_gen_config.tools import (
+from torq_gen_config.core.tools import (
     ToolNotFoundError,
     bounded_message,
     find_tool,

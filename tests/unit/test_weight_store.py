@@ -1,4 +1,4 @@
-"""The weight store (:mod:`torq_gen_config.weight_store`): each large tensor on disk once,
+"""The weight store (:mod:`torq_gen_config.core.weight_store`): each large tensor on disk once,
 read by ONNX Runtime, onnx, IREE's parameter loader and the MLIR importer from the same
 bytes; and the split, the folding and the layer references on top of it."""
 
@@ -14,9 +14,9 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config import external_data as xd
-from torq_gen_config import weight_store as ws
-from torq_gen_config.batch_compile import layer_weight_bytes, plan_batches
+from torq_gen_config.core import external_data as xd
+from torq_gen_config.core import weight_store as ws
+from torq_gen_config.discovery.batch_compile import layer_weight_bytes, plan_batches
 from torq_gen_config.model.folding import ConstantValues, fold_constants
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
@@ -227,8 +227,8 @@ def test_engines_read_stored_tensors_without_copies(tmp_path):
     """A node model and a whole model whose tensors are in the store run on ONNX Runtime
     from memory (the folder option) and on onnx's evaluator (weights read in), with the
     outputs of the same model inline."""
-    from torq_gen_config.model_run import run_model_by_node
-    from torq_gen_config.reference_run import run_reference
+    from torq_gen_config.reference.model_run import run_model_by_node
+    from torq_gen_config.reference.reference_run import run_reference
 
     inline = _big_const_mlp()
     m = _big_const_mlp()

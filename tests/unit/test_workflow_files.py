@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from torq_gen_config import config, schemas, workflow_api, workflow_files
-from torq_gen_config.errors import ConfigError
+from torq_gen_config import config
+from torq_gen_config import workflow_files
+from torq_gen_config.core import schemas
+from torq_gen_config.pipeline import workflow_api
+from torq_gen_config.core.errors import ConfigError
 
 
 def test_from_a_checkout_the_checkouts_files():
@@ -117,7 +120,7 @@ def test_discover_options_find_the_presets_from_another_directory(monkeypatch, t
     cfg = options.build_config(argparse.Namespace(model=str(squeezenet_path), config_file="config/torq.yaml"))
     assert [e["backend"] for e in cfg["executors"]] == ["torq"] * len(cfg["executors"])
     seen = []
-    monkeypatch.setattr("torq_gen_config.cluster.check_profile", lambda p: seen.append(p))
+    monkeypatch.setattr("torq_gen_config.pipeline.cluster.check_profile", lambda p: seen.append(p))
     args = argparse.Namespace(cores=None, profile="profiles/slurm")
     options.resolve_execution_options(args)
     assert seen == [str(REPO / "profiles" / "slurm")] and args.profile == seen[0]

@@ -19,11 +19,11 @@ import pytest
 
 from conftest import cli_in_process, one_line_error, run_cli
 from test_output_schemas import validate_tree
-from torq_gen_config import run_lock
+from torq_gen_config.core import run_lock
 from torq_gen_config.conformance import cases
 from torq_gen_config.conformance.expected import close_to_expected
-from torq_gen_config.layout import lock_file
-from torq_gen_config.schemas import schema_for, validator
+from torq_gen_config.core.layout import lock_file
+from torq_gen_config.core.schemas import schema_for, validator
 
 pytestmark = pytest.mark.slow
 ARGS = ["--ops", "Relu,Add", "-j", "2", "--skip-executors", "vmvx"]

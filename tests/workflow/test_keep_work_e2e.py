@@ -15,7 +15,7 @@ import pytest
 from conftest import TensorProto, helper, make_model, run_cli, tvi, work
 from onnx import numpy_helper
 
-from torq_gen_config.schemas import validator
+from torq_gen_config.core.schemas import validator
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 The end-to-end tests run ``discover``, ``run``, ``edit`` and ``ck-profile`` on real models
 (onnx's light_squeezenet, a small Conv/Relu/MaxPool model for the precision and subgraph
 modes, the ResNet-50 convolution trace of ``tests/data``), then validate every ``*.json``
-under the output directory against the schema :mod:`torq_gen_config.schemas` maps its
+under the output directory against the schema :mod:`torq_gen_config.core.schemas` maps its
 path to. A JSON file with no schema fails the test, so a new output needs a schema; each
 schema must reject the file with any of its required top-level fields renamed (so
 ``required`` is not empty and names fields the tool really writes).
@@ -26,7 +26,7 @@ import pytest
 from onnx import numpy_helper
 
 from conftest import REPO, TensorProto, copy_discovery, helper, make_model, run_cli, tvi, work
-from torq_gen_config.schemas import OUTPUT_SCHEMAS, SCHEMA_DIR, load_schema, schema_for, validator
+from torq_gen_config.core.schemas import OUTPUT_SCHEMAS, SCHEMA_DIR, load_schema, schema_for, validator
 
 SNAKEMAKE_STATE = ".snakemake"  # Snakemake's own metadata, not an output of the tool
 cached_validator = functools.lru_cache(maxsize=None)(validator)
@@ -229,7 +229,7 @@ def test_torq_discover_and_run_outputs_validate(tmp_path, monkeypatch):
 
 def test_run_lock_holder_validates(tmp_path):
     """The holder record exists only while a run holds the lock: taken here in-process."""
-    from torq_gen_config import run_lock
+    from torq_gen_config.core import run_lock
 
     lock = tmp_path / ".torq-gen-config-m.lock"
     run_lock.acquire(lock)

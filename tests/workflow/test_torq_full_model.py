@@ -23,7 +23,7 @@ from conftest import (FAKE_COMPILE, FAKE_DIR, FAKE_RUN, REPO, TORQ_VARS, VENV_BI
                       helper, make_model, run_cli, tvi, work)
 from onnx import numpy_helper
 
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.backends.torq.whole_model import TORQ_MAP_FILE
 from torq_gen_config.fullrun.compile import compile_partition
 from torq_gen_config.fullrun.execute import run_partitions

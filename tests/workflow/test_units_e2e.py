@@ -24,10 +24,10 @@ from conftest import REPO, run_cli, work
 from fixtures.models import transformer_encoder_stack
 
 from torq_gen_config.backends import NEEDS_MLIR, capabilities
-from torq_gen_config.batch_compile import plan_batches
+from torq_gen_config.discovery.batch_compile import plan_batches
 from torq_gen_config.config import load_config_file
-from torq_gen_config.steps import layer_tests
-from torq_gen_config.steps.split import import_layer_job, reference_job
+from torq_gen_config.pipeline.steps import layer_tests
+from torq_gen_config.pipeline.steps.split import import_layer_job, reference_job
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 The package holds all logic of the workflow (model preparation, layer split,
 references, MLIR import and locations, backends, comparison, report) and the
 ``torq-gen-config`` command line. The Snakemake rules in ``rules/`` only wire
-files to the functions in :mod:`torq_gen_config.steps` (one module per rules file).
+files to the functions in :mod:`torq_gen_config.pipeline.steps` (one module per rules file).
 """
 
 __version__ = "0.1.0"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import workflow_files
-from .errors import ConfigError
+from .core.errors import ConfigError
 
 # in a checkout or an installed wheel (torq_gen_config.workflow_files)
 SCHEMA_PATH = workflow_files.schema_dir() / "config.schema.yaml"

@@ -33,8 +33,8 @@ from torq_gen_config.backends.iree import IreeBackend
 from torq_gen_config.backends.iree_tools import parse_mlir_signature
 from torq_gen_config.backends.onnxruntime import OnnxRuntimeBackend
 from torq_gen_config.backends.ort_session import ort_reference_session, ort_version
-from torq_gen_config.errors import ConfigError
-from torq_gen_config.tools import find_tool, run_tool
+from torq_gen_config.core.errors import ConfigError
+from torq_gen_config.core.tools import find_tool, run_tool
 
 TOL = 1e-5
 COMPILE_TIMEOUT_S = 300
@@ -663,7 +663,7 @@ def test_broken_backend_does_not_break_others(monkeypatch):
 def test_backend_modules_are_light_to_import():
     code = (
         "import sys\n"
-        "import torq_gen_config.tools, torq_gen_config.backends\n"
+        "import torq_gen_config.core.tools, torq_gen_config.backends\n"
         "import torq_gen_config.backends.base, torq_gen_config.backends.iree, torq_gen_config.backends.onnxruntime\n"
         "from torq_gen_config.backends import make_backend\n"
         "make_backend({'name': 'a', 'backend': 'iree'}); make_backend({'name': 'b', 'backend': 'onnxruntime'})\n"

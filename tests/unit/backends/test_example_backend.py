@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from torq_gen_config.backends import BACKEND_KINDS, NEEDS_MLIR, executor_with_tool_options, make_backend
 from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.fullrun import (
     compile_partition,
     make_assignment,
@@ -24,7 +24,7 @@ from torq_gen_config.fullrun import (
     run_partitions,
     selection_from_report,
 )
-from torq_gen_config.layer_test import run_layer_test
+from torq_gen_config.discovery.layer_test import run_layer_test
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
 from torq_gen_config.reference import compute_reference

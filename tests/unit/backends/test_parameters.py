@@ -9,7 +9,7 @@ from conftest import REPO, SQUEEZENET, cli_in_process, one_line_error
 
 from torq_gen_config.backends.parameters import describe, resolve, resolve_from, size_text, with_parameters
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 
 IREE = {"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu", "run_flags": ["--x"]}}
 ORT = {"name": "ort", "backend": "onnxruntime", "options": {}}

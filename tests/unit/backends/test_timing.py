@@ -27,7 +27,7 @@ from torq_gen_config.report.recommend import (
     recommend_executor,
     recommend_with_reason,
 )
-from torq_gen_config.tools import find_tool, run_tool
+from torq_gen_config.core.tools import find_tool, run_tool
 
 EXECUTORS = [
     {"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu", "device": "local-task"}},
@@ -197,7 +197,7 @@ def test_parse_benchmark_json_uses_repetitions_not_aggregates():
 # ----------------------------------------------------------- run_layer_test
 
 def _layer_test(conv, tmp_path, executor, timing):
-    from torq_gen_config.layer_test import run_layer_test
+    from torq_gen_config.discovery.layer_test import run_layer_test
     from torq_gen_config.reference import compute_reference
 
     ref = tmp_path / "reference.npz"
@@ -334,7 +334,7 @@ def test_report_entries_summary_and_text_with_timing():
 
 def test_config_keys_defaults_and_validation():
     from torq_gen_config.config import validate_config
-    from torq_gen_config.errors import ConfigError
+    from torq_gen_config.core.errors import ConfigError
 
     base = {"model": "m.onnx", "executors": EXECUTORS}
     cfg = validate_config(base)

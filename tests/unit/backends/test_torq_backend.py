@@ -36,8 +36,8 @@ from torq_gen_config.backends.torq import (
     run_module_argv,
     write_input_bin,
 )
-from torq_gen_config.errors import ConfigError
-from torq_gen_config.tools import ToolNotFoundError, find_tool, run_tool
+from torq_gen_config.core.errors import ConfigError
+from torq_gen_config.core.tools import ToolNotFoundError, find_tool, run_tool
 
 TIMEOUT_S = 300
 

@@ -301,7 +301,7 @@ def test_nothing_converted_writes_nothing(tmp_path):
 
 def test_unwritable_output_names_it(tmp_path):
     ir = write(tmp_path / "ir.json", [forward([1, 4, 5, 5], [4, 4, 1, 1])])
-    from torq_gen_config.errors import TorqGenConfigError
+    from torq_gen_config.core.errors import TorqGenConfigError
 
     with pytest.raises(TorqGenConfigError, match="cannot write /proc/x.json"):
         convert.convert_file(ir, "/proc/x.json")
@@ -331,7 +331,7 @@ def test_a_non_integer_rank_is_unranked_not_skipped():
 
 def test_snakemake_form_refuses_a_trace_as_configurations(tmp_path):
     from torq_gen_config.ck import results
-    from torq_gen_config.errors import TorqGenConfigError
+    from torq_gen_config.core.errors import TorqGenConfigError
 
     ir = write(tmp_path / "ir.json", [forward([1, 4, 5, 5], [4, 4, 1, 1])])
     with pytest.raises(TorqGenConfigError, match="is a TraceLens trace, not CK configurations; convert it first"):

@@ -21,8 +21,8 @@ from conftest import TensorProto, helper, make_model, tvi
 from fixtures.fake_backends import fake  # noqa: F401 (a fixture)
 
 from torq_gen_config.compare import DEFAULT_TOLERANCE
-from torq_gen_config.fileio import load_npz, save_npz
-from torq_gen_config.layer_test import one_line_summary, run_layer_test
+from torq_gen_config.core.fileio import load_npz, save_npz
+from torq_gen_config.discovery.layer_test import one_line_summary, run_layer_test
 from torq_gen_config.reference import compute_reference, judged_reference, load_reference
 from torq_gen_config.report.build import build_report
 from torq_gen_config.report.cells import cell_detail
@@ -30,7 +30,7 @@ from torq_gen_config.report.recommend import reference_agreement, rederive_statu
 from torq_gen_config.report.view import render_summary
 from torq_gen_config.report.view_format import make_console
 from torq_gen_config.report.view_layer import render_layer
-from torq_gen_config.schemas import validator
+from torq_gen_config.core.schemas import validator
 
 LAYER = {"layer_id": "Add_y", "slug": "Add_y", "op_type": "Add", "node_index": 0}
 ORT_MESSAGE = ("ONNX Runtime failed on the layer: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an "

@@ -19,10 +19,10 @@ import onnx
 import pytest
 
 from torq_gen_config.compare import DEFAULT_TOLERANCE
-from torq_gen_config.fileio import load_npz
-from torq_gen_config.layer_test import one_line_summary, run_layer_test
+from torq_gen_config.core.fileio import load_npz
+from torq_gen_config.discovery.layer_test import one_line_summary, run_layer_test
 from torq_gen_config.mlir.importer import import_layer
-from torq_gen_config.fileio import save_npz
+from torq_gen_config.core.fileio import save_npz
 from torq_gen_config.reference import compute_reference, load_reference
 
 LLVM_CPU = {"name": "llvm-cpu", "backend": "iree",

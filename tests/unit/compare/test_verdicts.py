@@ -14,8 +14,8 @@ from conftest import TensorProto, helper, make_model, tvi
 from fixtures.fake_backends import fake  # noqa: F401 (a fixture)
 
 from torq_gen_config.compare import DEFAULT_TOLERANCE
-from torq_gen_config.layer_test import run_layer_test
-from torq_gen_config.fileio import save_npz
+from torq_gen_config.discovery.layer_test import run_layer_test
+from torq_gen_config.core.fileio import save_npz
 from torq_gen_config.reference import compute_reference, load_reference
 from torq_gen_config.report.build import build_report
 from torq_gen_config.report.recommend import reference_agreement, reference_dispute
@@ -131,7 +131,7 @@ def test_layer_inputs_fall_back_to_generated_ones_and_say_why(tmp_path):
 def test_reference_files_keep_every_dtype(tmp_path):
     import ml_dtypes
 
-    from torq_gen_config.fileio import load_npz
+    from torq_gen_config.core.fileio import load_npz
 
     arrays = {"f8": np.array([1.5, -2.0], np.float32).astype(ml_dtypes.float8_e5m2),
               "i4": np.array([1, -3], dtype=ml_dtypes.int4), "bf": np.ones(2, ml_dtypes.bfloat16),
@@ -166,8 +166,8 @@ def test_an_executor_that_failed_where_the_reference_failed_is_not_recommended()
 
 
 def test_input_data_errors_are_one_line_and_conversions_are_noted(tmp_path):
-    from torq_gen_config.errors import ModelError
-    from torq_gen_config.model_inputs import load_input_data
+    from torq_gen_config.core.errors import ModelError
+    from torq_gen_config.reference.model_inputs import load_input_data
 
     m = make_model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Identity", ["s"], ["t"])],
                    [tvi("x", TensorProto.FLOAT, [2]), tvi("s", TensorProto.STRING, [2])],

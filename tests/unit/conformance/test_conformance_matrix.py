@@ -11,8 +11,8 @@ import pytest
 from torq_gen_config.conformance import matrix, render, runner
 from torq_gen_config.conformance.cases import Selection
 from torq_gen_config.conformance.expected import close_to_expected
-from torq_gen_config.errors import ConfigError
-from torq_gen_config.schemas import schema_for, validator
+from torq_gen_config.core.errors import ConfigError
+from torq_gen_config.core.schemas import schema_for, validator
 
 FP = "0" * 64
 

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
 
-from torq_gen_config.batch_compile import ALONE, COMPILED, IMPORT_FAILED
+from torq_gen_config.discovery.batch_compile import ALONE, COMPILED, IMPORT_FAILED
 from torq_gen_config.fullrun import (
     batch_dir,
     batch_members,

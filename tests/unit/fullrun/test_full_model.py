@@ -11,7 +11,7 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config.errors import ConfigError, ReportError
+from torq_gen_config.core.errors import ConfigError, ReportError
 from torq_gen_config.fullrun import (
     TEXT_MARKER,
     build_partition_model,

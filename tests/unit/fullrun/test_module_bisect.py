@@ -28,7 +28,7 @@ from torq_gen_config.fullrun.module_bisect import (
 )
 from torq_gen_config.mlir.importer import import_full_model
 from torq_gen_config.mlir.placement import place_module
-from torq_gen_config.schemas import load_schema
+from torq_gen_config.core.schemas import load_schema
 
 TARGETS = {"cpu": '#hal.executable.target<"llvm-cpu", "embedded-elf-x86_64", {target_triple = '
                   '"x86_64-unknown-unknown-eabi-elf"}>',
@@ -212,7 +212,7 @@ def test_from_the_module_plan_side_file_and_reference(monkeypatch, small, tmp_pa
     """module_run.first_difference_of: the plan's side file, full.mlir, reference.npz and the
     module's comparison and read-back reach the diagnostic run (compile and run faked)."""
     from torq_gen_config.compare import judge
-    from torq_gen_config.fileio import write_json
+    from torq_gen_config.core.fileio import write_json
     from torq_gen_config.fullrun.module_run import first_difference_of
     from torq_gen_config.reference import compute_reference, load_reference
 

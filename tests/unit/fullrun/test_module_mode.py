@@ -8,7 +8,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.fullrun import full_model_section, render_full_model_text
 from torq_gen_config.fullrun.module_mode import (
     decide_run_mode,
@@ -17,7 +17,7 @@ from torq_gen_config.fullrun.module_mode import (
     region_conflicts,
 )
 from torq_gen_config.fullrun.module_run import layer_placement
-from torq_gen_config.schemas import load_schema
+from torq_gen_config.core.schemas import load_schema
 
 EXECUTORS = [{"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}},
              {"name": "vmvx", "backend": "iree", "options": {"target": "vmvx"}},

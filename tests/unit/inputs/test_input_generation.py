@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
 
-from torq_gen_config import ort_io
+from torq_gen_config.core import ort_io
 from torq_gen_config.inputs.generate import generate_inputs, make_inputs
 from torq_gen_config.inputs.rules import RULES
 

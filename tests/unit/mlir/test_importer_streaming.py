@@ -9,8 +9,8 @@ import onnx
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config import external_data as xd
-from torq_gen_config import weight_store as ws
+from torq_gen_config.core import external_data as xd
+from torq_gen_config.core import weight_store as ws
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers

@@ -21,8 +21,8 @@ from torq_gen_config.backends.iree_tools import parse_mlir_signature
 from torq_gen_config.backends.parameters import with_parameters
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.mlir.merge import MergeError, merge_modules, parse_layer_module
-from torq_gen_config.external_data import load_model, load_weights
-from torq_gen_config.weight_store import externalize
+from torq_gen_config.core.external_data import load_model, load_weights
+from torq_gen_config.core.weight_store import externalize
 
 vi = h.make_tensor_value_info
 RNG = np.random.default_rng(7)

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from torq_gen_config.errors import ConfigError, TorqGenConfigError
+from torq_gen_config.core.errors import ConfigError, TorqGenConfigError
 from torq_gen_config.mlir.importer import import_full_model
 from torq_gen_config.mlir.placement import builtin_tensor_type, place_module
 

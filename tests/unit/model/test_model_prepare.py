@@ -6,7 +6,7 @@ import onnx
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
 
-from torq_gen_config.errors import ModelError
+from torq_gen_config.core.errors import ModelError
 from torq_gen_config.model.graph import user_node_table
 from torq_gen_config.model.prepare import load_model, prepare_model
 

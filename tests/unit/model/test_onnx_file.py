@@ -10,7 +10,7 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config import external_data as xd
+from torq_gen_config.core import external_data as xd
 from torq_gen_config.model.onnx_file import WireError, read_skeleton
 from torq_gen_config.model.prepare import load_model
 
@@ -84,7 +84,7 @@ def test_load_model_reads_external_data_and_checks_it(tmp_path):
     assert not any(xd.is_external(t) for t in xd.model_tensors(whole))
     with open(tmp_path / "ext.data", "r+b") as f:
         f.truncate(100)
-    from torq_gen_config.errors import ModelError
+    from torq_gen_config.core.errors import ModelError
 
     with pytest.raises(ModelError, match="cannot read the model's external data"):
         load_model(tmp_path / "ext.onnx", graph_only=True)

@@ -12,11 +12,11 @@ from conftest import TensorProto, helper, make_model, tvi
 from fixtures.models import S, E, HEADS, loop_model, transformer_encoder_layer
 
 from torq_gen_config.config import parse_input_shapes
-from torq_gen_config.errors import ConfigError, ModelError
+from torq_gen_config.core.errors import ConfigError, ModelError
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.shapes import complete_static_shapes, type_table, type_text, unknown_runtime_tensors
 from torq_gen_config.model.split import split_layers
-from torq_gen_config.model_run import run_model_by_node
+from torq_gen_config.reference.model_run import run_model_by_node
 
 
 def _observe_with_run(seed=0):
@@ -110,7 +110,7 @@ def test_zero_size_dims_are_dims_not_symbolic(tmp_path):
     assert info["fixed_dims"] == []
     dims = [d.dim_value for d in prepared.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [2, 0, 4]
-    from torq_gen_config.model_inputs import load_input_data
+    from torq_gen_config.reference.model_inputs import load_input_data
 
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 0, 4), np.float32), axes=np.zeros((0,), np.int64))
     feeds = load_input_data(tmp_path / "in.npz", prepared)

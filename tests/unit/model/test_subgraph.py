@@ -17,7 +17,7 @@ import pytest
 from conftest import TensorProto, cli_in_process, helper, make_model, run_cli, run_snakemake, tvi
 from onnx import numpy_helper
 
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.model.graph import user_node_table
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
@@ -256,6 +256,6 @@ def test_subgraph_discover_run_and_snakemake_form(tmp_path, squeezenet_path):
     assert r.returncode == 0, r.stderr[-3000:]
     _check_subgraph_outputs(sm)
     assert (sm / "work" / f"{NAME}{SUFFIX}" / "full" / "result.json").is_file()
-    lock = f".torq-gen-config-{NAME}{SUFFIX}.lock"  # the run lock's file (torq_gen_config.run_lock)
+    lock = f".torq-gen-config-{NAME}{SUFFIX}.lock"  # the run lock's file (torq_gen_config.core.run_lock)
     assert sorted(os.listdir(sm)) == sorted([lock] + [n for n in os.listdir(out)
                                                       if n.startswith(f"torq_gen_config_{NAME}{SUFFIX}")]) + ["work"]

@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from torq_gen_config.errors import ConfigError, ModelError
+from torq_gen_config.core.errors import ConfigError, ModelError
 from torq_gen_config.precision.bf16_rounding import round_to_bf16
 from torq_gen_config.precision.narrowing import BF16_OPSET, KEEP_INT64_INPUTS, convert_int64_to_int32, convert_to_bf16
 from torq_gen_config.precision.widening import widen_bf16_to_fp32

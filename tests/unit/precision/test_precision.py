@@ -16,7 +16,7 @@ from onnx import numpy_helper
 
 from torq_gen_config.config import (DEFAULT_CONFIG_PATH, PRECISION_KEYS, check_precision_matches, load_config_file,
                                     validate_config)
-from torq_gen_config.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.precision.alignment import compute_nodes
 from torq_gen_config.precision.bf16_rounding import round_to_bf16
 from torq_gen_config.precision.calibration import calibration_samples
@@ -26,8 +26,8 @@ from torq_gen_config.precision.qdq_graph import place_constant_nodes_before_use
 from torq_gen_config.precision.quantize import quantize_model
 from torq_gen_config.precision.ranges import tensor_ranges
 from torq_gen_config.reference import compute_reference, load_reference, reference_outputs
-from torq_gen_config.reference_run import has_bfloat16
-from torq_gen_config.steps.quantize import quantized_input_ranges
+from torq_gen_config.reference.reference_run import has_bfloat16
+from torq_gen_config.pipeline.steps.quantize import quantized_input_ranges
 
 
 # ----------------------------------------------------------------------------- flag rules
@@ -379,7 +379,7 @@ def test_dequantized_outputs_and_levels(conv_relu_conv):
 def test_layer_test_compares_quantized_layer_outputs_as_levels(tmp_path, conv_relu_conv):
     """A quantized layer on ONNX Runtime with optimizations on: the verdict comes from
     the int8 levels and the metrics say so."""
-    from torq_gen_config.layer_test import run_layer_test
+    from torq_gen_config.discovery.layer_test import run_layer_test
 
     layer = conv_relu_conv["manifest"]["layers"][2]  # conv2
     src = conv_relu_conv["layers_dir"] / layer["slug"] / "model.onnx"
@@ -407,8 +407,8 @@ def test_quantize_layer_failure_is_a_verdict(tmp_path, conv_relu_conv, monkeypat
     import json
 
     from torq_gen_config.precision.ort_quantization import QuantizationError
-    from torq_gen_config.steps.layer_tests import test_layer_job
-    from torq_gen_config.steps.quantize import quantize_failure, quantize_layer_job
+    from torq_gen_config.pipeline.steps.layer_tests import test_layer_job
+    from torq_gen_config.pipeline.steps.quantize import quantize_failure, quantize_layer_job
 
     import shutil
     layer = conv_relu_conv["manifest"]["layers"][0]
@@ -450,7 +450,7 @@ def test_quantize_layer_uses_the_whole_models_format(tmp_path, conv_relu_conv):
     import json
     import shutil
 
-    from torq_gen_config.steps.quantize import quantize_layer_job
+    from torq_gen_config.pipeline.steps.quantize import quantize_layer_job
 
     layer = conv_relu_conv["manifest"]["layers"][0]  # a Conv: QOperator on its own under hybrid
     shutil.copy(conv_relu_conv["layers_dir"] / layer["slug"] / "model.onnx", tmp_path / "model.onnx")

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from torq_gen_config.backends.iree import IreeBackend
-from torq_gen_config.errors import ModelError
+from torq_gen_config.core.errors import ModelError
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import LAYER_MODEL, split_layers

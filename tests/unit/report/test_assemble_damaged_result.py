@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from torq_gen_config.errors import ReportError
+from torq_gen_config.core.errors import ReportError
 from torq_gen_config.report.assemble import _read_result
 
 

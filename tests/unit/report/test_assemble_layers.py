@@ -11,7 +11,7 @@ import json
 import numpy as np
 
 from torq_gen_config.compare.metrics import compare_outputs
-from torq_gen_config.layout import layer_result_file
+from torq_gen_config.core.layout import layer_result_file
 from torq_gen_config.report.assemble import assemble_report
 from torq_gen_config.report.build import build_report
 

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from torq_gen_config.errors import ConfigError, ReportError
+from torq_gen_config.core.errors import ConfigError, ReportError
 from torq_gen_config.report.build import build_compiler_json
 from torq_gen_config.report.edit import (
     UNSET,
@@ -332,8 +332,8 @@ def test_tolerance_edit_compiles_nothing(report_path):
         edit.add_parser(sub)
         a = p.parse_args(["edit", {str(report_path)!r}, "--layer", "Relu_*", "--tolerance-max", "0.02"])
         a.func(a)
-        bad = sorted(m for m in sys.modules if m.startswith(("torq_gen_config.backends", "torq_gen_config.layer_test",
-                     "torq_gen_config.workflow_api", "torq_gen_config.tools", "iree", "onnxruntime", "snakemake")))
+        bad = sorted(m for m in sys.modules if m.startswith(("torq_gen_config.backends", "torq_gen_config.discovery.layer_test",
+                     "torq_gen_config.pipeline.workflow_api", "torq_gen_config.core.tools", "iree", "onnxruntime", "snakemake")))
         print("IMPORTED:" + ",".join(bad))
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -424,13 +424,13 @@ def test_edit_refuses_while_a_run_of_the_model_is_running(report_path, capsys):
     """A running discovery rewrites the report from user_choices.json when it finishes:
     an edit meanwhile would be lost from the report, so it is refused (exit 2, one line
     naming the run) and nothing is written."""
-    from torq_gen_config.layout import REPORT_PREFIX, lock_file
+    from torq_gen_config.core.layout import REPORT_PREFIX, lock_file
 
     name = report_path.stem[len(REPORT_PREFIX):]
     lock = report_path.parent / lock_file(name)
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from torq_gen_config import run_lock
+        from torq_gen_config.core import run_lock
         run_lock.acquire({str(lock)!r}, what="the test")
         print("held", flush=True)
         time.sleep(60)

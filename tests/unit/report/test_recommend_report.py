@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from torq_gen_config.compare import compare_outputs
-from torq_gen_config.errors import ReportError
+from torq_gen_config.core.errors import ReportError
 from torq_gen_config.report.build import build_compiler_json, build_report
 from torq_gen_config.report.summary import summarize
 from torq_gen_config.report.recommend import (

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from torq_gen_config.compare import compare_outputs
-from torq_gen_config.errors import ReportError
+from torq_gen_config.core.errors import ReportError
 from torq_gen_config.report.build import build_compiler_json, build_report
 from torq_gen_config.report.edit import edit_report_file
 from torq_gen_config.report.view import render_summary, resolve_view_path

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from torq_gen_config.batch_compile import plan_batches
-from torq_gen_config.steps import units
+from torq_gen_config.discovery.batch_compile import plan_batches
+from torq_gen_config.pipeline.steps import units
 
 
 @pytest.mark.parametrize("compile_batch,size", [(1, 32), (8, 32), (5, 35), (32, 32), (64, 64), (100, 100)])
@@ -85,7 +85,7 @@ def test_newer_than(tmp_path):
 
 
 def test_changed_outside_names_an_edited_or_deleted_output(tmp_path):
-    from torq_gen_config.steps.units import changed_outside
+    from torq_gen_config.pipeline.steps.units import changed_outside
 
     out = tmp_path / "result.json"
     assert changed_outside(out) is None  # never made

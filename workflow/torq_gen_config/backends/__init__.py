@@ -20,7 +20,7 @@ import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .base import Backend, CompiledArtifact, RunWideOption, StageError
 
 __all__ = [

@@ -9,8 +9,8 @@ For each layer the workflow calls :meth:`Backend.compile` once, then
 :meth:`Backend.run` with the layer's inputs. A failure of the layer on the executor
 (the compiler rejects an op, the run errors out, a timeout, a crash) is raised as
 :class:`StageError`; it is a result to record, not a bug. Other exceptions
-(``ValueError`` for a wrong call, :class:`~torq_gen_config.tools.ToolNotFoundError`
-for a missing tool, :class:`~torq_gen_config.errors.ConfigError` for bad options)
+(``ValueError`` for a wrong call, :class:`~torq_gen_config.core.tools.ToolNotFoundError`
+for a missing tool, :class:`~torq_gen_config.core.errors.ConfigError` for bad options)
 mean the workflow itself or its setup is wrong.
 
 This module imports no heavy dependency (no numpy at import time).
@@ -22,7 +22,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -69,7 +69,7 @@ class StageError(Exception):
             run failed), ``"timeout"`` (ran past its time limit), ``"crash"`` (the
             tool died of a signal).
         message: the tool's message, already bounded (see
-            :func:`torq_gen_config.tools.bounded_message`); ``str(err) == message``.
+            :func:`torq_gen_config.core.tools.bounded_message`); ``str(err) == message``.
         during: for ``"timeout"`` and ``"crash"``, the step that was running
             (``"import"``, ``"compile"`` or ``"run"``); for the other stages it
             defaults to None (the stage itself says it).
@@ -96,7 +96,7 @@ class StageError(Exception):
         For ``"timeout"`` and ``"crash"`` it is the message's first line (which says
         what timed out or crashed); otherwise the first error line of the message.
         """
-        from ..tools import first_error_line
+        from ..core.tools import first_error_line
 
         if self.stage in ("timeout", "crash"):
             return first_error_line(self.message.strip().split("\n", 1)[0]) or self.stage
@@ -110,7 +110,7 @@ class StageError(Exception):
         during = f", during={self.during!r}" if self.during else ""
         return f"StageError({self.stage!r}, {self.summary!r}{during})"
 
-    def __reduce__(self):  # pickled across the worker boundary (torq_gen_config.isolation)
+    def __reduce__(self):  # pickled across the worker boundary (torq_gen_config.core.isolation)
         return (_stage_error, (self.stage, self.message, self.during))
 
 
@@ -170,7 +170,7 @@ class Backend(ABC):
         run_only_options: option keys that only matter at run time (a change
             recompiles nothing in the full-model run).
         batch_compile: :meth:`compile` also compiles a module holding several layers,
-            each its own exported function (``torq_gen_config.batch_compile``), and
+            each its own exported function (``torq_gen_config.discovery.batch_compile``), and
             :meth:`run` runs the function named by ``artifact.info["function"]``.
         inline_weights_only: why the compiler needs the weights inside the module
             (``parameters: external`` is refused, auto is inline), or None.
@@ -464,15 +464,15 @@ def raise_for_tool_failure(res: "ToolResult", *, tool: str, during: str, timeout
     Shared by the backends that drive command-line tools (iree, torq): a timeout is
     stage ``timeout``, death by a signal or a crash report (:data:`CRASH_MARKERS`) is
     stage ``crash``, any other non-zero exit is stage ``during`` with the tool's
-    message (bounded; see :func:`torq_gen_config.tools.bounded_message`).
+    message (bounded; see :func:`torq_gen_config.core.tools.bounded_message`).
 
     Args:
-        res: the finished tool run (:class:`torq_gen_config.tools.ToolResult`).
+        res: the finished tool run (:class:`torq_gen_config.core.tools.ToolResult`).
         tool: the tool's name, for the message.
         during: ``"compile"`` or ``"run"``.
         timeout_s: the limit the tool ran under (s), for the message.
     """
-    from ..tools import bounded_message
+    from ..core.tools import bounded_message
 
     text = res.stderr if res.stderr.strip() else res.stdout
     if res.timed_out:

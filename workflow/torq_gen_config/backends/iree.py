@@ -58,8 +58,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..tools import ToolNotFoundError, bounded_message, run_tool, tool_version
-from ..weight_store import PARAMETER_SCOPE
+from ..core.tools import ToolNotFoundError, bounded_message, run_tool, tool_version
+from ..core.weight_store import PARAMETER_SCOPE
 from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, raise_for_tool_failure
 from .timing import check_timing_args, runtime_stats
 from .iree_tools import (
@@ -132,7 +132,7 @@ class IreeBackend(Backend):
             ConfigError: unknown option, wrong type, unknown ``target``, or
                 ``compile_flags``/``run_flags`` not a list of strings.
         """
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         super().__init__(name, options)
         check_options(name, self.options, _OPTIONS)
@@ -456,7 +456,7 @@ class IreeBackend(Backend):
     # ------------------------------------------------------------- describe
     def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
         """Provenance of this executor (the compiler's ``--version`` is probed once per
-        run, within ``probe_timeout_s`` seconds: :func:`torq_gen_config.tools.tool_version`).
+        run, within ``probe_timeout_s`` seconds: :func:`torq_gen_config.core.tools.tool_version`).
 
         Returns:
             ``{"kind", "name", "target", "device", "target_cpu", "compile_flags",

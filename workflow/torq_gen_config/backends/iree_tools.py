@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..tools import bounded_message, find_tool, run_tool
+from ..core.tools import bounded_message, find_tool, run_tool
 from .base import CompiledArtifact, StageError, raise_for_tool_failure
 
 #: The exported function of every layer module (the ONNX graph is named "main"

@@ -31,9 +31,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..external_data import session_options
-from ..logs import append_record
-from ..tools import bounded_message
+from ..core.external_data import session_options
+from ..core.logs import append_record
+from ..core.tools import bounded_message
 from .base import Backend, CompiledArtifact, StageError, check_inputs
 from .timing import check_timing_args
 from .ort_session import (
@@ -43,7 +43,7 @@ from .ort_session import (
     parse_ort_options,
     time_session_runs,
 )
-from ..limits import call_limit
+from ..core.limits import call_limit
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -195,14 +195,14 @@ class OnnxRuntimeBackend(Backend):
         fed as ``OrtValue``s made from their bit patterns. When one of ``output_names``
         has such a type (``session.run`` cannot return it), every input is fed as an
         ``OrtValue`` so that :func:`_run_session` can use ``run_with_ort_values``
-        (:func:`torq_gen_config.ort_io.prepare_feed`).
+        (:func:`torq_gen_config.core.ort_io.prepare_feed`).
 
         Raises:
             ValueError: the artifact has neither a session nor an ``onnx_path``.
         """
         import numpy as np
 
-        from .. import ort_io
+        from ..core import ort_io
 
         session = artifact.handle
         if session is None:
@@ -249,7 +249,7 @@ class OnnxRuntimeBackend(Backend):
         ml_dtypes inputs (bfloat16, float8, int4, ...) are fed as ``OrtValue``s of
         their bit patterns; when an output has such a type the session runs with
         ``run_with_ort_values`` (``session.run`` cannot return it;
-        :mod:`torq_gen_config.ort_io`).
+        :mod:`torq_gen_config.core.ort_io`).
         A bfloat16 operator without an onnxruntime kernel fails at :meth:`compile`
         (``NOT_IMPLEMENTED``).
 
@@ -348,7 +348,7 @@ class OnnxRuntimeBackend(Backend):
                                  log_path=log_path, label=f"onnxruntime benchmark {artifact.info.get('onnx_path')}")
 
     # Public methods: the work runs in a supervised worker process (a hang or a crash of
-    # onnxruntime must not take the run with it; torq_gen_config.isolation).
+    # onnxruntime must not take the run with it; torq_gen_config.core.isolation).
     def compile(self, *, onnx_path: str, mlir_path: str | None, work_dir: str, timeout_s: float,
                 log_path: str | None) -> CompiledArtifact:
         """:meth:`_compile_here` in a supervised worker; the artifact comes back without
@@ -381,7 +381,7 @@ class OnnxRuntimeBackend(Backend):
         Returns / Raises: as :meth:`Backend.compile_and_run`; a worker that had to be
         stopped or died is ``"timeout"``/``"crash"`` with ``during`` the step it was in.
         """
-        from ..isolation import run_isolated_each
+        from ..core.isolation import run_isolated_each
 
         limit = call_limit(timeout_s)
         compiled, ran = run_isolated_each(
@@ -411,7 +411,7 @@ class OnnxRuntimeBackend(Backend):
                                warmup=warmup, timeout_s=timeout_s, log_path=log_path)
 
     def _in_worker(self, method: str, during: str, call_timeout_s: float, *args, **kwargs):
-        from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
+        from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 
         limit = call_limit(call_timeout_s)
         try:
@@ -424,7 +424,7 @@ class OnnxRuntimeBackend(Backend):
     def _worker_failure(error: BaseException, method: str, during: str, limit: float) -> BaseException:
         """The exception to raise for a worker call's failure: a stopped or dead worker
         becomes a ``"timeout"``/``"crash"`` StageError; anything else is itself."""
-        from ..isolation import WorkerCrash, WorkerTimeout
+        from ..core.isolation import WorkerCrash, WorkerTimeout
 
         if isinstance(error, WorkerTimeout):
             return StageError("timeout", f"onnxruntime {method} did not finish within {limit:g} s (the worker "

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import ConfigError
-from ..logs import append_record
-from ..external_data import session_options
-from ..tools import bounded_message
+from ..core.errors import ConfigError
+from ..core.logs import append_record
+from ..core.external_data import session_options
+from ..core.tools import bounded_message
 from .base import StageError, check_options
 from .timing import runtime_stats
 
@@ -80,9 +80,9 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
 
 def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
     """``session.run``, or ``run_with_ort_values`` when a fetched output has a type that
-    ``session.run`` cannot return (bfloat16, float8, int4, ...): :func:`torq_gen_config.ort_io.run`;
+    ``session.run`` cannot return (bfloat16, float8, int4, ...): :func:`torq_gen_config.core.ort_io.run`;
     such outputs come back as ml_dtypes arrays."""
-    from .. import ort_io
+    from ..core import ort_io
 
     return ort_io.run(session, fetch, feed, run_options)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-from ..errors import ConfigError
-from ..weight_store import FOLDED_FILE, STORE_FILE
+from ..core.errors import ConfigError
+from ..core.weight_store import FOLDED_FILE, STORE_FILE
 from . import capabilities
 
 #: the config values of ``parameters``
@@ -105,8 +105,8 @@ def resolve_from(settings: Mapping, prepare_info: Mapping, executors: Iterable[M
 
 def archives(work_dir: str | os.PathLike, folded: str = FOLDED_FILE) -> list[str]:
     """The absolute paths of the archives the models of ``work_dir`` (``work/<model>``)
-    refer to: the weight store and ``folded`` (the split's :data:`~torq_gen_config.weight_store.FOLDED_FILE`,
-    or the full-model plan's :data:`~torq_gen_config.weight_store.FOLDED_RUN_FILE`)."""
+    refer to: the weight store and ``folded`` (the split's :data:`~torq_gen_config.core.weight_store.FOLDED_FILE`,
+    or the full-model plan's :data:`~torq_gen_config.core.weight_store.FOLDED_RUN_FILE`)."""
     return [os.path.abspath(os.path.join(work_dir, STORE_FILE)), os.path.abspath(os.path.join(work_dir, folded))]
 
 

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import TorqGenConfigError
+from ..core.errors import TorqGenConfigError
 from . import profile, results, steps
 
 PROG = "ck-profile"
@@ -138,8 +138,8 @@ def _dry_run(args, selected: list[dict]) -> int:
 
 def _failed_results(work: Path) -> list[str]:
     """The result files in ``work`` of runs that failed, timed out or crashed."""
-    from ..errors import ReportError
-    from ..fileio import read_json
+    from ..core.errors import ReportError
+    from ..core.fileio import read_json
 
     failed = []
     for path in sorted(work.glob("runs/*/result.json")):
@@ -165,8 +165,8 @@ def _check_writable(path: str) -> None:
 
 def do_run(args) -> int:
     """Run the configurations (see :func:`add_run_args`); exit 0 when all succeeded, 1 otherwise."""
-    from ..fileio import read_json, write_json
-    from ..workflow_api import run_workflow
+    from ..core.fileio import read_json, write_json
+    from ..pipeline.workflow_api import run_workflow
 
     configs = os.path.abspath(args.config_file)
     entries = results.load_configs(configs)

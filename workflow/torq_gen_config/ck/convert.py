@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TorqGenConfigError
-from ..fileio import write_json
+from ..core.errors import TorqGenConfigError
+from ..core.fileio import write_json
 from . import profiler_args as pa
 from .trace_ir import ConvRecord, RecordSkipped, is_convolution, parse_record, read_trace
 

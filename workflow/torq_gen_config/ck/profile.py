@@ -17,8 +17,8 @@ import shlex
 import shutil
 import sys
 
-from ..errors import TorqGenConfigError
-from ..tools import bounded_message, first_error_line, run_tool
+from ..core.errors import TorqGenConfigError
+from ..core.tools import bounded_message, first_error_line, run_tool
 from . import profiler_args as pa
 from . import profiler_output
 from .convert import describe

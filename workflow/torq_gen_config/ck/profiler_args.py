@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..errors import TorqGenConfigError
+from ..core.errors import TorqGenConfigError
 from .problem import ConvProblem
 
 FWD, BWD_DATA, BWD_WEIGHT = "grouped_conv_fwd", "grouped_conv_bwd_data", "grouped_conv_bwd_weight"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from datetime import datetime
 
-from ..errors import TorqGenConfigError
-from ..fileio import read_json
+from ..core.errors import TorqGenConfigError
+from ..core.fileio import read_json
 from . import profiler_args as pa
 
 RESULTS_FORMAT_VERSION = "1.0"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import ConfigError, TorqGenConfigError
-from ..fileio import atomic_write_text, json_bytes, read_json, write_bytes_if_changed, write_json
+from ..core.errors import ConfigError, TorqGenConfigError
+from ..core.fileio import atomic_write_text, json_bytes, read_json, write_bytes_if_changed, write_json
 from . import convert, profile, results
 
 #: Config keys of the CK workflow and their defaults (``--config ck_configs=...``).

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import ReportError, TorqGenConfigError
-from ..fileio import read_json
+from ..core.errors import ReportError, TorqGenConfigError
+from ..core.fileio import read_json
 from .problem import ConvProblem
 
 #: ATen argument order of the convolution ops read from a trace.

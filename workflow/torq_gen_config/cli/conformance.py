@@ -9,7 +9,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -99,10 +99,10 @@ def run(args: argparse.Namespace) -> int:
     """
     import sys
 
-    from ..errors import ConfigError, ReportError, TorqGenConfigError
+    from ..core.errors import ConfigError, ReportError, TorqGenConfigError
     from ..report.publish import read_report_summary
-    from ..layout import OUTDATED_MARKER, compiler_file, report_file
-    from ..workflow_api import run_workflow
+    from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
+    from ..pipeline.workflow_api import run_workflow
 
     resolve_execution_options(args)
     config = build_config(args)
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 
     def discovery(forcerun: list[str]) -> None:
         if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
-            from ..workflow_api import run_workflow_with_snakemake_args
+            from ..pipeline.workflow_api import run_workflow_with_snakemake_args
 
             run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
                                              extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Compiler JSON: {out / compiler_file(name)}")
     if layout["subgraph"]:
         print(f"Work files:    {out / layout['work']}")
-    from ..keep_work import measure, size_line
+    from ..core.keep_work import measure, size_line
 
     print(size_line(measure(out / layout["work"], config["model"]), out / layout["work"], config["keep_work"]))
     return status

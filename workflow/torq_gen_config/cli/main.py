@@ -15,7 +15,7 @@ import sys
 import warnings
 
 from .. import __version__
-from ..errors import TorqGenConfigError
+from ..core.errors import TorqGenConfigError
 
 
 #: Commands that only print: a reader that closes the pipe early (`view | head`) is no failure.

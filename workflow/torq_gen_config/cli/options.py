@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from ..backends import run_wide_options
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -92,7 +92,7 @@ def resolve_execution_options(args: argparse.Namespace) -> None:
     """
     import os
 
-    from ..cluster import check_profile, import_slurm_plugin_without_probe, is_local
+    from ..pipeline.cluster import check_profile, import_slurm_plugin_without_probe, is_local
 
     if args.cores is not None and args.cores < 1:
         raise ConfigError("--jobs must be at least 1")
@@ -141,7 +141,7 @@ def repair_rules(work: Path) -> dict[str, str]:
     models that refer to them are there (removed by hand), each with the rule that makes
     it: Snakemake would not make them again (an existing output over a missing
     intermediate is up to date to it), so the caller forces that rule."""
-    from ..weight_store import FOLDED_FILE, STORE_FILE
+    from ..core.weight_store import FOLDED_FILE, STORE_FILE
 
     found = {}
     if (work / "prepared.onnx").is_file() and not (work / STORE_FILE).is_file():
@@ -190,7 +190,7 @@ def build_config(args: argparse.Namespace) -> dict:
         data = Path(args.input_data).expanduser().resolve()
         if not data.is_file():
             raise ConfigError(f"--input-data {data}: no such file")
-        from ..model_inputs import open_input_data
+        from ..reference.model_inputs import open_input_data
 
         open_input_data(data).close()  # not an .npz: say so before the workflow starts
         config["input_data"] = str(data)
@@ -267,7 +267,7 @@ def build_config(args: argparse.Namespace) -> dict:
     if config.get("input_data") and not (config["auto_convert_bf16"] or config["auto_convert_int32"]):
         # a missing name, a wrong shape or dtype kind is a one-line error now, not a failed
         # prepare job (with the conversions the model's input types change first: the job checks)
-        from ..model_inputs import load_input_data
+        from ..reference.model_inputs import load_input_data
 
         load_input_data(config["input_data"], inputs_only)
     from ..config import check_save_bf16_path
@@ -296,7 +296,7 @@ def output_layout(config: dict) -> dict:
     from ..config import model_name
     from ..model.subgraph import subgraph_of_config
 
-    from ..layout import work_dir
+    from ..core.layout import work_dir
 
     sub = subgraph_of_config(config)
     name = model_name(config["model"]) + (sub["suffix"] if sub else "")

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def _report_path(args: argparse.Namespace):
     """The report JSON: REPORT_JSON, or found from --model and --output-dir. Both only with
     --model-explorer: then --model is the model file for the overlays (moved or renamed)."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..report.files import resolve_report_path
 
     if args.report and args.model:

@@ -31,8 +31,8 @@ import sys
 from pathlib import Path
 
 from ..backends import capabilities
-from ..errors import ConfigError, ReportError
-from ..layout import (
+from ..core.errors import ConfigError, ReportError
+from ..core.layout import (
     ASSIGNMENT_FILE,
     FULL_DIR,
     PLAN_FILE,
@@ -42,7 +42,7 @@ from ..layout import (
     lock_file,
     report_file,
 )
-from ..fileio import read_json, write_bytes_if_changed, write_json
+from ..core.fileio import read_json, write_bytes_if_changed, write_json
 from ..fullrun.plan import missing_side_file
 from ..fullrun.reduce import parse_budget
 
@@ -213,7 +213,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         selection_from_report,
     )
     from ..report.publish import publish_report
-    from ..workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
+    from ..pipeline.workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
     from .options import repair_rules, subgraph_flags
 
     name = layout["name"]
@@ -297,7 +297,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         if debug_ir:
             print(f"Debug IR:      {debug_ir}/" + ("module (README.txt)" if section.get("mode") == "module"
                                                     else "<partition id>"))
-        from ..keep_work import size_line
+        from ..core.keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
     return (0 if section["status"] == "success" else 1), section
@@ -305,10 +305,10 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
 
 def finish_work(config: dict, out: Path, layout: dict) -> dict:
     """The report's ``work_dir`` section at the end of a run, after the clean-up of
-    ``--keep-work minimal`` (:func:`torq_gen_config.steps.report.finish_work_dir`), under
+    ``--keep-work minimal`` (:func:`torq_gen_config.pipeline.steps.report.finish_work_dir`), under
     the run lock (another run working there now: nothing is removed)."""
-    from .. import run_lock
-    from ..steps.report import finish_work_dir
+    from ..core import run_lock
+    from ..pipeline.steps.report import finish_work_dir
 
     lock = out / lock_file(layout["name"])
     try:
@@ -351,7 +351,7 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
             why = "the outputs match the reference"
         print(f"--reduce: nothing to reduce: {why}", file=sys.stderr)
         return None
-    from .. import run_lock
+    from ..core import run_lock
 
     lock = out / lock_file(layout["name"])
     try:  # one reduction per output directory at a time (they share reduced/ and the report)
@@ -370,7 +370,7 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
     from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of
     from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
     from ..fullrun.report_section import reduced_lines
-    from ..layout import reduced_dir
+    from ..core.layout import reduced_dir
     from ..report.publish import publish_report
 
     full = out / layout["work"] / FULL_DIR
@@ -436,8 +436,8 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
     import onnx
 
     from ..fullrun.reproducer import reproducer_compiler_json
-    from ..layout import work_dir
-    from ..workflow_api import run_workflow
+    from ..core.layout import work_dir
+    from ..pipeline.workflow_api import run_workflow
 
     cfg = {k: v for k, v in config.items() if k not in ("subgraph_from", "subgraph_to", "run_input_data")}
     cfg.update({"model": str(red_dir / "model.onnx"), "input_data": str(red_dir / "inputs.npz"),
@@ -470,7 +470,7 @@ def reproducer_command(red_dir: Path, config: dict, tolerance: dict) -> str:
 
     import yaml
 
-    from ..fileio import atomic_write_text
+    from ..core.fileio import atomic_write_text
 
     settings = {k: config[k] for k in REPRODUCER_KEYS if config.get(k) is not None}
     settings["tolerance"] = {**(config.get("tolerance") or {}), **tolerance}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
-from ..limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+from ..core.limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .elementwise import _max_or_none
 from .levels import _compare_as_levels, declared_output_shapes, dequantized_outputs, quantized_data_outputs
 from .tolerance import _int_atol_for, _output_over, float_tolerance_keys, normalize_tolerance

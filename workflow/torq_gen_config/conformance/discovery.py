@@ -12,8 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import layout, workflow_files
-from ..tools import first_error_line, run_tool
+from .. import workflow_files
+from ..core import layout
+from ..core.tools import first_error_line, run_tool
 
 #: source folders whose frames a refusal message names (this package and the rules)
 _OWN_CODE = (str(workflow_files.PACKAGE_DIR), str(workflow_files.root()))
@@ -53,7 +54,7 @@ def discover_env() -> dict:
 
 
 def run_discover(cmd: list[str], cwd: Path, timeout_s: float, env: dict) -> tuple[int | None, str, str, float]:
-    """Run one discovery through :func:`torq_gen_config.tools.run_tool` (its own process group,
+    """Run one discovery through :func:`torq_gen_config.core.tools.run_tool` (its own process group,
     killed at ``timeout_s`` or by ``tools.kill_all_tools`` when the run stops).
 
     Returns:

@@ -8,7 +8,7 @@ import collections
 import json
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .evaluate import DIFFERING, FAILED, NOT_JUDGED, PASSED
 
 #: schema identifiers of the files the conformance command writes

@@ -8,7 +8,7 @@ backend has ``batch_compile`` are cut into batches of up to ``compile_batch``
 (:func:`plan_partition_batches`, at plan time); rule ``compile_partition_batch``
 imports each member into its own ``partitions/<pid>/model.mlir`` (as a one-partition
 compile does) and compiles them together with
-:func:`torq_gen_config.batch_compile.compile_batch` (the same merging, failure location,
+:func:`torq_gen_config.discovery.batch_compile.compile_batch` (the same merging, failure location,
 bisection and limits as the layer batches: a member is a partition, its ``slug`` its
 pid). Rule ``compile_partition`` then writes each member's ``compiled.json`` from the
 batch (:func:`compiled_from_batch`): the batch's module and the partition's function,
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ..backends import capabilities
-from ..batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, BATCHES_DIR, MODULE_FILE, compile_batch, member_artifact, plan_batches
-from ..fileio import atomic_write_text, write_json
+from ..discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, BATCHES_DIR, MODULE_FILE, compile_batch, member_artifact, plan_batches
+from ..core.fileio import atomic_write_text, write_json
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, PARTITION_MODEL, _layer_span, _round
 from .compile import compile_partition, import_partition, safe_describe
 
@@ -52,7 +52,7 @@ def existing_batches(full_dir: str | os.PathLike) -> dict[str, tuple[str, str]]:
     there (any member status: one the batch left out has its alone compile). A pid in
     several batches keeps the first (by directory name); an unreadable ``batch.json``
     counts as no batch."""
-    from ..fileio import read_json
+    from ..core.fileio import read_json
 
     found: dict[str, tuple[str, str]] = {}
     root = Path(full_dir) / BATCHES_DIR
@@ -82,7 +82,7 @@ def plan_partition_batches(partitions: list[dict], size: int, *, debug_ir: str |
     The other partitions are grouped by how they compile (``compile_def``: one group
     per executor), in run order, a pid once (two partitions with the same pid are one
     compile), and cut into chunks of ``size`` with
-    :func:`~torq_gen_config.batch_compile.plan_batches` (ids hash the member pids, so a
+    :func:`~torq_gen_config.discovery.batch_compile.plan_batches` (ids hash the member pids, so a
     batch keeps its id while its members stay). Only backends with ``batch_compile``
     and an MLIR import take part; chunks of one partition are not batched.
 
@@ -165,7 +165,7 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
     ``partitions/<pid>/model.mlir`` (:func:`~.compile.import_partition`, as
     :func:`~.compile.compile_partition` does; the status goes to
     ``partitions/<pid>/import.json``), then
-    :func:`torq_gen_config.batch_compile.compile_batch` merges and compiles them.
+    :func:`torq_gen_config.discovery.batch_compile.compile_batch` merges and compiles them.
     A batch that cannot be compiled at all (the backend is unavailable, a bug) still
     writes its files, with every member marked to compile alone.
 
@@ -195,7 +195,7 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
     except Exception as e:  # each member's own compile reports what is wrong
         reason = f"the batch was not compiled: {type(e).__name__}: {e}"
         if log_path:
-            from ..logs import append_record
+            from ..core.logs import append_record
 
             append_record(log_path, reason + "\n" + traceback.format_exc())
         out.mkdir(parents=True, exist_ok=True)
@@ -235,7 +235,7 @@ def compiled_from_batch(*, pid: str, model_path: str, executor: Mapping, work_di
                                 timeout_s=timeout_s, log_path=log_path)
         res["compile_batch"] = timing
         return res
-    from ..fileio import read_json
+    from ..core.fileio import read_json
 
     imp = Path(work_dir) / IMPORT_FILE
     import_ms = read_json(imp, "partition import status").get("import_ms") if imp.is_file() else None

@@ -9,9 +9,9 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import StageError
-from ..limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
-from ..tools import bounded_message, first_error_line
-from ..external_data import load_model
+from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
+from ..core.tools import bounded_message, first_error_line
+from ..core.external_data import load_model
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, _round
 
 

@@ -12,9 +12,9 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
-from ..limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
-from ..tools import bounded_message, first_error_line
-from ..external_data import load_model
+from ..core.limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
+from ..core.tools import bounded_message, first_error_line
+from ..core.external_data import load_model
 from .batches import batch_module_of
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 
@@ -336,15 +336,15 @@ def _run_alone(p: Mapping, row: dict, backend, feed: Mapping, pdir: Path, error:
 def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping,
                      timeout_s: float | None = None) -> dict:
     """This partition's outputs against ONNX Runtime (optimizations off; a bf16
-    partition widened to fp32, see :func:`~torq_gen_config.reference_run.run_reference`)
-    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.isolation`);
+    partition widened to fp32, see :func:`~torq_gen_config.reference.reference_run.run_reference`)
+    on the same inputs, run in a supervised worker (:mod:`torq_gen_config.core.isolation`);
     where ONNX Runtime fails, against onnx's reference implementation, and the summary
     says so; ``unverified`` when both fail."""
     import onnx
 
     from ..compare import FULL_MODEL_MIN_COSINE, judge
-    from ..isolation import run_isolated
-    from ..reference_run import run_reference_file
+    from ..core.isolation import run_isolated
+    from ..reference.reference_run import run_reference_file
 
     try:
         part_model = onnx.load(model_path, load_external_data=False)

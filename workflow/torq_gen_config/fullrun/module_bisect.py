@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import StageError
-from ..tools import first_error_line
+from ..core.tools import first_error_line
 
 #: at most this many ops' values are exposed (above: boundaries and every N-th op)
 MAX_EXPOSED = 128
@@ -141,8 +141,8 @@ def reference_values(prepared_model: str, inputs: Mapping, names: list[str], *, 
     extra graph outputs, run on the reference engine (``onnxruntime`` or ``onnx``)."""
     import onnx
 
-    from ..external_data import load_model
-    from ..reference_run import run_reference
+    from ..core.external_data import load_model
+    from ..reference.reference_run import run_reference
 
     model = load_model(prepared_model, weights=False)
     have = {o.name for o in model.graph.output}
@@ -222,7 +222,7 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
         value {"layer", "tensor", "status", "max_abs_diff"}}``.
     """
     from ..compare import FULL_MODEL_MIN_COSINE, judge, quantized_data_outputs_of_file
-    from ..external_data import load_model
+    from ..core.external_data import load_model
     from .one_module import compile_one_module, run_one_module
 
     rec: dict[str, Any] = {"status": None, "layer": None, "key": None, "tensor": None, "max_abs_diff": None,

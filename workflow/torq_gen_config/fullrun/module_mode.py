@@ -6,7 +6,7 @@ and the plan of a module run (``plan.json`` with ``mode: "module"``).
 executor the layers are assigned to is an IREE executor whose device is here (llvm-cpu and
 vmvx always; cuda, rocm, vulkan when the runtime finds the device) and no If/Loop/Scan has body ops assigned elsewhere than the op itself (their
 bodies run where the parent runs), else partitions, with the reason; ``module``
-forces one module (:class:`~torq_gen_config.errors.ConfigError` naming why when it
+forces one module (:class:`~torq_gen_config.core.errors.ConfigError` naming why when it
 cannot); ``partitions`` is the chain. The reason of the choice goes into the plan
 (``mode_reason``), the result and the report's ``full_model`` section.
 
@@ -28,9 +28,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import ConfigError
-from ..fileio import file_digest
-from ..layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
+from ..core.errors import ConfigError
+from ..core.fileio import file_digest
+from ..core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
 from ..mlir.placement import location_key, parse_module
 from .common import PARTITIONS_MODE, PLAN_SCHEMA
 
@@ -308,7 +308,7 @@ def module_or_partitions(plan: dict, *, run_mode: str, model, manifest: Mapping,
         ConfigError: ``run_mode`` is ``module`` and one module is impossible, or no ``full_mlir``.
     """
     from ..backends import effective_executor
-    from ..fileio import write_bytes_if_changed
+    from ..core.fileio import write_bytes_if_changed
 
     by_layer = plan.get("layer_executors") or {}
     compiler_locations = assignment.get("locations") if assignment.get("source") == "compiler_json" else None

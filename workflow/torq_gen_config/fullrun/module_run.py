@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..backends.base import StageError
-from ..fileio import read_json, write_json
-from ..limits import MESSAGE_CHARS, SUMMARY_CHARS
-from ..tools import bounded_message, first_error_line
+from ..core.fileio import read_json, write_json
+from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
+from ..core.tools import bounded_message, first_error_line
 from .common import COMPILED_SCHEMA, PARTITIONS_MODE, _round
 from .execute import _compare_and_finish, _new_result, run_partitions
 from .module_bisect import bisect_module, verdict_tail

@@ -18,7 +18,7 @@ Steps (:func:`compile_one_module`, then :func:`run_one_module`):
 4. :func:`~torq_gen_config.mlir.readback.read_placement`: where each op ran;
 5. ``iree-run-module`` with one ``--device=`` per declared device, in ordinal order.
 
-Every tool call goes through :func:`torq_gen_config.tools.run_tool` with a timeout, the
+Every tool call goes through :func:`torq_gen_config.core.tools.run_tool` with a timeout, the
 ``iree-compile`` of the backend (``$IREE_COMPILE`` applies) and the executors' own
 ``compile_flags`` (all of them, in order, without repeats).
 """
@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..backends import make_backend
 from ..backends.base import CompiledArtifact, StageError, raise_for_tool_failure
 from ..backends.iree_tools import FUNCTION, parse_mlir_signature
-from ..errors import ConfigError
-from ..tools import run_tool
+from ..core.errors import ConfigError
+from ..core.tools import run_tool
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -12,11 +12,11 @@ from typing import Iterable, Mapping
 
 from ..backends import NEEDS_MLIR, capabilities, effective_executor
 from ..backends.parameters import with_parameters
-from ..fileio import write_bytes_if_changed
-from ..external_data import model_bytes
-from ..weight_store import store_folded
+from ..core.fileio import write_bytes_if_changed
+from ..core.external_data import model_bytes
+from ..core.weight_store import store_folded
 from ..model.graph import node_inputs, tensor_consumers, value_types
-from ..batch_compile import BATCHES_DIR
+from ..discovery.batch_compile import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches
 from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
@@ -60,7 +60,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             (:func:`~torq_gen_config.backends.parameters.with_parameters`: the partitions
             are imported with parameters, and run with the archives). None: inline.
         folded_store: the archive beside the model's stored tensors that receives the
-            folded values the partitions read (:func:`~torq_gen_config.weight_store.store_folded`);
+            folded values the partitions read (:func:`~torq_gen_config.core.weight_store.store_folded`);
             None: they are copied into the partition models.
 
     Returns:

@@ -39,15 +39,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import ConfigError
-from ..fileio import read_json, save_npz, write_json
-from ..limits import SUMMARY_CHARS
+from ..core.errors import ConfigError
+from ..core.fileio import read_json, save_npz, write_json
+from ..core.limits import SUMMARY_CHARS
 from ..model.extract import extract_model
 from ..model.graph import tensor_consumers, value_types
 from .compile import compile_partition, safe_describe
 from .execute import run_partitions
 from .common import PARTITION_MODEL, PARTITIONS_MODE
-from ..external_data import load_model, model_bytes
+from ..core.external_data import load_model, model_bytes
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .plan import QDQ_OPS
 from .tensor_values import TensorValues

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ..backends import make_backend
-from ..fileio import read_json, write_json
-from ..external_data import self_contained_bytes
+from ..core.fileio import read_json, write_json
+from ..core.external_data import self_contained_bytes
 from .reduce import Outcome, Reducer
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:

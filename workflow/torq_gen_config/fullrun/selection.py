@@ -9,7 +9,7 @@ import json
 from typing import Any, Mapping
 
 from ..backends import capabilities
-from ..errors import ConfigError, ReportError
+from ..core.errors import ConfigError, ReportError
 from .common import ASSIGNMENT_SCHEMA, PARTITIONS_MODE
 
 _NULL_NAMES = ("", "null", "none")

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from ..fileio import read_json, write_json
+from ..core.fileio import read_json, write_json
 
 
 class TensorValues:
@@ -25,18 +25,18 @@ class TensorValues:
 
     def record(self, model, reference_npz: str, digest: str, *, timeout_s: float,
                progress: Callable[[str], None] | None = None) -> dict:
-        """Run ``model`` node by node (:func:`~torq_gen_config.model_run.run_model_by_node`:
+        """Run ``model`` node by node (:func:`~torq_gen_config.reference.model_run.run_model_by_node`:
         ONNX Runtime, onnx's reference implementation where it fails) on the inputs of
         ``reference_npz`` and keep every array value as it is made (memory stays bounded by
         the live tensors). Values kept for the same ``digest`` are reused when every file
         is still readable; damaged or other ones are made again.
 
         Returns:
-            The run's summary (:func:`~torq_gen_config.model_run.run_summary`).
+            The run's summary (:func:`~torq_gen_config.reference.model_run.run_summary`).
         """
         import numpy as np
 
-        from ..model_run import run_model_by_node, run_summary
+        from ..reference.model_run import run_model_by_node, run_summary
         from ..reference import load_reference
 
         index_path = self.dir / "index.json"

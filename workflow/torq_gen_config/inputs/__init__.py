@@ -4,7 +4,7 @@ Modules: :mod:`.generate` (the generator, :func:`generate_inputs`, :func:`make_i
 :mod:`.site` (what a rule reads), :mod:`.tensor_types` (static dims, dtype classes),
 :mod:`.rules` (the table :data:`RULES` and one module per kind of input: axes, indices,
 shapes, slice, signal, values, nms). The whole model's input values (``--input-data``
-or generated) are :mod:`torq_gen_config.model_inputs`, a layer above this one: it casts
+or generated) are :mod:`torq_gen_config.reference.model_inputs`, a layer above this one: it casts
 with the precision step's bf16 rounding, and that step draws its calibration inputs here.
 
 Most graph inputs are data, drawn uniformly per dtype (config ``inputs``: floats in

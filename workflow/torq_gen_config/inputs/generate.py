@@ -49,7 +49,7 @@ class _Generator:
     def generate(self, name: str) -> None:
         import numpy as np
 
-        from ..ort_io import numpy_dtype
+        from ..core.ort_io import numpy_dtype
 
         vi = self.inputs[name]
         shape = input_shape(vi)
@@ -144,7 +144,7 @@ def generate_inputs(model: "onnx.ModelProto", settings: dict | None = None,
         Input name -> array of the input's shape, in graph input order. dtypes:
         numpy's for numpy types; ml_dtypes for bfloat16, float8 (e4m3fn, e4m3fnuz,
         e5m2, e5m2fnuz, e8m0fnu), int4/uint4, int2/uint2, float4e2m1 (one element
-        per byte; :mod:`torq_gen_config.ort_io` packs them for ONNX Runtime);
+        per byte; :mod:`torq_gen_config.core.ort_io` packs them for ONNX Runtime);
         ``object`` arrays of short ASCII ``str`` for STRING. Plain values: floats
         uniform in ``float_range`` (through float32), integers uniform in
         ``int_range`` (uint8: ``uint8_range``) clipped to the dtype, bools in {False,

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..fileio import atomic_write_text
-from ..external_data import is_external, load_model, stored_bytes
-from ..weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, parameter_key
+from ..core.fileio import atomic_write_text
+from ..core.external_data import is_external, load_model, stored_bytes
+from ..core.weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, parameter_key
 
 #: the Python distribution of the ONNX -> MLIR importer (its version goes to the report)
 IMPORTER_PACKAGE = "iree-base-compiler"
@@ -33,13 +33,13 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
 
     Args:
         onnx_model: model with inferred shapes (graph name becomes the function name);
-            its tensors may be in the weight store (:func:`~torq_gen_config.external_data.load_model`
+            its tensors may be in the weight store (:func:`~torq_gen_config.core.external_data.load_model`
             with ``weights=False``): they are mapped, not copied.
         mlir_path: output ``.mlir`` file.
         record_locations: also return, per ONNX node, the location of the op that
             defines the node's results (needs a re-parse of the written file).
         elide_weights: leave the values of resources of more than
-            :data:`~torq_gen_config.weight_store.MIN_EXTERNAL_BYTES` bytes out of the
+            :data:`~torq_gen_config.core.weight_store.MIN_EXTERNAL_BYTES` bytes out of the
             printed ``dialect_resources`` (the ops and their ``line:col`` are unchanged,
             the file cannot be compiled): for a map of locations only.
         parameters: the tensors of the weight store become IREE parameters

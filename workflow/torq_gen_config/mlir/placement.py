@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 #: ops whose results are constants: IREE places them with their users, no transfer
 _CONSTANT_OPS = ("torch.vtensor.literal", "torch_c.from_builtin_tensor", "util.global.load")

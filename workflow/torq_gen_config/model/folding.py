@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any, Iterator
 
 from .graph import copy_proto, node_attr
-from ..external_data import is_external, tensor_array
-from ..limits import NOTE_CHARS
+from ..core.external_data import is_external, tensor_array
+from ..core.limits import NOTE_CHARS
 
 #: Ops whose output is not a function of their inputs: never folded.
 NONDETERMINISTIC_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",

@@ -8,7 +8,7 @@ bytes with the values of each large tensor (``raw_data``, and the packed ``float
 / ``double_data`` whose bytes are the same little-endian values) left out and replaced
 by ONNX external data pointing at their place in the file itself. Parsing that skeleton
 gives the model with its weights external (read later a tensor at a time, or copied to
-the weight store without passing through memory: :mod:`torq_gen_config.weight_store`).
+the weight store without passing through memory: :mod:`torq_gen_config.core.weight_store`).
 """
 
 from __future__ import annotations

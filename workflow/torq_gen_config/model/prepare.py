@@ -17,16 +17,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 from .graph import user_node_table
 from .opset_upgrade import (
     _TAG, _restore_node_names, _restore_tensor_names, model_signature, signature_changes, trace_node_origins,
 )
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
 from .symbolic_dims import fix_symbolic_dims
-from ..limits import NOTE_CHARS
-from ..external_data import external_data_problem, load_weights, model_bytes, resolve_locations
-from ..weight_store import MIN_EXTERNAL_BYTES, externalize
+from ..core.limits import NOTE_CHARS
+from ..core.external_data import external_data_problem, load_weights, model_bytes, resolve_locations
+from ..core.weight_store import MIN_EXTERNAL_BYTES, externalize
 from .onnx_file import WireError, read_skeleton
 
 
@@ -42,7 +42,7 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
     Args:
         path: ``.onnx`` file (external data next to it is read too).
         store: copy every large tensor into this weight store file, file to file
-            (:func:`~torq_gen_config.weight_store.externalize`), and check the graph
+            (:func:`~torq_gen_config.core.weight_store.externalize`), and check the graph
             beside it; the returned model's stored tensors refer to the store (absolute
             locations).
         graph_only: no store, no weights read and no ONNX checker (the preparation runs
@@ -226,7 +226,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             ``shape_sources`` says which (see :func:`fix_symbolic_dims`).
         observe: ``observe(model, want=[names], unknown=[names])`` is called once with
             the upgraded, statically completed (whole, uncut) model; it runs the model
-            (:mod:`torq_gen_config.model_run`) and returns ``{"types": {name: observed
+            (:mod:`torq_gen_config.reference.model_run`) and returns ``{"types": {name: observed
             type}, "info": {...}}``; ``want`` are the subgraph's inputs in subgraph mode
             (the caller keeps their values: the subgraph's realistic inputs). The
             observed types fill in what static inference left unknown and replace
@@ -240,11 +240,11 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             node it comes from); the reports go to ``info["precision"][key]``. Nodes a
             conversion inserts (Casts) belong to the user node they serve. Passed in by
             the caller, so that model preparation does not depend on the precision modes.
-        store: the weight store file (:mod:`torq_gen_config.weight_store`): right after
+        store: the weight store file (:mod:`torq_gen_config.core.weight_store`): right after
             loading, every large tensor moves there and the steps after it work on the
             graph alone (memory: the weights once, while loading); the returned model's
             stored tensors have absolute locations (the caller saves it with
-            :func:`~torq_gen_config.weight_store.externalize` again, which keeps an
+            :func:`~torq_gen_config.core.weight_store.externalize` again, which keeps an
             unchanged store as it is). None: the weights stay in memory.
 
     Returns:

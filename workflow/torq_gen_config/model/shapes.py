@@ -8,7 +8,7 @@ Three sources, in order (DESIGN.md, "What a verdict rests on"):
    inference runs again and what it learns is copied back; repeated until nothing
    changes, since each round can let more ``Shape`` nodes fold;
 3. for what is still unknown, the types observed in the whole-model reference run
-   (:mod:`torq_gen_config.model_run`), written as value_info by :func:`apply_observed_types`.
+   (:mod:`torq_gen_config.reference.model_run`), written as value_info by :func:`apply_observed_types`.
 
 Zero-size dims are dims (``dim_value`` 0 is static). A tensor whose type stays unknown
 makes the layers that read or write it "not testable" (:mod:`torq_gen_config.model.split`).
@@ -20,7 +20,7 @@ from typing import Mapping
 
 from .folding import fold_constants
 from .graph import copy_proto
-from ..limits import NOTE_CHARS
+from ..core.limits import NOTE_CHARS
 
 #: Most inference/folding rounds of :func:`complete_static_shapes`.
 MAX_ROUNDS = 8

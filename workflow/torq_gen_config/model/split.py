@@ -21,8 +21,8 @@ import re
 import shutil
 from pathlib import Path
 
-from ..external_data import save_model
-from ..weight_store import store_folded
+from ..core.external_data import save_model
+from ..core.weight_store import store_folded
 from .folding import fold_constants
 from .extract import extract_model
 from .graph import node_inputs, value_types
@@ -56,12 +56,12 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         info: the preparation info (``user_nodes``, ``prepared_nodes``).
         layers_dir: directory that receives ``<slug>/model.onnx`` per layer (a tensor of
             ``model`` in the weight store stays there: the layer model refers to it,
-            :mod:`~torq_gen_config.weight_store`). A file whose bytes did not change is left untouched (its mtime too), so only
+            :mod:`~torq_gen_config.core.weight_store`). A file whose bytes did not change is left untouched (its mtime too), so only
             changed layers rerun; directories of layers that no longer exist are removed.
-        folded_store: the archive beside the weight store (its :data:`~torq_gen_config.weight_store.FOLDED_FILE`)
+        folded_store: the archive beside the weight store (its :data:`~torq_gen_config.core.weight_store.FOLDED_FILE`)
             that receives the folded values the layers read (weights computed by
             ``ConstantOfShape``, a folded ``Transpose``...):
-            :func:`~torq_gen_config.weight_store.store_folded`; the layer models refer
+            :func:`~torq_gen_config.core.weight_store.store_folded`; the layer models refer
             to it. None: such values are copied into each layer model that reads them.
 
     Returns:
@@ -74,7 +74,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         whose input or output type is unknown: it gets no test jobs;
         and ``folded_nodes`` (user nodes that were constant-folded), ``warnings``.
     """
-    from ..mac_count import mac_count
+    from .mac_count import mac_count
 
     layers_dir = Path(layers_dir)
     layers_dir.mkdir(parents=True, exist_ok=True)

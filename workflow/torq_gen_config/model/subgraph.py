@@ -16,7 +16,7 @@ keeps the user's node table entries (with their indices) of the nodes it holds.
 
 Files: ``torq_gen_config_<model>_subgraph_<f>_<t>.json`` (and ``_compiler.json``),
 intermediate files under ``<output_dir>/work/<model>_subgraph_<f>_<t>/``
-(:mod:`torq_gen_config.layout`), where ``<f>`` and
+(:mod:`torq_gen_config.core.layout`), where ``<f>`` and
 ``<t>`` are the ``_node_index`` of the two nodes in the user's model.
 
 :func:`subgraph_of_config` resolves the names (cheap: the model is loaded without
@@ -31,10 +31,10 @@ import difflib
 import os
 from typing import Any
 
-from ..errors import ConfigError, ModelError
+from ..core.errors import ConfigError, ModelError
 from .extract import extract_model
 from .graph import node_attr, value_types
-from ..limits import NOTE_CHARS
+from ..core.limits import NOTE_CHARS
 
 #: Config keys (and, as ``--subgraph-from``/``--subgraph-to``, command-line options).
 CONFIG_KEYS = ("subgraph_from", "subgraph_to")

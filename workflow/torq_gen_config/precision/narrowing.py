@@ -29,7 +29,7 @@ Rules (seed: notes/reference_tool.md section 6; types: ONNX operator schemas via
 * int32 only: ``Slice`` parameters stay int64 although the schema allows int32
   (:data:`KEEP_INT64_INPUTS`, as the seed). INT64_MIN/INT64_MAX (UINT64 max)
   sentinels in constants are clamped to the 32-bit extremes and reported; any other
-  out-of-range constant raises :class:`~torq_gen_config.errors.ModelError`.
+  out-of-range constant raises :class:`~torq_gen_config.core.errors.ModelError`.
 * bf16 only: constants are rounded to nearest even; finite values beyond the bf16
   maximum (~3.39e38) are clamped to +-max instead of becoming inf (counted).
   ``LayerNormalization.stash_type`` becomes bf16 because its schema (constraint
@@ -47,7 +47,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..errors import ConfigError, ModelError
+from ..core.errors import ConfigError, ModelError
 from .bf16_rounding import _bf16_stats, round_to_bf16
 from .narrowing_plan import _SHORT, _NarrowingPlan
 from .onnx_graph import _all_names, _default_opset, _from_array, _one_line, _rename_refs, _subgraphs, _to_array

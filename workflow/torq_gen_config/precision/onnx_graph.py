@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ..limits import DETAIL_CHARS
+from ..core.limits import DETAIL_CHARS
 
 import ml_dtypes
 import numpy as np

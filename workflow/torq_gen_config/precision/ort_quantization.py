@@ -16,8 +16,8 @@ import contextlib
 import logging
 import threading
 
-from ..errors import ModelError
-from ..limits import DETAIL_CHARS
+from ..core.errors import ModelError
+from ..core.limits import DETAIL_CHARS
 
 
 class QuantizationError(ModelError):

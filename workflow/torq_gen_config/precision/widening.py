@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ..errors import ModelError
+from ..core.errors import ModelError
 from .onnx_graph import DTYPE_ATTRS, _from_array, _one_line, _to_array
 
 

@@ -12,9 +12,9 @@ from .. import __version__
 from ..backends import capabilities
 from ..compare.metrics import share_threshold_grids
 from ..config import PRECISION_KEYS
-from ..errors import ReportError
-from ..fileio import damaged_work_file, read_json
-from ..layout import layer_result_file
+from ..core.errors import ReportError
+from ..core.fileio import damaged_work_file, read_json
+from ..core.layout import layer_result_file
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
 from ..model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
 from .build import build_op, check_report_settings, finish_report

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
-from ..errors import ReportError
-from ..limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+from ..core.errors import ReportError
+from ..core.limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .cells import executor_names
 from .recommend import (
     REASON_NOT_TESTABLE,

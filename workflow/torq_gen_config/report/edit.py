@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..compare import normalize_tolerance
-from ..errors import ConfigError, ReportError
-from .. import run_lock
-from ..fileio import json_bytes, read_json
-from ..layout import REPORT_PREFIX, lock_file
+from ..core.errors import ConfigError, ReportError
+from ..core import run_lock
+from ..core.fileio import json_bytes, read_json
+from ..core.layout import REPORT_PREFIX, lock_file
 from .build import render_report
 from .cells import executor_names
 from .publish import publish_report

@@ -9,23 +9,23 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config import model_name
-from ..errors import ConfigError, ReportError
-from ..fileio import read_json
+from ..core.errors import ConfigError, ReportError
+from ..core.fileio import read_json
 from .build import check_report
-from ..layout import REPORT_PREFIX, compiler_file, report_file, user_choices_file
+from ..core.layout import REPORT_PREFIX, compiler_file, report_file, user_choices_file
 
 
 # --------------------------------------------------------------------------- paths
 
 
 def report_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.layout`)."""
+    """``<output_dir>/torq_gen_config_<model stem>.json`` (:mod:`torq_gen_config.core.layout`)."""
 
     return Path(output_dir).expanduser() / report_file(model_name(model))
 
 
 def compiler_path_for_model(model: str | os.PathLike, output_dir: str | os.PathLike) -> Path:
-    """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.layout`)."""
+    """``<output_dir>/torq_gen_config_<model stem>_compiler.json`` (:mod:`torq_gen_config.core.layout`)."""
 
     return Path(output_dir).expanduser() / compiler_file(model_name(model))
 
@@ -38,7 +38,7 @@ def compiler_path_for_report(report_path: str | os.PathLike) -> Path:
 
 def user_choices_path(report_path: str | os.PathLike, report: Mapping | None = None) -> Path:
     """The user-choices sidecar of a report: ``<report dir>/work/<name>/user_choices.json``
-    (:mod:`torq_gen_config.layout`; ``name`` the report's ``model_name``, else the name in
+    (:mod:`torq_gen_config.core.layout`; ``name`` the report's ``model_name``, else the name in
     the report's file name), so that the choices of one model (or subgraph) never reach
     another's report in the same directory."""
 

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
-from ..layout import work_dir
+from ..core.layout import work_dir
 from .cells import CELL_STATUSES, STATUS_COLORS, cell_status, executor_colors, executor_names
 
 #: Most nodes the graph shows at first: larger graphs start with scopes collapsed.

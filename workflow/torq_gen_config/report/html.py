@@ -397,7 +397,7 @@ def write_html(path: str | os.PathLike, report: Mapping, *, compiler: Mapping | 
     Raises:
         OSError: the directory cannot be written.
     """
-    from ..fileio import atomic_write_text
+    from ..core.fileio import atomic_write_text
 
     atomic_write_text(path, render_html(report, compiler=compiler, warnings=warnings, manifest=manifest,
                                         manifest_error=manifest_error))
@@ -422,8 +422,8 @@ def write_report_html(report_path: str | os.PathLike, html_path: str | os.PathLi
             or fails the report schema. (An unreadable compiler JSON is a warning on the page.)
         OSError: the HTML file cannot be written.
     """
-    from ..errors import ReportError
-    from ..fileio import read_json
+    from ..core.errors import ReportError
+    from ..core.fileio import read_json
     from .files import compiler_path_for_report, is_compiler_json, load_report
     from .staleness import staleness
 

@@ -7,7 +7,7 @@ import difflib
 import fnmatch
 from typing import Mapping
 
-from ..errors import ConfigError, ReportError
+from ..core.errors import ConfigError, ReportError
 
 ALL_LAYERS = "ALL"
 """``--layer`` value that matches every layer."""

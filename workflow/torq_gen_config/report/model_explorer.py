@@ -39,8 +39,8 @@ from typing import Mapping
 from onnx import AttributeProto
 
 from ..config import resolve_model_path
-from ..errors import ConfigError, OutputDirError, ReportError
-from ..fileio import atomic_write_files, json_bytes
+from ..core.errors import ConfigError, OutputDirError, ReportError
+from ..core.fileio import atomic_write_files, json_bytes
 from ..model.prepare import load_model
 from .cells import STATUS_COLORS, cell_status, executor_colors, executor_names
 from .files import load_report

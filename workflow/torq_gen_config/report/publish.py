@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from ..fileio import atomic_write_files, atomic_write_text, json_bytes, json_chunks, read_json
-from ..layout import REPORT_PREFIX, work_dir
+from ..core.fileio import atomic_write_files, atomic_write_text, json_bytes, json_chunks, read_json
+from ..core.layout import REPORT_PREFIX, work_dir
 from .build import render_report
 
 __all__ = ["publish_report", "read_report_summary"]
@@ -24,7 +24,7 @@ def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathL
                    full_model: Mapping | None = None, rederive: bool = True,
                    extra_files: Mapping[str | os.PathLike, bytes] | None = None, force: bool = False) -> dict:
     """Render ``report`` (in place) and write it with its compiler JSON. The report is
-    written a line at a time, each op on one line (:func:`~torq_gen_config.fileio.json_chunks`:
+    written a line at a time, each op on one line (:func:`~torq_gen_config.core.fileio.json_chunks`:
     the C encoder, one op's text in memory at a time; docs/scale.md, "The report").
 
     Args:

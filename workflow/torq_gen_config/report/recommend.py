@@ -22,7 +22,7 @@ import math
 from typing import Mapping
 
 from ..compare import derive_status, normalize_tolerance, status_details
-from ..limits import MESSAGE_CHARS as _MESSAGE_MAX_CHARS
+from ..core.limits import MESSAGE_CHARS as _MESSAGE_MAX_CHARS
 
 STATUSES = ("success", "difference", "error", "unverified", "skipped")
 """Every status a (layer, executor) result may have. ``"skipped"``: not tested because
@@ -283,7 +283,7 @@ def reference_agreement(entry: Mapping, tolerance: Mapping) -> dict:
         neither list). Source: issue "a second reference"; the rule is the same
         comparison as the verdict (docs/comparison.md).
     """
-    from ..reference_run import engine_label
+    from ..reference.reference_run import engine_label
 
     agrees, differs = [], []
     primary = entry.get("reference_used") or entry.get("reference_engine") or "onnxruntime"

@@ -1,10 +1,10 @@
 """Whether a report still describes the model and the work files next to it.
 
 A report is written last, by ``aggregate_report``. While a later run is going (it holds
-the run lock: :mod:`torq_gen_config.run_lock`), and when it failed or was stopped before
+the run lock: :mod:`torq_gen_config.core.run_lock`), and when it failed or was stopped before
 that, the old report stays while the work files (the prepared model, the MLIR the
 compiler JSON points into, verdicts) are already newer: the jobs that feed the report set
-``work/<name>/.report-outdated`` (:mod:`torq_gen_config.layout`) and the report's writer
+``work/<name>/.report-outdated`` (:mod:`torq_gen_config.core.layout`) and the report's writer
 removes it. The report also records the SHA-256 of the model file (and of its external
 data), so a model changed since discovery is noticed too.
 """
@@ -15,8 +15,8 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Mapping
-from ..layout import OUTDATED_MARKER, REPORT_PREFIX, lock_file, work_dir
-from ..run_lock import running_holder
+from ..core.layout import OUTDATED_MARKER, REPORT_PREFIX, lock_file, work_dir
+from ..core.run_lock import running_holder
 
 
 def model_digest(path: str | os.PathLike) -> str | None:

@@ -32,8 +32,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ReportError
-from ..fileio import read_json
+from ..core.errors import ReportError
+from ..core.fileio import read_json
 from .files import compiler_path_for_model, is_compiler_json, model_name_of, report_path_for_model
 from .build import check_report, discovery_report_of
 from .cells import executor_names
@@ -120,7 +120,7 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
     for ln in tool_lines(report):
         _line(console, ln)
     if isinstance(report.get("work_dir"), Mapping):  # reports written before it was recorded have none
-        from ..keep_work import recorded_line
+        from ..core.keep_work import recorded_line
 
         _line(console, recorded_line(report["work_dir"]))
     if summary.get("skipped_layers"):

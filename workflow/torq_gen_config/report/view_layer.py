@@ -107,7 +107,7 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         _line(console, f"Not testable:   {op['not_testable_reason'].removeprefix('not testable: ')}")
     ref = op.get("reference") or {}
     if ref:
-        from ..reference_run import engine_label
+        from ..reference.reference_run import engine_label
 
         label = f"{engine_label(ref.get('engine') or 'onnxruntime')} {ref.get('engine_version') or ''}".strip()
         _line(console, f"Reference:      {label}: {ref.get('status')}"

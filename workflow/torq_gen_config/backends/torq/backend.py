@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from ...logs import append_record
-from ...tools import ToolNotFoundError, run_tool, tool_version
+from ...core.logs import append_record
+from ...core.tools import ToolNotFoundError, run_tool, tool_version
 from ..base import Backend, CompiledArtifact, RunWideOption, StageError, check_inputs, raise_for_tool_failure
 from .tensors import read_output_bin, write_input_bin
 from .toolchain import FORCING_FLAGS, FUNCTION, MODULE_FILE, _hw_flags, _parse_options, find_torq_tool
@@ -241,7 +241,7 @@ class TorqBackend(Backend):
     # ------------------------------------------------------------- describe
     def describe(self, *, probe_timeout_s: float = 60.0) -> dict:
         """Provenance of this executor (the compiler's ``--version`` is probed once per
-        run, within ``probe_timeout_s`` seconds: :func:`torq_gen_config.tools.tool_version`).
+        run, within ``probe_timeout_s`` seconds: :func:`torq_gen_config.core.tools.tool_version`).
 
         Returns:
             ``{"kind", "name", "executor", "torq_hw", "torq_hw_type", "forcing_flags",

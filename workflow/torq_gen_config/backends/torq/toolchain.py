@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ...errors import ConfigError
-from ...tools import ToolNotFoundError, tool_from_env
+from ...core.errors import ConfigError
+from ...core.tools import ToolNotFoundError, tool_from_env
 from ..base import check_options
 
 #: TORQ executors in the seed's priority order.

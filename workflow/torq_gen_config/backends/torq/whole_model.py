@@ -23,10 +23,10 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ...errors import ConfigError
-from ...fileio import file_digest
-from ...logs import append_record
-from ...tools import ToolNotFoundError, run_tool
+from ...core.errors import ConfigError
+from ...core.fileio import file_digest
+from ...core.logs import append_record
+from ...core.tools import ToolNotFoundError, run_tool
 from ..base import CompiledArtifact, StageError, raise_for_tool_failure
 from ..whole_model import WholeModel
 from .toolchain import MODULE_FILE, _parse_options, full_model_compile_argv

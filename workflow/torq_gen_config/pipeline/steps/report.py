@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import sys
 
-from ..job_support import records_failure
-from ..keep_work import finish
-from ..layout import clear_outdated
-from ..logs import append_record
-from ..report.assemble import assemble_report
-from ..report.publish import publish_report
-from ..report.summary import status_counts_line
+from ...core.job_support import records_failure
+from ...core.keep_work import finish
+from ...core.layout import clear_outdated
+from ...core.logs import append_record
+from ...report.assemble import assemble_report
+from ...report.publish import publish_report
+from ...report.summary import status_counts_line
 
 
 @records_failure
@@ -23,7 +23,7 @@ def aggregate_job(*, report: str, compiler: str, log: str | None = None, work_di
     ``kwargs`` are), published with its compiler JSON to ``report`` / ``compiler``.
     Every test is done by then: with ``keep_work`` ``minimal`` the intermediates the
     finished run no longer needs are removed from ``work_dir`` first; the report records
-    the work directory's size (``work_dir``, :func:`~torq_gen_config.keep_work.finish`)."""
+    the work directory's size (``work_dir``, :func:`~torq_gen_config.core.keep_work.finish`)."""
     rep = assemble_report(**kwargs)
     if work_dir:
         rep["work_dir"] = finish_work_dir(work_dir, keep_work, (kwargs.get("options") or {}).get("model"),
@@ -35,7 +35,7 @@ def aggregate_job(*, report: str, compiler: str, log: str | None = None, work_di
 
 def finish_work_dir(work_dir: str, keep_work: str, model: str | None, *, output_dir: str | None = None) -> dict:
     """The report's ``work_dir`` section after the clean-up of ``keep_work``
-    (:func:`~torq_gen_config.keep_work.finish`; what it removed: one line on stderr)."""
+    (:func:`~torq_gen_config.core.keep_work.finish`; what it removed: one line on stderr)."""
     return finish(work_dir, keep_work, model, output_dir=output_dir,
                   echo=lambda line: print(line, file=sys.stderr, flush=True))
 
@@ -54,8 +54,8 @@ def aggregate_report(input, output, params, log) -> dict:
     weights setting, resolved here with ``info``: the report's ``provenance.parameters``).
     Returns the report (dict).
     """
-    from ..backends.parameters import resolve_from
-    from ..fileio import read_json
+    from ...backends.parameters import resolve_from
+    from ...core.fileio import read_json
 
     resolved = resolve_from(params.parameters, read_json(input.info, "preparation info"), params.executors)
     rep = aggregate_job(model_name=params.model_name, manifest=input.manifest, prepare_info=input.info,

@@ -17,8 +17,8 @@ import signal
 import threading
 from pathlib import Path
 
-from . import workflow_files
-from .errors import TorqGenConfigError
+from .. import workflow_files
+from ..core.errors import TorqGenConfigError
 
 # the checkout's, or the copy in an installed wheel (torq_gen_config.workflow_files)
 SNAKEFILE = workflow_files.snakefile()
@@ -67,7 +67,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         resources: global resources, as ``--resources`` (the CK workflow's ``ck_device``).
         quiet_progress: also hide Snakemake's progress lines (with ``quiet``).
         display: the progress display of a discovery or full-model run
-            (:mod:`torq_gen_config.progress`): ``"auto"`` (default: live on a terminal,
+            (:mod:`torq_gen_config.core.progress`): ``"auto"`` (default: live on a terminal,
             lines elsewhere, Snakemake's own output with ``verbose`` or ``dryrun``;
             :func:`progress.display_mode`), ``"live"``, ``"lines"``, or None
             (Snakemake's own output). The CK workflow (``lock`` given) keeps Snakemake's.
@@ -79,7 +79,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     absent = workflow_files.missing()
     if absent:
         raise WorkflowFailed(absent)
-    from . import run_lock
+    from ..core import run_lock
 
     workdir = Path(workdir).resolve()
     try:
@@ -90,7 +90,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     if not os.access(workdir, os.W_OK):
         raise WorkflowFailed(f"cannot use output directory {workdir}: not writable")
     # An OS-level lock per discovery (released by the kernel if this process dies),
-    # the same the workflow takes in its onstart handler (torq_gen_config.run_lock).
+    # the same the workflow takes in its onstart handler (torq_gen_config.core.run_lock).
     lock_path = workdir / (lock[0] if lock else _lock_name(config))
     try:
         if lock:
@@ -116,7 +116,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
                     quiet_progress=quiet_progress)
         else:
             if display == "auto":
-                from .progress import display_mode
+                from ..core.progress import display_mode
 
                 display = display_mode(quiet=quiet, verbose=verbose, dryrun=dryrun)
             what = f"{'full-model run' if allowed_rules else 'discovery'} of {_report_name(config)}"
@@ -124,7 +124,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
                         forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules,
                         display=display, display_what=what, log_file=config.get("log_file") or None)
     except WorkflowFailed:
-        from . import isolation
+        from ..core import isolation
 
         if interrupted or isolation.stop_signal():
             raise Interrupted(interrupted[0] if interrupted else isolation.stop_signal()) from None
@@ -139,7 +139,7 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 allowed_rules=None, display=None, display_what="workflow", log_file=None) -> None:
     # a Snakemake lock left by a killed run is removed when the workflow is parsed
     # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
-    from .job_support import JOB_FAILURES
+    from ..core.job_support import JOB_FAILURES
 
     JOB_FAILURES.clear()
     execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
@@ -231,8 +231,8 @@ def _progress_display(mode: str | None, what: str, log_file: str | None):
         return contextlib.nullcontext()
     from snakemake.logging import logger
 
-    from .isolation import stop_signal
-    from .progress import ProgressDisplay
+    from ..core.isolation import stop_signal
+    from ..core.progress import ProgressDisplay
 
     display = ProgressDisplay(mode, what=what, log_file=log_file, stopping=stop_signal)
 
@@ -269,7 +269,7 @@ def profile_settings(path: str | os.PathLike = PROFILE) -> dict:
         raise WorkflowFailed(f"cannot read the workflow profile {path}: {_one_line(e)}") from None
     unknown = sorted(set(settings) - set(PROFILE_KEYS))
     if unknown:
-        raise WorkflowFailed(f"{path}: setting(s) {', '.join(unknown)} not applied by torq_gen_config.workflow_api "
+        raise WorkflowFailed(f"{path}: setting(s) {', '.join(unknown)} not applied by torq_gen_config.pipeline.workflow_api "
                              "(add them there, so that both forms of a run use them)")
     resources = {}
     for item in settings.get("resources") or []:
@@ -298,8 +298,8 @@ def profile_argv(settings: dict, *, quiet: bool) -> list[str]:
 
 def _report_name(config: dict) -> str:
     """The report name of a config: the model's stem, plus the subgraph suffix."""
-    from .config import model_name, resolve_model_path
-    from .model.subgraph import subgraph_of_config
+    from ..config import model_name, resolve_model_path
+    from ..model.subgraph import subgraph_of_config
 
     try:
         sub = subgraph_of_config(config)
@@ -309,7 +309,7 @@ def _report_name(config: dict) -> str:
 
 
 def _lock_name(config: dict) -> str:
-    from .layout import lock_file
+    from ..core.layout import lock_file
 
     return lock_file(_report_name(config))
 
@@ -343,7 +343,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     import yaml
     from snakemake.cli import args_to_api, parse_args
 
-    from .fileio import atomic_write_text
+    from ..core.fileio import atomic_write_text
 
     absent = workflow_files.missing()
     if absent:
@@ -373,7 +373,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
             argv += ["--cores", str(os.cpu_count() or 1)]
     if forceall:
         argv.append("--forceall")
-    from . import run_lock
+    from ..core import run_lock
 
     lock_path = workdir / _lock_name(config)
     try:

@@ -1,5 +1,5 @@
 """ONNX external data as this tool uses it: models whose large tensors are in the
-weight store (:mod:`torq_gen_config.weight_store`) or in another file.
+weight store (:mod:`torq_gen_config.core.weight_store`) or in another file.
 
 A model cut from the prepared one (a layer, a partition, a reduction candidate) keeps
 its tensors' ``location`` relative to the store's folder and records that folder,

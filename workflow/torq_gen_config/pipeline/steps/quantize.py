@@ -7,12 +7,12 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import read_json, write_bytes_if_changed, write_json
-from ..job_support import in_worker, records_failure
-from ..layout import mark_outdated
-from ..logs import append_record
-from ..limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
-from ..external_data import load_model
+from ...core.fileio import read_json, write_bytes_if_changed, write_json
+from ...core.job_support import in_worker, records_failure
+from ...core.layout import mark_outdated
+from ...core.logs import append_record
+from ...core.limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
+from ...core.external_data import load_model
 
 @records_failure
 def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
@@ -34,8 +34,8 @@ def _calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float
     """
     import onnx
 
-    from ..precision.calibration import calibration_samples
-    from ..precision.ranges import tensor_ranges
+    from ...precision.calibration import calibration_samples
+    from ...precision.ranges import tensor_ranges
 
     t0 = time.perf_counter()
     model = onnx.load(prepared)
@@ -74,8 +74,8 @@ def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info
     """
     import onnx
 
-    from ..precision.calibration import calibration_samples
-    from ..precision.quantize import quantize_model
+    from ...precision.calibration import calibration_samples
+    from ...precision.quantize import quantize_model
 
     t0 = time.perf_counter()
     model = onnx.load(prepared)
@@ -83,7 +83,7 @@ def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info
     data_samples = calibration_samples(model, n=samples, seed=seed, float_range=tuple(float_range), data_path=data)
     qmodel, qinfo = quantize_model(model, ranges=rng, samples=data_samples, **_quantize_settings(settings))
     write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
-    from ..precision.layer_mapping import quantized_tensor_names
+    from ...precision.layer_mapping import quantized_tensor_names
 
     qinfo["quantized_tensors"] = quantized_tensor_names(qmodel)
     qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
@@ -100,7 +100,7 @@ def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
     """:func:`_quantize_layer_job` in a supervised worker; a hang or a crash of the
     quantizer is recorded like a failed quantization (the layer's tests report it at
     stage ``quantize``, the other layers go on)."""
-    from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 
     try:
         run_isolated(_quantize_layer_job, kwargs=kwargs, limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
@@ -126,8 +126,8 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
     layer's tests record an ``error`` verdict at stage ``quantize``
     (:func:`quantize_failure`).
     """
-    from ..precision.ort_quantization import QuantizationError
-    from ..precision.quantize import quantize_model
+    from ...precision.ort_quantization import QuantizationError
+    from ...precision.quantize import quantize_model
 
     t0 = time.perf_counter()
     model = load_model(layer_onnx)
@@ -171,7 +171,7 @@ def map_quantized_layers_job(*, manifest: str, quantized: str, mapped: str, log:
     nodes (:func:`torq_gen_config.precision.layer_mapping.map_layers_to_quantized`)."""
     import onnx
 
-    from ..precision.layer_mapping import map_layers_to_quantized, mapping_summary
+    from ...precision.layer_mapping import map_layers_to_quantized, mapping_summary
 
     man = read_json(manifest, "layer manifest")
     out = map_layers_to_quantized(man, onnx.load(quantized))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path, PurePosixPath
 
-from . import workflow_files
+from .. import workflow_files
 
 SCHEMA_DIR = workflow_files.schema_dir()  # in a checkout or an installed wheel
 

@@ -2,10 +2,10 @@
 Snakemake's block per job.
 
 :class:`ProgressDisplay` is a ``logging`` handler put on Snakemake's logger in place of its
-console handler (Snakemake's log handler hook; :func:`torq_gen_config.workflow_api.execute`
+console handler (Snakemake's log handler hook; :func:`torq_gen_config.pipeline.workflow_api.execute`
 installs it). It follows Snakemake's events (``PROGRESS``: done / total jobs; ``JOB_INFO`` /
 ``JOB_FINISHED``: what runs now) and the one-line verdicts the layer jobs print
-(``[executor] layer: status ...``, :func:`torq_gen_config.layer_test.one_line_summary`),
+(``[executor] layer: status ...``, :func:`torq_gen_config.discovery.layer_test.one_line_summary`),
 and shows:
 
 - on a terminal (``live``): a live display on stderr (bar, done / total jobs, verdicts so far

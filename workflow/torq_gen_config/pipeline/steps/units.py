@@ -26,8 +26,8 @@ import math
 import os
 from typing import Any, Iterable
 
-from ..fileio import atomic_write_text
-from ..keep_work import cleaned_identity
+from ...core.fileio import atomic_write_text
+from ...core.keep_work import cleaned_identity
 
 #: layers per unit, rounded up to a whole number of compile batches (:func:`unit_size`)
 UNIT_LAYERS = 32
@@ -63,7 +63,7 @@ def plan_units(slugs: list[str], compile_batch: int) -> list[dict]:
 def file_identity(path: str | os.PathLike | None) -> list[int] | None:
     """``[size (bytes), mtime_ns]`` of ``path``, or None when there is none. A file that
     ``--keep-work minimal`` removed and recorded as restorable keeps the identity it had
-    (:func:`~torq_gen_config.keep_work.cleaned_identity`): its removal redoes nothing."""
+    (:func:`~torq_gen_config.core.keep_work.cleaned_identity`): its removal redoes nothing."""
     if path is None:
         return None
     try:

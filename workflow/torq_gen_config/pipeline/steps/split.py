@@ -9,16 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import atomic_write_text, read_json, write_json
-from ..job_support import in_worker, records_failure
-from ..layout import mark_outdated
-from ..logs import append_record
+from ...core.fileio import atomic_write_text, read_json, write_json
+from ...core.job_support import in_worker, records_failure
+from ...core.layout import mark_outdated
+from ...core.logs import append_record
 from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
 from .quantize import quantize_layer_job, quantized_input_ranges
 from .units import drop_key, file_identity, is_current, make_key, record_key
-from ..limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
-from ..external_data import load_model
-from ..weight_store import FOLDED_FILE
+from ...core.limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
+from ...core.external_data import load_model
+from ...core.weight_store import FOLDED_FILE
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
@@ -45,7 +45,7 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
     Raises:
         ModelError: the model input values do not fit the model.
     """
-    from ..model.split import split_layers
+    from ...model.split import split_layers
 
     t0 = time.perf_counter()
     model = load_model(prepared, weights=False)  # the weights stay in the store: layers refer to them
@@ -57,7 +57,7 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
           + (f", {sum(1 for x in man['layers'] if x.get('not_testable'))} not testable (unknown tensor types)"
              if any(x.get("not_testable") for x in man["layers"]) else ""), file=sys.stderr)
     if layer_inputs == "propagate" and model_inputs:
-        from ..reference import propagate_layer_inputs
+        from ...reference import propagate_layer_inputs
 
         res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s,
                                      failed=model_run_failed)
@@ -93,8 +93,8 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     each bounded by ``timeout_s`` seconds."""
     import traceback
 
-    from ..fileio import save_npz
-    from ..reference import compute_reference
+    from ...core.fileio import save_npz
+    from ...reference import compute_reference
 
     try:
         input_ranges = None
@@ -123,8 +123,8 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
     timeout or crash), not raised: the layer's tests report it and the others go on.
     ``parameters``: the stored weights as IREE parameters (``parameters: external``)."""
-    from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ..mlir.importer import import_layer
+    from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from ...mlir.importer import import_layer
 
     try:
         res = run_isolated(import_layer, (layer_onnx, mlir, parameters), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),

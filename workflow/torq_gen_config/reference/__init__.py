@@ -5,7 +5,7 @@ Inputs are the values the layer receives in the whole-model reference run
 op-aware generated values (:func:`make_inputs`, :mod:`torq_gen_config.inputs`:
 axes, shapes, indices, ... are valid for their op; docs/inputs.md). References come
 from ONNX Runtime CPU with all graph optimizations disabled and from onnx's reference
-implementation (:mod:`torq_gen_config.reference_run`); the configured one is what the
+implementation (:mod:`torq_gen_config.reference.reference_run`); the configured one is what the
 verdicts are computed against, and the spec's outputs where ONNX Runtime, the configured
 one, failed on the layer (:func:`judged_reference`; docs/comparison.md, "References").
 
@@ -22,12 +22,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .fileio import damaged_work_file, load_npz, save_npz
-from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs
-from .external_data import load_model
+from ..core.fileio import damaged_work_file, load_npz, save_npz
+from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
+from ..core.external_data import load_model
 from .reference_run import has_bfloat16
-from .limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
-from .limits import call_limit
+from ..core.limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
+from ..core.limits import call_limit
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
@@ -43,7 +43,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     says so and why. ``inputs`` (name -> array, described by ``inputs_source``) are
     used as given. Otherwise: generated values.
 
-    Outputs: ``engine`` (``onnxruntime`` or ``onnx``, :mod:`torq_gen_config.reference_run`)
+    Outputs: ``engine`` (``onnxruntime`` or ``onnx``, :mod:`torq_gen_config.reference.reference_run`)
     gives the reference the verdicts are computed against (``output_<i>``); the other
     engine gives the second opinion (``second_output_<i>``, ``meta["second"]``;
     ``subject`` names what ran in the engines' failure messages, "the layer" by default;
@@ -73,8 +73,8 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     """
     import numpy as np
 
-    from .compare import compare_on_model
-    from .isolation import WorkerCrash, WorkerTimeout, run_isolated_each
+    from ..compare import compare_on_model
+    from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated_each
     from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
 
     if engine not in ENGINES:
@@ -168,7 +168,7 @@ def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str
     ``(None, "generated: <why>")``."""
     import numpy as np
 
-    from .ort_io import numpy_dtype
+    from ..core.ort_io import numpy_dtype
 
     try:
         arrays, meta = load_layer_inputs(path, layer)
@@ -199,7 +199,7 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
                       timeout_s: float | None = None) -> list:
     """Run ``model`` in ONNX Runtime CPU with graph optimizations off (the reference
     engine) and return ``output_names``' arrays; bfloat16 models widened as
-    :func:`torq_gen_config.reference_run.run_reference` describes.
+    :func:`torq_gen_config.reference.reference_run.run_reference` describes.
 
     Args:
         feeds: input name -> array (bf16 arrays as ml_dtypes.bfloat16).
@@ -259,9 +259,9 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     """The whole-model reference run, and each layer's inputs from it (``--layer-inputs
     propagate``, the default): every layer sees the values it gets in the model.
 
-    The prepared model runs node by node (:func:`torq_gen_config.model_run.run_model_by_node`,
+    The prepared model runs node by node (:func:`torq_gen_config.reference.model_run.run_model_by_node`,
     bounded memory) on the model input values of ``model_inputs``
-    (:mod:`torq_gen_config.model_inputs`). Each layer's ``<layers_dir>/<slug>/inputs.npz``
+    (:mod:`torq_gen_config.reference.model_inputs`). Each layer's ``<layers_dir>/<slug>/inputs.npz``
     is written with :func:`save_npz` as soon as its inputs exist (only when its arrays
     changed, so unchanged layers are not retested). A layer whose inputs the run could
     not produce (a node upstream that neither engine can evaluate) gets an

@@ -1,6 +1,6 @@
 """What every job entry point shares: the one-line notes of bad-input failures the
 Snakemake runner reports and supervised workers for in-process work that can hang or
-crash. The per-job log and the log file shared by all jobs are :mod:`torq_gen_config.logs`.
+crash. The per-job log and the log file shared by all jobs are :mod:`torq_gen_config.core.logs`.
 
 Jobs run in-process (``run:`` blocks with the local executor's threads, see
 ``profiles/default``), so a job costs milliseconds of start-up instead of a Python
@@ -40,7 +40,7 @@ def records_failure(fn):
 
 def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, **kwargs):
     """Run the job body ``impl(**kwargs)`` in a supervised worker process
-    (:mod:`torq_gen_config.isolation`) with the time limit ``limit`` (seconds): a hang
+    (:mod:`torq_gen_config.core.isolation`) with the time limit ``limit`` (seconds): a hang
     or a crash of ONNX Runtime, onnx's reference evaluator or the IREE importer stops
     only the worker. For model-level jobs: the run then stops with one line, unless
     ``without_run`` names a keyword of ``impl`` that skips its whole-model reference run

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from .errors import ModelError
-from .fileio import load_npz, save_npz
+from ..core.errors import ModelError
+from ..core.fileio import load_npz, save_npz
 
 #: File name of the model's input values in the work directory.
 MODEL_INPUTS_FILE = "model_inputs.npz"
@@ -67,8 +67,8 @@ def model_input_values(model: "onnx.ModelProto", settings: dict | None = None,  
     Raises:
         ModelError: unusable ``input_data`` (see :func:`load_input_data`).
     """
-    from .model.graph import copy_proto
-    from .inputs import DEFAULT_INPUT_SETTINGS, make_inputs
+    from ..model.graph import copy_proto
+    from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 
     if any(vi.type.WhichOneof("value") != "tensor_type" for vi in model.graph.input):
         # sequence/optional inputs get no value: the layers that read them are not testable
@@ -98,11 +98,11 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
         if isinstance(a, list) or not et:
             out[vi.name] = a
         elif et == TensorProto.BFLOAT16:
-            from .precision.bf16_rounding import round_to_bf16
+            from ..precision.bf16_rounding import round_to_bf16
 
             out[vi.name] = a if getattr(a.dtype, "name", "") == "bfloat16" else round_to_bf16(np.asarray(a, np.float32))
         else:
-            from .ort_io import numpy_dtype
+            from ..core.ort_io import numpy_dtype
 
             want = numpy_dtype(et)
             out[vi.name] = a if a.dtype == want else np.asarray(a).astype(want)
@@ -111,7 +111,7 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
 
 def save_model_inputs(path: str | os.PathLike, feeds: dict, meta: dict) -> None:
     """Write the model input values (atomically, and only when they changed, so an
-    unchanged file keeps its mtime; see :func:`torq_gen_config.fileio.save_npz`)."""
+    unchanged file keeps its mtime; see :func:`torq_gen_config.core.fileio.save_npz`)."""
 
     save_npz(path, dict(feeds), {"kind": "model_inputs", **meta}, only_if_changed=True)
 
@@ -126,7 +126,7 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
     """
     import numpy as np
 
-    from .ort_io import numpy_dtype
+    from ..core.ort_io import numpy_dtype
 
     arrays, meta = load_npz(Path(path))
     if model is None:
@@ -243,7 +243,7 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
             if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
                 feeds[vi.name] = _input_data_to_bf16(a, vi.name, path)
                 continue
-            from .ort_io import numpy_dtype
+            from ..core.ort_io import numpy_dtype
 
             want = numpy_dtype(vi.type.tensor_type.elem_type)
             if want.type.__module__.startswith("ml_dtypes"):  # float8, int4, ...: bit patterns or values
@@ -319,7 +319,7 @@ def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # no
     import ml_dtypes
     import numpy as np
 
-    from .precision.bf16_rounding import round_to_bf16
+    from ..precision.bf16_rounding import round_to_bf16
 
     if a.dtype.name == "bfloat16":
         return a

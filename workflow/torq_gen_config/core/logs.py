@@ -2,7 +2,7 @@
 jobs share (``--log-file``).
 
 A record is ``=== <local time, ISO 8601 with offset> <text>`` followed by an empty
-line; tools (:mod:`torq_gen_config.tools`) put the command, status and output in the
+line; tools (:mod:`torq_gen_config.core.tools`) put the command, status and output in the
 text, the backends and job steps a line of what they did. Appending creates the
 parent directory; ``None`` as the path writes nothing.
 """

@@ -21,8 +21,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .errors import ConfigError
-from .progress import short_error, unit_label
+from ..core.errors import ConfigError
+from ..core.progress import short_error, unit_label
 
 #: What to install for an executor, when its plugin is missing.
 INSTALL_HINT = "pip install -e '.[cluster]'"

@@ -9,13 +9,19 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import DamagedWorkFile
-from ..fileio import read_json, write_json
-from ..job_support import records_failure
-from ..layout import mark_outdated
-from ..logs import append_record, append_to_shared_log
-from .markers import (SKIPPED_MARKER, TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller,
-                      was_skipped)
+from ...core.errors import DamagedWorkFile
+from ...core.fileio import read_json, write_json
+from ...core.job_support import records_failure
+from ...core.layout import mark_outdated
+from ...core.logs import append_record, append_to_shared_log
+from .markers import (
+    SKIPPED_MARKER,
+    TIMED_OUT_SUFFIX,
+    consume_marker,
+    record_timeout,
+    timed_out_under_smaller,
+    was_skipped,
+)
 from .units import changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key
 from .quantize import quantize_failure
 
@@ -33,7 +39,7 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     if one of them is a success, this executor is recorded as ``skipped`` without
     compiling anything. ``timing`` (``{"runs", "warmup"}`` or None; the workflow's
     ``collect_timing``) also measures the runtime after a run that produced outputs
-    (see :func:`~torq_gen_config.layer_test.run_layer_test`). ``batch``
+    (see :func:`~torq_gen_config.discovery.layer_test.run_layer_test`). ``batch``
     (``{"module", "info"}`` or None): the layer's compile batch (``compile_batch``).
     """
     try:
@@ -57,7 +63,7 @@ def _internal_error(e: Exception, *, layer: dict, executor: dict, result: str, t
     verdict with the traceback (the other layers go on)."""
     import traceback
 
-    from ..layer_test import error_result, one_line_summary
+    from ...discovery.layer_test import error_result, one_line_summary
 
     message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
     res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
@@ -70,7 +76,7 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
                     import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
                     log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None,
                     batch: dict | None = None) -> None:
-    from ..layer_test import one_line_summary, run_layer_test, skipped_result
+    from ...discovery.layer_test import one_line_summary, run_layer_test, skipped_result
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -88,7 +94,7 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
         _log_batch_compile(log, batch["info"])
     failed = quantize_failure(layer_onnx)
     if failed:
-        from ..layer_test import error_result
+        from ...discovery.layer_test import error_result
 
         res = error_result(layer=layer, executor=executor, stage="quantize", message=failed, result_path=result,
                            tolerance=tolerance)
@@ -114,7 +120,7 @@ def _log_batch_compile(log: str | None, batch_file: str) -> None:
     in the batch job's log; a layer's log should say how its module was made)."""
     import shlex
 
-    from ..logs import append_record
+    from ...core.logs import append_record
 
     rec = read_json(batch_file, "compile batch")
     argv = (rec.get("artifact_info") or {}).get("argv")
@@ -126,14 +132,14 @@ def _log_batch_compile(log: str | None, batch_file: str) -> None:
 def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, timeout_s: float,
                       log: str | None = None) -> None:
     """Rule ``compile_batch``: one module for a batch of layers on one executor
-    (:func:`torq_gen_config.batch_compile.compile_batch`). A batch that cannot be
+    (:func:`torq_gen_config.discovery.batch_compile.compile_batch`). A batch that cannot be
     compiled at all (the backend is unavailable, a bug) still writes its files with
     every layer marked to compile alone, so each layer's own test reports it."""
     import traceback
 
-    from ..batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
-    from ..fileio import atomic_write_text, write_json
-    from ..isolation import RunStopped
+    from ...discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
+    from ...core.fileio import atomic_write_text, write_json
+    from ...core.isolation import RunStopped
 
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -304,12 +310,12 @@ def _model_name(quantized: bool) -> str:
 
 def restore_mlir(mlir: str | None, model: str, timeout_s: float) -> bool:
     """A layer's ``model.mlir`` that ``--keep-work minimal`` removed, imported again from
-    ``model`` before it is read (:func:`torq_gen_config.keep_work.restore`: with the same
+    ``model`` before it is read (:func:`torq_gen_config.core.keep_work.restore`: with the same
     bytes it gets its old identity back, so no key that names it changes). Returns
     whether it was made again."""
     if not mlir:
         return False
-    from ..keep_work import restore
+    from ...core.keep_work import restore
     from .split import import_layer_job
 
     def make(tmp: str) -> None:

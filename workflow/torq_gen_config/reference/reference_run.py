@@ -23,9 +23,16 @@ import os
 import threading
 from typing import Any, Callable
 
-from .model.graph import copy_proto
-from .external_data import (ORT_FOLDER_OPTION, detach_locations, is_external, load_model, load_weights, model_tensors,
-                            session_options)
+from ..model.graph import copy_proto
+from ..core.external_data import (
+    ORT_FOLDER_OPTION,
+    detach_locations,
+    is_external,
+    load_model,
+    load_weights,
+    model_tensors,
+    session_options,
+)
 
 ENGINES = ("onnxruntime", "onnx")
 """Reference engine names (config ``reference``, ``--reference``)."""
@@ -90,7 +97,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
             model = copy_proto(model)  # the engine gets the model from memory: its weights are read in
             load_weights(model)
     if bf16:
-        from .precision.widening import widen_bf16_to_fp32
+        from ..precision.widening import widen_bf16_to_fp32
 
         types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
                  + list(model.graph.input)}
@@ -105,7 +112,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
         outs = call_with_deadline(lambda: _run_onnx_reference(model, feeds, output_names), timeout_s,
                                   what=f"the ONNX reference implementation")
     if bf16:
-        from .precision.bf16_rounding import round_to_bf16
+        from ..precision.bf16_rounding import round_to_bf16
 
         outs = [round_to_bf16(o) if types.get(n) == onnx.TensorProto.BFLOAT16 else o for o, n in zip(outs, output_names)]
     return outs
@@ -155,7 +162,7 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
         timer = threading.Timer(timeout_s, _terminate)
         timer.daemon = True
         timer.start()
-    from .ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
+    from ..core.ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
 
     try:
         if timeout_s is None:

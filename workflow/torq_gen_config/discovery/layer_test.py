@@ -18,9 +18,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .fileio import write_json
-from .logs import append_record
-from .limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
+from ..core.fileio import write_json
+from ..core.logs import append_record
+from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
 #: Runtime measurements of the jobs of one process (jobs are threads) run one at a
@@ -55,7 +55,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             ``result["timing"]["runtime"]``. A failing measurement never changes
             the verdict: its message goes to ``result["timing"]["runtime_error"]``.
         batch: ``{"module", "info"}``: the paths of the compile batch holding this
-            layer (``compile_batch`` > 1, :mod:`torq_gen_config.batch_compile`), or
+            layer (``compile_batch`` > 1, :mod:`torq_gen_config.discovery.batch_compile`), or
             None. A member compiled in the batch runs its own function from the
             batch's module, and ``compile_ms`` is its share of the batch's compile
             time (``timing.compile_batch`` says so); a member the batch left out is
@@ -86,11 +86,11 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         The result dict (also written to ``result_path``). Never raises for a
         failing layer: every failure becomes an ``error`` verdict.
     """
-    from .backends import make_backend
-    from .backends.base import StageError
-    from .compare import compare_on_model, judge
-    from .reference import judged_reference, load_reference
-    from .tools import bounded_message, first_error_line
+    from ..backends import make_backend
+    from ..backends.base import StageError
+    from ..compare import compare_on_model, judge
+    from ..reference import judged_reference, load_reference
+    from ..core.tools import bounded_message, first_error_line
 
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
@@ -246,7 +246,7 @@ def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, 
     Runs once the verdict is known (``success``, ``difference``, ``unverified``);
     the verdict comes from the verification run's outputs and does not change.
     """
-    from .backends.base import StageError
+    from ..backends.base import StageError
 
     runs = int(timing.get("runs", 5))
     warmup = int(timing.get("warmup", 1))
@@ -274,7 +274,7 @@ def error_result(*, layer: dict, executor: dict, stage: str, message: str, resul
     """Write and return an ``error`` verdict found before compiling (stage ``quantize``:
     the layer could not be quantized, ``--quantize``) or outside the test itself (stage
     ``internal``: torq-gen-config failed on this layer; the message has the traceback)."""
-    from .tools import bounded_message, first_error_line
+    from ..core.tools import bounded_message, first_error_line
 
     result = {
         "schema": RESULT_SCHEMA,
@@ -320,7 +320,7 @@ def one_line_summary(result: dict) -> str:
     (``metrics["inconclusive"]``, docs/comparison.md); the fallback line when the verdict
     rests on onnx's reference implementation (``result["reference"]["fallback"]``)."""
     t = result.get("timing") or {}
-    from .compare import shown_status
+    from ..compare import shown_status
 
     status = shown_status(result)
     notes = []

@@ -7,7 +7,7 @@ data (``location``, ``offset``, ``length`` and a ``checksum``: the SHA-1 of the 
 bytes, so that a changed weight changes every model file that refers to it, and
 Snakemake reruns what reads it). The layer, partition and reduction models cut from the
 prepared model refer to the same bytes instead of copying them
-(:mod:`torq_gen_config.external_data`).
+(:mod:`torq_gen_config.core.external_data`).
 
 Values that constant folding computes (``ConstantOfShape`` weights, a folded
 ``Transpose`` of a weight) are not tensors of the prepared model; the split and the
@@ -27,8 +27,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .external_data import (external_entries, is_external, load_tensor, model_tensors, resolve_locations,
-                            set_external_entries)
+from .external_data import (
+    external_entries,
+    is_external,
+    load_tensor,
+    model_tensors,
+    resolve_locations,
+    set_external_entries,
+)
 
 #: The store's file name, in the folder of ``prepared.onnx``.
 STORE_FILE = "weights.irpa"

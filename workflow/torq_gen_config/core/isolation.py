@@ -36,7 +36,7 @@ from .errors import TorqGenConfigError
 
 #: Modules the forkserver imports once, so that workers start with them loaded.
 PRELOAD = ["numpy", "ml_dtypes", "onnx", "onnx.reference", "onnxruntime", "torq_gen_config.reference",
-           "torq_gen_config.model_run", "torq_gen_config.inputs"]
+           "torq_gen_config.reference.model_run", "torq_gen_config.inputs"]
 #: Seconds between checks of a worker while waiting for it.
 _POLL_S = 0.05
 #: Environment variable that runs calls in this process instead (debugging; tests of the library).
@@ -414,7 +414,7 @@ def _signal_name(signum: int) -> str:
 
 def kill_all() -> int:
     """Stop the run's workers and tools: no new worker starts, every live worker and
-    every running tool's process group (:func:`torq_gen_config.tools.run_tool`) is killed.
+    every running tool's process group (:func:`torq_gen_config.core.tools.run_tool`) is killed.
 
     Returns:
         The number of workers and tools that were still running.

@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from .fileio import atomic_write_text, read_json, write_json
-from .isolation import check_running
-from .limits import BATCH_WEIGHT_BYTES
-from .logs import append_record
+from ..core.fileio import atomic_write_text, read_json, write_json
+from ..core.isolation import check_running
+from ..core.limits import BATCH_WEIGHT_BYTES
+from ..core.logs import append_record
 
 BATCH_SCHEMA = "torq-gen-config/compile-batch/1"
 BATCHES_DIR = "batches"
@@ -64,7 +64,7 @@ def plan_batches(slugs: list[str], size: int, key: str | None = None, *, weights
     them twice, in the compile job's memory and in the compiler's), so a layer heavier
     than that is a batch of its own, which :func:`compile_batch` leaves to its own test
     (no merge). ``unit``: batches never cross a multiple of ``unit`` slugs (the units of
-    :func:`~torq_gen_config.steps.units.plan_units`).
+    :func:`~torq_gen_config.pipeline.steps.units.plan_units`).
 
     Without ``key``, the batch id is ``<index:04d>-<10 hex digits of sha256 of the
     member slugs>``: a batch keeps its id while its members stay, and another
@@ -146,8 +146,8 @@ def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_
         BackendUnavailableError / ConfigError: the executor cannot be made (the
             caller then lets each member compile alone).
     """
-    from .backends import make_backend
-    from .mlir.merge import MergeError, function_name, parse_layer_module
+    from ..backends import make_backend
+    from ..mlir.merge import MergeError, function_name, parse_layer_module
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
     """Compile ``good`` as one module; drop the layers that fail it (see the module
     doc) until it compiles. Marks ``entries``; returns the artifact, or None when no
     member is left in the batch."""
-    from .backends.base import StageError
+    from ..backends.base import StageError
 
     by_fn = {e["function"]: e for e in entries if e["function"]}
     while good:
@@ -239,8 +239,8 @@ def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles:
     """One compiler run of ``functions`` merged into ``directory/batch.mlir``; records
     it in ``compiles``. Returns the artifact; raises StageError (with ``spans``, the
     functions' line ranges)."""
-    from .backends.base import StageError
-    from .mlir.merge import merge_modules
+    from ..backends.base import StageError
+    from ..mlir.merge import merge_modules
 
     text, spans = merge_modules([(f, parsed[f]) for f in functions])
     mlir = directory / MERGED_FILE
@@ -260,7 +260,7 @@ def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles:
 
 def _located(e, mlir: Path, functions: list[str]) -> list[str]:
     """The functions of ``functions`` the error's locations point at."""
-    from .mlir.merge import functions_at
+    from ..mlir.merge import functions_at
 
     spans = getattr(e, "spans", None) or {}
     return [f for f in functions_at(e.message, str(mlir), spans) if f in functions]
@@ -271,7 +271,7 @@ def _bisect(backend, functions: list[str], parsed: dict, out: Path, compiles: li
     """Failing layers of a failing group whose errors name no layer: compile halves
     in ``out/probe`` and follow the failing one down to single layers. Returns [] when
     both halves compile (the failure needs layers of both) or a probe times out."""
-    from .backends.base import StageError
+    from ..backends.base import StageError
 
     probe = out / "probe"
     probe.mkdir(exist_ok=True)
@@ -326,8 +326,8 @@ def member_artifact(batch_file: str | os.PathLike, module: str | os.PathLike, sl
     Raises:
         TorqGenConfigError: ``batch.json`` cannot be read.
     """
-    from .backends.base import CompiledArtifact
-    from .backends.iree_tools import parse_mlir_signature
+    from ..backends.base import CompiledArtifact
+    from ..backends.iree_tools import parse_mlir_signature
 
     batch = read_json(batch_file, "compile batch")
     batch_id = Path(batch_file).parent.name

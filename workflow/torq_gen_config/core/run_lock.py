@@ -1,7 +1,7 @@
 """One run at a time per discovery: an OS file lock in the output directory.
 
 Both forms take the same lock (``<output dir>/.torq-gen-config-<name>.lock``,
-:mod:`torq_gen_config.layout`): ``torq-gen-config`` before it starts Snakemake, and the
+:mod:`torq_gen_config.core.layout`): ``torq-gen-config`` before it starts Snakemake, and the
 workflow itself when it starts its jobs (``onstart`` in the Snakefile), so a
 ``snakemake --config model=...`` run and a ``torq-gen-config discover`` run of the same
 model into the same directory exclude each other. Runs of other models in the same

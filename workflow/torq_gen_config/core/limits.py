@@ -2,7 +2,7 @@
 ``timeout_s``, and the lengths of the messages the results and reports keep.
 
 ``timeout_s`` (``--timeout``, default 300 s) bounds every tool call of a job. Work that
-runs in a supervised worker (:mod:`torq_gen_config.isolation`) gets a limit that leaves
+runs in a supervised worker (:mod:`torq_gen_config.core.isolation`) gets a limit that leaves
 that call its own deadline first (an engine's timeout gives a clean message; the worker
 limit is the backstop that also stops what cannot be interrupted).
 """

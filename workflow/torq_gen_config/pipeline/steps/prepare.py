@@ -8,14 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-from ..fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
-from ..job_support import in_worker, records_failure
-from ..layout import mark_outdated
-from ..logs import append_record
-from ..limits import DEFAULT_TIMEOUT_S, model_job_limit
-from ..errors import ConfigError
-from ..external_data import self_contained_bytes
-from ..weight_store import STORE_FILE, externalize
+from ...core.fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
+from ...core.job_support import in_worker, records_failure
+from ...core.layout import mark_outdated
+from ...core.logs import append_record
+from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
+from ...core.errors import ConfigError
+from ...core.external_data import self_contained_bytes
+from ...core.weight_store import STORE_FILE, externalize
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
@@ -36,7 +36,7 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     mode, ``subgraph`` = (from, to) names: the prepared model is that subgraph), with
     every tensor's shape and dtype completed (static inference, folding fed back, then
     a whole-model reference run for what is still unknown), and the model's input
-    values written to ``model_inputs`` (:mod:`torq_gen_config.model_inputs`).
+    values written to ``model_inputs`` (:mod:`torq_gen_config.reference.model_inputs`).
 
     ``precision``: ``auto_convert_bf16``, ``auto_convert_int32``, ``save_bf16_model``
     (a path, or empty) of the config (docs/precision.md). ``input_settings``: seed and
@@ -55,8 +55,8 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     """
     import onnx
 
-    from ..model.prepare import load_model, prepare_model
-    from ..model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
+    from ...model.prepare import load_model, prepare_model
+    from ...reference.model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
 
     precision = precision or {}
     t0 = time.perf_counter()
@@ -80,7 +80,7 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         if model_run_failed:
             return {"types": {}, "info": {"ran": False, "inputs": source, "error": model_run_failed,
                                           "unknown_to_static_inference": unknown[:200]}}
-        from ..model_run import run_model_by_node, run_summary
+        from ...reference.model_run import run_model_by_node, run_summary
 
         res = run_model_by_node(whole, feeds, timeout_s=timeout_s, keep=want)
         run_state["values"] = res.pop("values")
@@ -88,7 +88,7 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
                                          "unknown_to_static_inference": unknown[:200]}}
 
-    from ..precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
+    from ...precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 
     conversions = [(key, fn) for key, fn, on in (("bf16", convert_to_bf16, precision.get("auto_convert_bf16")),
                                                   ("int32", convert_int64_to_int32, precision.get("auto_convert_int32")))
@@ -143,7 +143,7 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
 
 def _only_inputs(model, names: list[str]):
     """A copy of ``model`` whose graph inputs are only ``names`` (to generate their values)."""
-    from ..model.graph import copy_proto
+    from ...model.graph import copy_proto
 
     m = copy_proto(model)
     keep = [copy_proto(vi) for vi in m.graph.input if vi.name in names]
@@ -211,8 +211,8 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, weights: 
     import: the layers then get no ``mlir_location``). ``weights``: the MLIR keeps the
     weights (an executor compiles it), else they are elided
     (:func:`~torq_gen_config.mlir.importer.import_full_model`)."""
-    from ..isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ..mlir.importer import import_full_model
+    from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
+    from ...mlir.importer import import_full_model
 
     limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
     try:

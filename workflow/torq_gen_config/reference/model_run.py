@@ -21,9 +21,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
-from .external_data import is_external
-from .model.folding import ConstantValues, fold_constants
-from .model.graph import copy_proto, node_inputs
+from ..core.external_data import is_external
+from ..model.folding import ConstantValues, fold_constants
+from ..model.graph import copy_proto, node_inputs
 from .reference_run import ENGINES, ReferenceTimeout, engine_label, run_reference
 
 #: Longest engine message kept per failed node (characters).
