@@ -204,3 +204,17 @@ def test_an_if_body_reads_outer_values_on_the_if_device(tmp_path):
     assert moved & set(inner_operands(if_op)), "the body does not read the transferred x"
     assert str(if_op.operands[0]) in moved  # the condition moved too
     assert res["transfers"] == 3  # c and x to vm, y back to cpu
+
+
+def test_keys_matching_no_op(small, tmp_path):
+    """Every key of the importer's ops is found; a key past the end, inside an op's text, on a
+    result name, or not line:col is reported."""
+    from torq_gen_config.mlir.placement import keys_matching_no_op
+
+    text, keys = small
+    (tmp_path / "full.mlir").write_text(text)
+    good = list(keys.values())
+    line, col = (int(x) for x in good[0].split(":"))
+    bad = [f"{line}:{col + 3}", f"{line}:5", "9999:10", "conv"]
+    assert keys_matching_no_op(good, tmp_path / "full.mlir") == []
+    assert set(keys_matching_no_op(good + bad, tmp_path / "full.mlir")) == set(bad)

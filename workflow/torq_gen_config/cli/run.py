@@ -250,6 +250,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     except ValueError as e:
         raise ReportError(f"{report_path.name}: invalid default_tolerance: {e}") from None
     mode = check_selection(selection, config["executors"])  # else PARTITIONS_MODE: a whole-model mode (torq)
+    check_runnable(selection, config, out / layout["work"])
     if config.get("run_mode") == "module":  # impossible: one line, exit 2, before anything runs
         from ..fullrun.module_mode import decide_run_mode
         from ..fullrun.selection import named_executors
@@ -301,6 +302,37 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
     return (0 if section["status"] == "success" else 1), section
+
+
+def check_runnable(selection: dict, config: dict, work: Path) -> None:
+    """Bad input of ``run`` found before any job: an executor the assignment names that
+    cannot run on this machine (a GPU executor without its GPU: discovery gave it no
+    layer jobs either), a compiler JSON key that names no op of ``full.mlir``.
+
+    Raises:
+        ReportError: one line naming the executor and its reason, or the key.
+    """
+    from ..backends import executor_with_tool_options, run_wide_overrides, unavailable_executors
+    from ..fullrun.selection import named_executors
+    from ..mlir.placement import keys_matching_no_op
+
+    named = named_executors(selection)
+    defs = [executor_with_tool_options(e, config.get("compiler_options") or [], config.get("runtime_options") or [],
+                                       run_wide_overrides(config))
+            for e in config["executors"] if e["name"] in named]
+    for name, why in unavailable_executors(defs, timeout_s=config.get("timeout_s") or 60).items():
+        raise ReportError(f"{selection.get('source_file') or 'the assignment'} assigns executor {name!r} "
+                          f"(e.g. to {named[name][0]}), which cannot run on this machine: {why}; assign those "
+                          "layers to another executor (torq-gen-config edit --layer ... --executor ...)")
+    keys = list((selection.get("locations") or {}))
+    mlir = work / "full.mlir"
+    if keys and mlir.is_file() and not config.get("quantize"):  # quantize: keys of the quantized model's MLIR
+        bad = keys_matching_no_op(keys, mlir)
+        if bad:
+            raise ReportError(f"{selection.get('source_file') or 'the compiler JSON'}: op_assignments key {bad[0]!r} "
+                              f"names no op of {mlir}" + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+                              + "; keys are the line:col of ops in that file (run discover again if the model "
+                                "changed)")
 
 
 def finish_work(config: dict, out: Path, layout: dict) -> dict:

@@ -39,6 +39,8 @@ _ONNX_CONSTANT = '"onnx.Constant"'
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],\s*([A-Za-z0-9_]+)>\Z")
 _INT = re.compile(r"[su]i(\d+)\Z")
 _SYMBOL_CHARS = re.compile(r"[^A-Za-z0-9_]")
+#: what may come before an op on its line: blanks and its results
+_OP_START = re.compile(r"\s*(%[\w#.$-]+(:\d+)?(\s*,\s*%[\w#.$-]+(:\d+)?)*\s*=\s*)?")
 #: name of the location given to the ops a transfer adds
 TRANSFER_LOC = "placement.transfer"
 
@@ -406,3 +408,35 @@ def _expose_results(func, keys: list[str], device_of: Mapping, default: str, aff
         old = list(ir.ArrayAttr(func.attributes["res_attrs"]))
         func.attributes["res_attrs"] = ir.ArrayAttr.get([*old, *[ir.DictAttr.get({}) for _ in values]])
     return exposed, not_exposed, count
+
+
+def keys_matching_no_op(keys, mlir_path) -> list[str]:
+    """The ``line:col`` keys (compiler JSON ``op_assignments``) that name no op of the
+    MLIR file: an op starts at a key when only blanks and its results (``%a = ``,
+    ``%b:2 = ``) come before that column on its line (the importer prints one op per
+    line, as MLIR locates it; ops in If/Loop bodies count too).
+    Reads the file line by line (no parse: full.mlir can hold the weights).
+
+    Returns:
+        The bad keys, sorted (a key that is not ``line:col`` is bad too).
+    """
+    want: dict[int, set[int]] = {}
+    bad = []
+    for k in keys:
+        m = re.fullmatch(r"(\d+):(\d+)", str(k).strip())
+        if not m:
+            bad.append(str(k))
+            continue
+        want.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    found: set[tuple[int, int]] = set()
+    if want:
+        last = max(want)
+        with open(mlir_path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                for col in want.get(n, ()):
+                    if _OP_START.fullmatch(line[:col - 1]) and line[col - 1:col].strip() not in ("", "%"):
+                        found.add((n, col))
+                if n >= last:
+                    break
+    bad += [f"{n}:{c}" for n, cols in want.items() for c in cols if (n, c) not in found]
+    return sorted(bad, key=lambda k: [int(x) if x.isdigit() else 0 for x in k.split(":")])

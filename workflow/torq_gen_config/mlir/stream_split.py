@@ -39,7 +39,9 @@ def split_shared_executables(stream_ir: str | bytes) -> dict:
         :func:`write_bytecode`), "split": {executable: [device symbols, the first one
         keeping the original]}, "sites": [per dispatch site: {"loc": [line:col, ...],
         "executable": name after the split, "device": device symbol or None}],
-        "unknown_affinity": int (sites with no affinity found: left as they were)}``.
+        "unknown_affinity": int (sites with no affinity found, not even the module's
+        ``stream.affinity.default``: left as they were)}``. A site without an affinity
+        runs on the default device, and is counted there.
         An IR with no shared executable comes back unchanged (``split`` empty).
 
     Raises:
@@ -52,7 +54,10 @@ def split_shared_executables(stream_ir: str | bytes) -> dict:
     executables = {ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
                    for op in module.body.operations if op.operation.name == "stream.executable"}
     sites: list[tuple[Any, int, str | None]] = []  # (dispatch op, index in its entry points, device symbol)
-    for op, affinity in _dispatches(module.operation, None):
+    # a dispatch without an affinity of its own or around it runs on the module's default device
+    attrs = module.operation.attributes
+    default = affinity_symbol(str(attrs["stream.affinity.default"])) if "stream.affinity.default" in attrs else None
+    for op, affinity in _dispatches(module.operation, default):
         for i, _ in enumerate(_entry_points(op)):
             sites.append((op, i, affinity))
     users: dict[str, list[str]] = {}

@@ -1,0 +1,35 @@
+"""``run``'s checks before any job (cli/run.py check_runnable): an executor that cannot run
+on this machine and a compiler JSON key that names no op are one-line bad input."""
+
+import pytest
+
+from torq_gen_config.backends import iree
+from torq_gen_config.cli.run import check_runnable
+from torq_gen_config.core.errors import ReportError
+
+EXECUTORS = [{"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}},
+             {"name": "cuda", "backend": "iree", "options": {"target": "cuda"}}]
+CONFIG = {"executors": EXECUTORS, "compiler_options": [], "runtime_options": [], "timeout_s": 5}
+MLIR = "module {\n  func.func @main(%arg0: !torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32> {\n" \
+       "    %0 = torch.operator \"onnx.Relu\"(%arg0) : (!torch.vtensor<[2],f32>) -> !torch.vtensor<[2],f32>\n" \
+       "    return %0 : !torch.vtensor<[2],f32>\n  }\n}\n"
+
+
+def test_an_unavailable_gpu_executor_is_named_with_its_reason(monkeypatch, tmp_path):
+    monkeypatch.setattr(iree.IreeBackend, "unavailable_reason",
+                        lambda self, timeout_s=60.0: "no cuda device" if self.target == "cuda" else None)
+    sel = {"source_file": "r.json", "layers": {"Relu_y": {"executor": "cuda"}}, "locations": None}
+    with pytest.raises(ReportError, match="assigns executor 'cuda' \\(e.g. to Relu_y\\), which cannot run on this "
+                                          "machine: no cuda device"):
+        check_runnable(sel, CONFIG, tmp_path)
+    check_runnable({**sel, "layers": {"Relu_y": {"executor": "llvm-cpu"}}}, CONFIG, tmp_path)
+
+
+def test_a_compiler_json_key_that_names_no_op(tmp_path):
+    (tmp_path / "full.mlir").write_text(MLIR)
+    sel = {"source": "compiler_json", "source_file": "c.json", "layers": None,
+           "locations": {"3:10": "llvm-cpu", "99:10": "llvm-cpu"}}
+    with pytest.raises(ReportError, match="c.json: op_assignments key '99:10' names no op of"):
+        check_runnable(sel, CONFIG, tmp_path)
+    check_runnable({**sel, "locations": {"3:10": "llvm-cpu"}}, CONFIG, tmp_path)
+    check_runnable(sel, {**CONFIG, "quantize": True}, tmp_path)  # keys of the quantized model's MLIR: not checked
