@@ -724,7 +724,7 @@ def test_capabilities_are_class_attributes():
     from torq_gen_config.backends.torq import TorqBackend
 
     assert capabilities("nope") is Backend and capabilities(None) is Backend
-    assert IreeBackend.takes_tool_options and IreeBackend.run_only_options == ("run_flags",)
+    assert IreeBackend.takes_tool_options and IreeBackend.run_only_options == ("run_flags", "device")
     assert IreeBackend.chain_unavailable is None and IreeBackend.whole_model() is None
     assert IreeBackend.with_debug_ir({"compile_flags": ["-x"]}, "/d") == {
         "compile_flags": ["-x", "--dump-compilation-phases-to=/d"]}

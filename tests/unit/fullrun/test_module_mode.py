@@ -231,3 +231,18 @@ def test_region_keys_of_an_imported_if(tmp_path):
     assert if_key in regions and regions[if_key]
     conflicts = region_conflicts(regions, {if_key: "llvm-cpu", regions[if_key][0]: "vmvx"})
     assert conflicts and if_key in conflicts[0]
+
+
+def test_a_runtime_option_keeps_the_partition_ids():
+    """--runtime-option adds run_flags (and an empty compile_flags list): the partitions'
+    compile definitions, hence their ids, stay the same (found by a fresh-user test)."""
+    from torq_gen_config.fullrun.partition import compile_definition, partition_id
+
+    plain = {"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}}
+    with_option = {"name": "llvm-cpu", "backend": "iree",
+                   "options": {"target": "llvm-cpu", "compile_flags": [], "device": "local-sync",
+                               "run_flags": ["--task_topology_group_count=1"]}}
+    assert compile_definition(with_option) == compile_definition(plain)
+    assert partition_id(b"m", compile_definition(with_option), None) == partition_id(b"m", compile_definition(plain), None)
+    flags = {**plain, "options": {**plain["options"], "compile_flags": ["--iree-opt-level=O3"]}}
+    assert partition_id(b"m", compile_definition(flags), None) != partition_id(b"m", compile_definition(plain), None)

@@ -108,7 +108,7 @@ class IreeBackend(Backend):
     needs_mlir = True
     packages = ("iree-base-compiler", "iree-base-runtime")
     takes_tool_options = True
-    run_only_options = ("run_flags",)
+    run_only_options = ("run_flags", "device")  # iree-run-module's flags and --device
     batch_compile = True
 
     @classmethod

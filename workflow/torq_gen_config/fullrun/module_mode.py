@@ -33,13 +33,12 @@ from ..core.fileio import file_digest
 from ..core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
 from ..mlir.placement import location_key, parse_module
 from .common import PARTITIONS_MODE, PLAN_SCHEMA
+from .partition import compile_definition
 
 MODULE_MODE = "module"
 RUN_MODES = ("auto", MODULE_MODE, PARTITIONS_MODE)
 #: IREE targets whose device is local (one module can hold devices of these)
 LOCAL_TARGETS = ("llvm-cpu", "vmvx")
-#: executor options read only when the module runs (iree-run-module's --device and flags)
-RUN_ONLY_OPTIONS = ("device", "run_flags")
 #: ops with bodies (regions): their body ops run where the op runs
 REGION_OPS = ("If", "Loop", "Scan")
 
@@ -221,16 +220,15 @@ def iree_version() -> str:
 
 
 def compile_view(executors: Iterable[Mapping]) -> list[dict]:
-    """The executors' definitions as the module's compile reads them: without the run-only
-    options (:data:`RUN_ONLY_OPTIONS`) and empty ones (an empty list is no option)."""
-    return [{**e, "options": {k: v for k, v in (e.get("options") or {}).items()
-                              if k not in RUN_ONLY_OPTIONS and v not in (None, [], "")}} for e in executors]
+    """The executors' definitions as the module's compile reads them
+    (:func:`~.partition.compile_definition`: no run-only options, no empty ones)."""
+    return [compile_definition(e) for e in executors]
 
 
 def module_fingerprint(mlir_digest: str, assignment: Mapping, executors: list[Mapping], version: str,
                        debug_ir: str | None = None) -> str:
     """sha256 (hex) of what the module's compile depends on: the executors' definitions
-    without their run-only options (:data:`RUN_ONLY_OPTIONS`: a changed ``--runtime-option``
+    without their run-only options (:func:`compile_view`: a changed ``--runtime-option``
     runs the module again, it does not recompile it)."""
     data = json.dumps({"mlir": mlir_digest, "assignment": dict(assignment), "executors": compile_view(executors),
                        "iree": version, "debug_ir": debug_ir}, sort_keys=True, default=str)

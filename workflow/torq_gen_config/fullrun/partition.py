@@ -62,11 +62,12 @@ def build_partition_model(model, members: list[int], values: Mapping[str, Any], 
 def compile_definition(executor: Mapping) -> dict:
     """The part of an executor definition that affects compilation: without the
     options the backend lists as run-only (``run_only_options``: iree's
-    ``run_flags``), so a runtime option change recompiles nothing."""
+    ``run_flags`` and ``device``) and without empty ones (an empty ``compile_flags``
+    is no flag), so a runtime option change recompiles nothing."""
     ex = copy.deepcopy(dict(executor))
     drop = capabilities(ex.get("backend")).run_only_options
-    if any(k in (ex.get("options") or {}) for k in drop):
-        ex["options"] = {k: v for k, v in ex["options"].items() if k not in drop}
+    if "options" in ex:
+        ex["options"] = {k: v for k, v in (ex["options"] or {}).items() if k not in drop and v not in (None, [], "")}
     return ex
 
 
