@@ -122,10 +122,16 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     now = _module_compiled(out)
     assert len(now) == 1 and set(now) != set(first)
     assert _report(out)["full_model"]["placement"]["layers"][mm]["assigned"] == "vmvx"
+    mod_dbg = dbg / next(iter(now))  # DIR/<module pid>
     for name in ("placed.mlir", "stream.mlir", "placement.json", "README.txt"):
-        assert (dbg / "module" / name).is_file(), name
-    assert "#hal.device.affinity<@device_vmvx>" in (dbg / "module" / "stream.mlir").read_text()
-    assert list((dbg / "module" / "sources").glob("*.mlir"))
+        assert (mod_dbg / name).is_file(), name
+    assert "#hal.device.affinity<@device_vmvx>" in (mod_dbg / "stream.mlir").read_text()
+    assert list((mod_dbg / "sources").glob("*.mlir"))
+    assert f"Debug IR:      {dbg}/{mod_dbg.name} (README.txt)" in r.stdout
+    shutil.rmtree(dbg)  # removed by hand: the next run writes it again
+    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q", "--debug-ir", dbg)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (mod_dbg / "README.txt").is_file() and "planning the run again" in r.stdout
 
     # auto with ort in the assignment: partitions, with the reason
     assert run_cli("edit", *common, "--layer", relu, "--executor", "ort").returncode == 0

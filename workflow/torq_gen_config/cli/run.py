@@ -43,7 +43,7 @@ from ..core.layout import (
     report_file,
 )
 from ..core.fileio import read_json, write_bytes_if_changed, write_json
-from ..fullrun.plan import missing_side_file
+from ..fullrun.plan import missing_debug_ir, missing_side_file
 from ..fullrun.reduce import parse_budget
 
 
@@ -72,7 +72,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--debug-ir", metavar="DIR",
                    help="dump IREE's IR after each compilation phase of every partition to DIR/<partition id>; "
                         "in module mode the placed IR, the stream-level IR, the dispatch sources and the placement "
-                        "record to DIR/module (README.txt there says how to read them)")
+                        "record to DIR/<module pid> (README.txt there says how to read them)")
     p.add_argument("--compile-batch", type=int, metavar="N",
                    help="partitions compiled by one compiler process per iree executor (default: the config's "
                         "compile_batch; 1 = one compile per partition); the results are the same "
@@ -259,7 +259,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
                         config["executors"])
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
-    gone = missing_side_file(out / full_dir / PLAN_FILE, out)
+    gone = missing_side_file(out / full_dir / PLAN_FILE, out) or missing_debug_ir(out / full_dir / PLAN_FILE, debug_ir, out)
     if gone:  # e.g. a partition directory removed by hand: the plan step writes them again
         print(f"{gone} is missing: planning the run again")
         for stale in (out / full_dir / PLAN_FILE, out / result_file):  # Snakemake remakes a lost plan only for a result
@@ -296,7 +296,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         else:
             print(f"Compiler JSON: {compiler_path} (no report JSON: the result is only in {result_file})")
         if debug_ir:
-            print(f"Debug IR:      {debug_ir}/" + ("module (README.txt)" if section.get("mode") == "module"
+            pid = (section.get("module") or {}).get("pid")
+            print(f"Debug IR:      {debug_ir}/" + (f"{pid} (README.txt)" if pid and section.get("mode") == "module"
                                                     else "<partition id>"))
         from ..core.keep_work import size_line
 

@@ -269,7 +269,7 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
     side = {"full_mlir": os.path.abspath(full_mlir), "prepared_model": os.path.abspath(prepared) if prepared else None,
             "node_keys": list(node_keys or []), "assignment": dict(sorted(assignment.items())),
             "key_layer": dict(sorted(key_layer.items())), "executors": compile_view(executors), "fingerprint": fp,
-            "debug_ir": debug_ir}
+            "debug_ir": os.path.join(debug_ir, pid) if debug_ir else None}
     first = partitions_plan["partitions"]
     layer_ids = [lid for p in first for lid in p["layer_ids"]]
     compile_def = {"name": MODULE_MODE, "backend": MODULE_MODE, "options": {"fingerprint": fp}}
@@ -333,7 +333,7 @@ def module_or_partitions(plan: dict, *, run_mode: str, model, manifest: Mapping,
     debug_ir = (assignment.get("options") or {}).get("debug_ir")
     mplan, files = module_plan(plan, reason=reason, assignment=keys, key_layer=key_layer, executors=defs,
                                full_mlir=full_mlir, partitions_dir=parts_dir,
-                               debug_ir=os.path.join(debug_ir, MODULE_MODE) if debug_ir else None,
+                               debug_ir=debug_ir,
                                node_keys=[f"{n['line']}:{n['col']}" if n.get("line") is not None else None
                                           for n in (locations or {}).get("nodes") or []])
     if write:

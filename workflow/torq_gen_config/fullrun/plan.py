@@ -191,6 +191,21 @@ def missing_side_file(plan_path: str | os.PathLike, workdir: str | os.PathLike =
     return None
 
 
+def missing_debug_ir(plan_path: str | os.PathLike, debug_ir: str | None, workdir: str | os.PathLike = ".") -> str | None:
+    """With ``--debug-ir``: the module's debug-IR folder the stored plan's module wrote
+    (``placement.json``'s ``debug_ir``) when it is gone (removed by hand), else None.
+    Paths in the plan are relative to ``workdir`` (the output directory) or absolute."""
+    if not debug_ir:
+        return None
+    try:
+        plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+        side = json.loads((Path(workdir) / (plan.get("module") or {})["model"]).read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    d = side.get("debug_ir")
+    return d if d and not os.path.isfile(os.path.join(d, "README.txt")) else None
+
+
 def prune_plan_dirs(partitions_dir: str | os.PathLike, keep: Iterable[str], batches: Iterable[Mapping]) -> None:
     """Remove the partition directories not in ``keep`` (pids) and the compile-batch
     directories not in ``batches`` (``{"executor", "id"}``) of a plan made with ``prune=False``."""

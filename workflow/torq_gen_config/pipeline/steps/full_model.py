@@ -339,7 +339,8 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
         f = parts_dir / part["pid"] / "compiled.json"
         if f.is_file():
             compiled[part["pid"]] = read_json(f, "compile result")
-            if _module_gone(compiled[part["pid"]], f.parent):  # --keep-work minimal removed it: compiled again
+            # --keep-work minimal removed the module, or its --debug-ir folder is gone: compiled again
+            if _module_gone(compiled[part["pid"]], f.parent) or _debug_ir_gone(compiled[part["pid"]]):
                 compiled[part["pid"]] = compile_partition_job(
                     pid=part["pid"], model=str(f.parent / os.path.basename(part["model"])),
                     executor=part["compile_def"], compiled=str(f), timeout_s=timeout_s,
@@ -391,6 +392,12 @@ def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict
     return run_module_plan(p, reference_npz=reference, compiled=compiled.get(module["pid"]) or {},
                            tolerance=tolerance, timeout_s=timeout_s, partitions_dir=str(parts_dir),
                            compile_partition=compile_one, log_path=log)
+
+
+def _debug_ir_gone(compiled: dict) -> bool:
+    """Whether the debug-IR folder a compile wrote (``compiled.json``'s ``debug_ir``) is gone."""
+    d = compiled.get("debug_ir")
+    return bool(d) and not os.path.isfile(os.path.join(d, "README.txt"))
 
 
 def _module_gone(compiled: dict, pdir: Path) -> bool:
