@@ -303,3 +303,10 @@ def test_python_wrapper_hides_signal():
     assert res.returncode == 256 - signal.SIGSEGV
     assert not res.crashed
     assert subprocess.call([sys.executable, "-c", "pass"]) == 0
+
+
+def test_first_error_line_of_a_flags_error_banner():
+    """iree-run-module with an unknown flag prints a coloured banner, then the cause."""
+    text = "\x1b[31mFLAGS ERROR: (\u256f\u00b0\u25a1\u00b0)\u256f\ufe35\U0001f47b\x1b[0m\nflag 'bogus_flag' not recognized\n"
+    assert first_error_line(text) == "FLAGS ERROR: flag 'bogus_flag' not recognized"
+    assert first_error_line("\x1b[1mwarning\x1b[0m\nerror: real cause") == "error: real cause"

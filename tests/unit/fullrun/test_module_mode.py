@@ -187,7 +187,7 @@ def test_a_module_that_differs_runs_the_partitions_and_keeps_both(monkeypatch, p
     if partitions_status == "success":
         assert "compiling the assignment as one program" in res["verdict"] and "transfers" in res["verdict"]
     else:
-        assert "partitions difference too" in res["verdict"]
+        assert "partitions differ from the reference too" in res["verdict"]
     section = full_model_section(res, tolerance={})
     assert section["module"]["status"] == "difference" and section["verdict"] == res["verdict"]
     jsonschema.validate(res, load_schema("full_result.schema.yaml"))

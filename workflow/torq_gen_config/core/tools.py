@@ -428,9 +428,16 @@ def bounded_message(text: str, limit: int = MESSAGE_CHARS, *, from_error: bool =
     return f"{head}\n... ({more} more chars)"
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: an "... ERROR:" line whose rest has no letter (an emoji banner)
+_BANNER = re.compile(r"error\s*:[^A-Za-z]*$", re.IGNORECASE)
+
+
 def first_error_line(text: str, limit: int = SUMMARY_CHARS) -> str:
     """The single most telling line of a tool's output, for one-line summaries.
 
+    Colour escapes are removed; an error banner with nothing after its colon but symbols
+    (iree-run-module's ``FLAGS ERROR: (...)``) is replaced by the line after it.
     Picks the first line containing the word "error" (any case), else the first line
     with an exception name (``ValueError``), else the first line containing "error"
     at all, else the first IREE status line
@@ -445,12 +452,14 @@ def first_error_line(text: str, limit: int = SUMMARY_CHARS) -> str:
         One line without newline; ``""`` for empty or blank input.
     """
     limit = max(int(limit), 16)
-    lines = [ln.strip() for ln in (text or "").splitlines()]
+    lines = [_ANSI.sub("", ln).strip() for ln in (text or "").splitlines()]
     lines = [ln for ln in lines if ln]
     if not lines:
         return ""
     idx = _first_matching_line(lines, (_ERROR_WORD, _ERROR_CLASS, _ERROR_ANY, _STATUS_CODE)) or 0
     line = lines[idx]
+    if idx + 1 < len(lines) and _BANNER.search(line):  # "FLAGS ERROR: (emoji)": the cause is the next line
+        line = f"{line.split(':')[0]}: {lines[idx + 1]}"
     if len(line) > limit:
         line = line[: limit - 3] + "..."
     return line

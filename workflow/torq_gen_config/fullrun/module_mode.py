@@ -58,7 +58,7 @@ def executor_obstacle(executor: Mapping, *, probe_timeout_s: float = 60.0) -> st
     """
     name, kind = executor.get("name"), executor.get("backend")
     if kind != "iree":
-        return f"executor {name!r} is a {kind} executor: one module needs IREE executors only"
+        return f"executor {name!r} is of the {kind} backend: one module needs IREE executors only"
     target = _target(executor)
     if target in LOCAL_TARGETS:
         return None

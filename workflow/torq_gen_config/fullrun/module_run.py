@@ -287,7 +287,9 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
         module["first_difference"] = first
         pres["verdict"] = f"one module {what}, partitions pass: {ONE_PROGRAM_BLAME}{verdict_tail(first)}"
     else:
-        pres["verdict"] = f"one module {what}, and the partitions {pres['status']} too"
+        pres["verdict"] = (f"one module {what}, and the partitions "
+                           + {"difference": "differ from the reference too", "error": "fail too"}.get(
+                               pres["status"], f"end with status {pres['status']}"))
     return pres
 
 
