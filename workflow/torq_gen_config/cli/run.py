@@ -302,13 +302,16 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         from ..core.keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
-    return (0 if section["status"] == "success" else 1), section
+    # a module that failed or differed is a finding even when its partitions pass
+    module_ok = (section.get("module") or {}).get("status") in (None, "success", "unverified")
+    return (0 if section["status"] == "success" and module_ok else 1), section
 
 
 def check_runnable(selection: dict, config: dict, work: Path) -> None:
     """Bad input of ``run`` found before any job: an executor the assignment names that
     cannot run on this machine (a GPU executor without its GPU: discovery gave it no
-    layer jobs either), a compiler JSON key that names no op of ``full.mlir``.
+    layer jobs either), a compiler JSON key that names no op of ``full.mlir``, with
+    ``--run-mode module`` a compiler JSON that puts an If/Loop body op elsewhere than its op.
 
     Raises:
         ReportError: one line naming the executor and its reason, or the key.
@@ -327,6 +330,15 @@ def check_runnable(selection: dict, config: dict, work: Path) -> None:
                           "layers to another executor (torq-gen-config edit --layer ... --executor ...)")
     keys = list((selection.get("locations") or {}))
     mlir = work / "full.mlir"
+    if keys and mlir.is_file() and config.get("run_mode") == "module":
+        from ..fullrun.module_mode import REGION_OPS, region_conflicts, region_keys_of
+
+        text = mlir.read_text(encoding="utf-8", errors="replace")
+        if any(f'"onnx.{op}"' in text for op in REGION_OPS):
+            conflicts = region_conflicts(region_keys_of(mlir), selection["locations"])
+            if conflicts:
+                raise ReportError(f"--run-mode module is impossible: an op with bodies has body ops assigned "
+                                  f"elsewhere than itself (their bodies run where the op runs): {conflicts[0]}")
     if keys and mlir.is_file() and not config.get("quantize"):  # quantize: keys of the quantized model's MLIR
         bad = keys_matching_no_op(keys, mlir)
         if bad:
