@@ -10,7 +10,8 @@ import pytest
 
 from sample_report import LAYERS, make_report
 from torq_gen_config.report import graph
-from torq_gen_config.report.cells import STATUS_COLORS
+from torq_gen_config.core.statuses import HTML_COLORS as STATUS_COLORS
+from torq_gen_config.core.statuses import worst
 from torq_gen_config.report.html import render_html, write_report_html
 
 # Conv_conv1 -> Relu_relu1 -> Conv_conv2 -> Relu_relu2 -> MatMul_fc -> Gather_critical, plus a skip
@@ -74,11 +75,11 @@ def test_the_reports_marks_are_flags(report):
     assert nodes["Conv_conv1"]["flags"] == []
 
 
-def test_worst_status_order_and_majority():
-    assert graph.worst_status(["success", "success*", "difference"]) == "difference"
-    assert graph.worst_status(["success", "unverified"]) == "unverified"
-    assert graph.worst_status(["skipped", "success"]) == "skipped"
-    assert graph.worst_status([]) == "not tested"
+def test_worst_status_order():
+    assert worst(["success", "success*", "difference"]) == "difference"
+    assert worst(["success", "unverified"]) == "unverified"
+    assert worst(["skipped", "success"]) == "skipped"
+    assert worst([]) == "not tested"
     names = ["llvm-cpu", "vmvx", "ort"]
     assert graph.majority_recommendation(["ort", "vmvx", "ort", None], names) == "ort"
     assert graph.majority_recommendation(["ort", "vmvx"], names) == "vmvx"  # a tie: priority order

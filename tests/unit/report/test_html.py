@@ -14,7 +14,8 @@ from sample_report import make_report
 from torq_gen_config.cli.main import main
 from torq_gen_config.report import plots
 from torq_gen_config.report.build import build_compiler_json
-from torq_gen_config.report.cells import CELL_STATUSES, cell_status
+from torq_gen_config.core.statuses import DISPLAY_STATUSES as CELL_STATUSES
+from torq_gen_config.report.cells import cell_status
 from torq_gen_config.report.html import MATRIX_ID, render_html, write_report_html
 
 

@@ -13,6 +13,7 @@ from typing import Iterable, Mapping, NamedTuple
 import numpy as np
 
 from ..core.limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
+from ..core.statuses import INCONCLUSIVE, SUCCESS
 from .elementwise import _max_or_none
 from .levels import _compare_as_levels, declared_output_shapes, dequantized_outputs, quantized_data_outputs
 from .tolerance import _int_atol_for, _output_over, float_tolerance_keys, normalize_tolerance
@@ -23,8 +24,8 @@ def shown_status(result: Mapping) -> str | None:
     ``result["status"]`` (None when it has none). The one place of that rule: the job
     line, the report text and the HTML cells show it."""
     status = result.get("status")
-    if status == "success" and (result.get("metrics") or {}).get("inconclusive"):
-        return "success*"
+    if status == SUCCESS and (result.get("metrics") or {}).get("inconclusive"):
+        return INCONCLUSIVE
     return status
 
 

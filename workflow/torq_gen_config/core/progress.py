@@ -33,13 +33,14 @@ import time
 from typing import Any, Callable
 from pathlib import Path
 
+from .statuses import INCONCLUSIVE, STATUSES, SUCCESS, TERMINAL_STYLES
+
 #: The verdict line of a layer job: ``[llvm-cpu] Conv_r0: success (...)``.
-VERDICT_RE = re.compile(r"^\[(?P<executor>[^\]]+)\] (?P<layer>.+?): (?P<status>success\*|success|difference|error|"
-                        r"unverified|skipped)(?![\w*])")
-#: Verdict order and colours of the counts (``view``'s colours); ``success*``: a success whose
-#: comparison could not have failed (counted apart, its line always shown).
-STATUS_STYLES = {"success": "green", "success*": "green", "difference": "yellow", "error": "bold red",
-                 "unverified": "magenta", "skipped": "dim"}
+VERDICT_RE = re.compile(r"^\[(?P<executor>[^\]]+)\] (?P<layer>.+?): (?P<status>"
+                        + "|".join(re.escape(s) for s in (INCONCLUSIVE, *STATUSES)) + r")(?![\w*])")
+#: Verdict order and colours of the counts (:data:`~.statuses.TERMINAL_STYLES`, as in ``view``);
+#: ``success*``: a success whose comparison could not have failed (counted apart, its line always shown).
+STATUS_STYLES = {s: TERMINAL_STYLES[s] for s in (SUCCESS, INCONCLUSIVE, *STATUSES[1:])}
 #: In ``lines`` mode, the longest time between two progress lines while jobs finish (s),
 #: and the shortest (a short run prints only its summary line).
 LINE_EVERY_S = 30.0

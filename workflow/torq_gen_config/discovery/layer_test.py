@@ -21,6 +21,7 @@ from typing import Any
 from ..core.fileio import write_json
 from ..core.logs import append_record
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
+from ..core.statuses import INCONCLUSIVE
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
 #: Runtime measurements of the jobs of one process (jobs are threads) run one at a
@@ -336,7 +337,7 @@ def one_line_summary(result: dict) -> str:
         members = (t.get("compile_batch") or {}).get("members")
         share = f" (share of a batch of {members})" if members else ""
         notes.append(f"{t['compile_ms']:.0f} ms compile{share}, {t.get('run_ms') or 0:.1f} ms run{bench}")
-    if status == "success*":
+    if status == INCONCLUSIVE:
         reasons = (result.get("metrics") or {}).get("inconclusive_reasons") or ["the comparison could not fail"]
         notes.append("inconclusive: " + reasons[0][:120])
     if fallback:

@@ -15,6 +15,11 @@ RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_mo
 #: Mode of a plan that runs the model as a chain of partitions (a whole-model plan's
 #: mode is its backend's kind).
 PARTITIONS_MODE = "partitions"
+#: the run mode of one IREE module with per-op devices (module_mode.py)
+MODULE_MODE = "module"
+#: what a read-back flag means, in the text report and the HTML alike
+TWO_BACKENDS_NOTE = "IREE's shared-executable bug: its numbers may be wrong"
+ELSEWHERE_NOTE = "read back from the compiled program; IREE merges identical fills and copies, so placement can leak"
 PARTITION_MODEL = "model.onnx"
 PARTITION_MLIR = "model.mlir"
 COMPILED_FILE = "compiled.json"

@@ -32,10 +32,9 @@ from ..core.errors import ConfigError
 from ..core.fileio import file_digest
 from ..core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
 from ..mlir.placement import location_key, parse_module
-from .common import PARTITIONS_MODE, PLAN_SCHEMA
+from .common import MODULE_MODE, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import compile_definition
 
-MODULE_MODE = "module"
 RUN_MODES = ("auto", MODULE_MODE, PARTITIONS_MODE)
 #: IREE targets whose device is local (one module can hold devices of these)
 LOCAL_TARGETS = ("llvm-cpu", "vmvx")

@@ -24,10 +24,9 @@ from ..backends.base import StageError
 from ..core.fileio import read_json, write_json
 from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
 from ..core.tools import bounded_message, first_error_line
-from .common import COMPILED_SCHEMA, PARTITIONS_MODE, _round
+from .common import COMPILED_SCHEMA, MODULE_MODE, PARTITIONS_MODE, _round
 from .execute import _compare_and_finish, _new_result, run_partitions
 from .module_bisect import bisect_module, verdict_tail
-from .module_mode import MODULE_MODE
 
 #: what the verdict says when the partitions pass and the module does not
 ONE_PROGRAM_BLAME = ("the failure is in compiling the assignment as one program (transfers between devices, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..backends import capabilities
-from .common import PARTITIONS_MODE, _layer_span
+from .common import ELSEWHERE_NOTE, MODULE_MODE, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span
 from .selection import _executor_name
 
 #: Marker of the full-model part of ``final_report_text``.
@@ -52,7 +52,7 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         "reference": result.get("reference"),
         "options": result.get("options"),
         "warnings": result.get("warnings") or [],
-        **({mode: result.get(mode)} if mode not in (PARTITIONS_MODE, "module") else {}),  # the backend's fields
+        **({mode: result.get(mode)} if mode not in (PARTITIONS_MODE, MODULE_MODE) else {}),  # the backend's fields
         "mode_reason": result.get("mode_reason"),
         # module mode (fullrun/module_run.py): the one-module run, also when the partitions ran after it
         **({"module": result["module"], "placement": (result["module"] or {}).get("placement")}
@@ -120,7 +120,7 @@ def render_full_model_text(section: Mapping) -> str:
         lines.append(f"Mode: {mode} ({section['mode_reason']})")
     if section.get("verdict"):
         lines.append(f"Verdict: {section['verdict']}")
-    if mode == "module":
+    if mode == MODULE_MODE:
         lines.extend(module_lines(section))
     elif mode != PARTITIONS_MODE:
         hooks = capabilities(mode).whole_model()
@@ -216,8 +216,7 @@ def module_lines(section: Mapping) -> list[str]:
         if len(pl.get("elsewhere") or []) > 20:
             lines.append(f"  ... and {len(pl['elsewhere']) - 20} more layer(s) ran elsewhere")
         for exe, variants in (pl.get("two_backends") or {}).items():
-            lines.append(f"  TWO BACKENDS: executable {exe} built for {', '.join(variants)} (IREE's shared-executable "
-                         "bug: its numbers may be wrong)")
+            lines.append(f"  TWO BACKENDS: executable {exe} built for {', '.join(variants)} ({TWO_BACKENDS_NOTE})")
     return lines
 
 

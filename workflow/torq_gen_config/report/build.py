@@ -20,11 +20,11 @@ from ..compare import normalize_tolerance
 from ..core.errors import ReportError
 from ..core.limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .cells import executor_names
+from ..core.statuses import STATUSES
 from .recommend import (
     REASON_NOT_TESTABLE,
     REASON_NOT_TESTED,
     REASON_USER,
-    STATUSES,
     duration_ms,
     recommend_with_reason,
     rederive_statuses,

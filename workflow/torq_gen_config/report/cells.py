@@ -8,21 +8,9 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..compare import shown_status
+from ..core.statuses import DISPLAY_STATUSES, ERROR, NOT_TESTED
 from .recommend import duration_ms, runtime_median_ms
 
-#: Display statuses in the order of the matrix colour scale (an integer code each).
-CELL_STATUSES = ("success", "success*", "difference", "error", "unverified", "skipped", "not tested")
-#: Colour per display status (``view``'s terminal colours: success green, difference
-#: yellow, error red, unverified magenta).
-STATUS_COLORS = {
-    "success": "#2e7d32",
-    "success*": "#aed581",
-    "difference": "#f9a825",
-    "error": "#c62828",
-    "unverified": "#8e24aa",
-    "skipped": "#90a4ae",
-    "not tested": "#eceff1",
-}
 #: Colours of the executors, in priority order (the model graph and the Model Explorer
 #: overlays: one executor has one colour in both).
 EXECUTOR_PALETTE = ("#1e88e5", "#43a047", "#fb8c00", "#8e24aa", "#00acc1", "#f4511e", "#6d4c41", "#c0ca33",
@@ -34,9 +22,9 @@ MESSAGE_CHARS = 3000
 def cell_status(entry: Mapping | None) -> str:
     """The display status of one executor entry (None: the executor has no entry)."""
     if not entry:
-        return "not tested"
+        return NOT_TESTED
     status = shown_status(entry)
-    return status if status in CELL_STATUSES else "error"
+    return status if status in DISPLAY_STATUSES else ERROR
 
 
 def executor_names(report: Mapping) -> list[str]:

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Mapping
 
 from ..core.layout import work_dir
-from .cells import CELL_STATUSES, STATUS_COLORS, cell_status, executor_colors, executor_names
+from ..core.statuses import DISPLAY_STATUSES, HTML_COLORS, SEVERITY, worst
+from .cells import cell_status, executor_colors, executor_names
 
 #: Most nodes the graph shows at first: larger graphs start with scopes collapsed.
 MAX_VISIBLE = 300
 #: Display statuses from best to worst (a layer's colour is its worst verdict; a collapsed
 #: scope's, the worst of its members).
-STATUS_RANK = ("success", "skipped", "not tested", "success*", "unverified", "difference", "error")
 #: Colour of a layer without a recommendation (executors: ``cells.executor_colors``).
 NO_RECOMMENDATION_COLOR = "#b0bec5"
 #: The report's marks shown on a node, with the ``discovery_report`` list each comes from.
@@ -67,12 +67,6 @@ def scope_of(node_name: str | None) -> tuple[str, ...]:
     -> ``("encoder", "layers.3", "attn")``; a name without ``/`` has none."""
     parts = [p for p in (node_name or "").split("/") if p]
     return tuple(parts[:-1])
-
-
-def worst_status(statuses) -> str:
-    """The worst display status of ``statuses`` (:data:`STATUS_RANK`); "not tested" for none."""
-    rank = {s: i for i, s in enumerate(STATUS_RANK)}
-    return max(statuses, key=lambda s: rank.get(s, len(STATUS_RANK)), default="not tested")
 
 
 def layer_flags(report: Mapping) -> dict[str, list[str]]:
@@ -214,7 +208,7 @@ def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = 
         verdicts = {n: cell_status((op.get("executors") or {}).get(n)) for n in names}
         node_name = layers[row].get("node_name") or ""
         node = {"id": lid, "row": row, "op": op.get("op_type") or layers[row].get("op_type") or "?",
-                "name": node_name, "scope": list(scope_of(node_name)), "worst": worst_status(verdicts.values()),
+                "name": node_name, "scope": list(scope_of(node_name)), "worst": worst(verdicts.values()),
                 "rec": op.get("recommended_executor"), "verdicts": verdicts, "flags": flags.get(lid, [])}
         if lid in full:
             node["full"] = full[lid]
@@ -225,7 +219,7 @@ def graph_data(report: Mapping, manifest: Mapping | None, *, max_visible: int = 
         "nodes": nodes, "edges": [list(e) for e in edges_of(layers)], "executors": names,
         "level": initial_level(scopes, max_visible), "max_visible": max_visible,
         "depth": max((len(s) for s in scopes), default=0),
-        "status_colors": {s: STATUS_COLORS[s] for s in CELL_STATUSES}, "status_rank": list(STATUS_RANK),
+        "status_colors": {s: HTML_COLORS[s] for s in DISPLAY_STATUSES}, "status_rank": list(SEVERITY),
         "executor_colors": executor_colors(names), "none_color": NO_RECOMMENDATION_COLOR,
         "blind_flags": list(BLIND_FLAGS), "full_model": bool(report.get("full_model")),
         "full_model_stale": full_model_stale(report),

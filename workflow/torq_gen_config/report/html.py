@@ -21,8 +21,10 @@ from html import escape
 from pathlib import Path
 from typing import Mapping
 
+from ..core.statuses import HTML_COLORS, HTML_TEXT_COLORS
+from ..fullrun.common import ELSEWHERE_NOTE, TWO_BACKENDS_NOTE
 from .build import discovery_report_of
-from .cells import STATUS_COLORS, executor_names
+from .cells import executor_names
 from .graph import find_manifest, full_model_stale, graph_data, graph_html, graph_scripts
 from .plots import (
     error_stage_plot,
@@ -97,8 +99,8 @@ def _fmt(v) -> str:
 
 
 def _pill(status: str) -> tuple[str, str]:
-    color = STATUS_COLORS.get(status, "#78909c")
-    fg = "#212121" if status in ("success*", "not tested", "difference") else "#fff"
+    color = HTML_COLORS.get(status, "#78909c")
+    fg = HTML_TEXT_COLORS.get(status, "#fff")
     return ("html", f'<span class="status-pill" style="background:{color};color:{fg}">{escape(status)}</span>')
 
 
@@ -258,13 +260,12 @@ def _full_model(report: Mapping) -> str:
     pl = fm.get("placement") or {}
     flagged = [(lid, r) for lid, r in (pl.get("layers") or {}).items() if r.get("status") == "elsewhere"]
     if flagged:
-        out.append('<div class="warn" id="full-model-elsewhere"><b>RAN ELSEWHERE</b> than assigned (read back from '
-                   "the compiled program; IREE merges identical fills and copies, so placement can leak):</div>")
+        out.append(f'<div class="warn" id="full-model-elsewhere"><b>RAN ELSEWHERE</b> than assigned ({ELSEWHERE_NOTE}):</div>')
         out.append(_table(["layer", "assigned", "ran on"], [[lid, r.get("assigned"), ", ".join(r.get("ran_on") or [])]
                                                           for lid, r in flagged[:200]]))
     for exe, variants in (pl.get("two_backends") or {}).items():
         out.append(f'<div class="warn"><b>TWO BACKENDS</b>: executable {escape(str(exe))} built for '
-                   f"{escape(', '.join(variants))} (IREE's shared-executable bug: its numbers may be wrong)</div>")
+                   f"{escape(', '.join(variants))} ({TWO_BACKENDS_NOTE})</div>")
     parts = fm.get("partitions") or []
     if parts:
         out.append(_table(["#", "executor", "nodes", "layers", "own check"],

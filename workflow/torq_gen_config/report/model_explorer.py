@@ -42,7 +42,8 @@ from ..config import resolve_model_path
 from ..core.errors import ConfigError, OutputDirError, ReportError
 from ..core.fileio import atomic_write_files, json_bytes
 from ..model.prepare import load_model
-from .cells import STATUS_COLORS, cell_status, executor_colors, executor_names
+from ..core.statuses import HTML_COLORS
+from .cells import cell_status, executor_colors, executor_names
 from .files import load_report
 from .recommend import runtime_median_ms
 from .staleness import staleness
@@ -194,7 +195,7 @@ def overlays(report: Mapping, graph) -> dict[str, dict]:
         for layer_id, nid in layers.items():
             entry = (ops[layer_id].get("executors") or {}).get(name)
             status = cell_status(entry)
-            verdicts[nid] = {"value": status, "bgColor": STATUS_COLORS[status]}
+            verdicts[nid] = {"value": status, "bgColor": HTML_COLORS[status]}
             if not entry:
                 continue
             value = _finite((entry.get("metrics") or {}).get("max_rel_diff"))

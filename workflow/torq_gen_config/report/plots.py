@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .cells import CELL_STATUSES, STATUS_COLORS, cell_detail, cell_hover, cell_status, executor_names
+from ..core.statuses import DISPLAY_STATUSES, HTML_COLORS
+from .cells import cell_detail, cell_hover, cell_status, executor_names
 from .recommend import duration_ms, runtime_median_ms
 
 #: Height of one layer row of the status matrix (px), and the page's font.
@@ -28,7 +29,7 @@ def _layout(fig, *, title: str, height: int, **kw) -> None:
 
 
 def status_matrix(report: Mapping):
-    """Heatmap of the display status (:data:`cells.CELL_STATUSES`) of every (layer,
+    """Heatmap of the display status (:data:`~torq_gen_config.core.statuses.DISPLAY_STATUSES`) of every (layer,
     executor): one row per layer in report order, one column per executor in priority
     order; a star marks the recommended executor. Hover shows the verdict line; the
     cell's ``customdata`` is ``"<row>|<column>"``, the key of its click detail in
@@ -39,7 +40,7 @@ def status_matrix(report: Mapping):
     names = executor_names(report)
     if not ops or not names:
         return None
-    code = {s: i for i, s in enumerate(CELL_STATUSES)}
+    code = {s: i for i, s in enumerate(DISPLAY_STATUSES)}
     layers = list(ops)
     z, text, custom = [], [], []
     for row, lid in enumerate(layers):
@@ -53,15 +54,15 @@ def status_matrix(report: Mapping):
         z.append(zr)
         text.append(tr)
         custom.append(cr)
-    n = len(CELL_STATUSES)
+    n = len(DISPLAY_STATUSES)
     # a step colour scale: code i covers [i/n, (i+1)/n] of the (0, n-1) range
     scale = []
-    for i, s in enumerate(CELL_STATUSES):
-        scale += [[i / n, STATUS_COLORS[s]], [(i + 1) / n, STATUS_COLORS[s]]]
+    for i, s in enumerate(DISPLAY_STATUSES):
+        scale += [[i / n, HTML_COLORS[s]], [(i + 1) / n, HTML_COLORS[s]]]
     heat = go.Heatmap(
         z=z, x=names, y=layers, text=text, customdata=custom, hovertemplate="%{text}<extra></extra>",
         zmin=-0.5, zmax=n - 0.5, colorscale=scale, xgap=2, ygap=1,
-        colorbar=dict(title="status", tickvals=list(range(n)), ticktext=list(CELL_STATUSES), lenmode="pixels",
+        colorbar=dict(title="status", tickvals=list(range(n)), ticktext=list(DISPLAY_STATUSES), lenmode="pixels",
                       len=MATRIX_MIN_PX - 100, y=1, yanchor="top"),
         name="verdicts",
     )
@@ -133,12 +134,12 @@ def op_type_verdicts(report: Mapping):
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, subplot_titles=names, horizontal_spacing=0.03)
     present = {s for per in counts.values() for c in per.values() for s in c}
     for col, name in enumerate(names, start=1):
-        for s in CELL_STATUSES:
+        for s in DISPLAY_STATUSES:
             if s not in present:
                 continue
             fig.add_trace(go.Bar(
                 y=types, x=[counts[name].get(t, {}).get(s, 0) for t in types], orientation="h", name=s,
-                marker_color=STATUS_COLORS[s], legendgroup=s, showlegend=col == 1,
+                marker_color=HTML_COLORS[s], legendgroup=s, showlegend=col == 1,
                 hovertemplate=f"{name}: %{{y}} %{{x}} layer(s) {s}<extra></extra>",
                 marker_line=dict(color="#607d8b", width=0.5 if s == "not tested" else 0),
             ), row=1, col=col)

@@ -23,10 +23,8 @@ from typing import Mapping
 
 from ..compare import derive_status, normalize_tolerance, status_details
 from ..core.limits import MESSAGE_CHARS as _MESSAGE_MAX_CHARS
+from ..core.statuses import STATUSES
 
-STATUSES = ("success", "difference", "error", "unverified", "skipped")
-"""Every status a (layer, executor) result may have. ``"skipped"``: not tested because
-a higher-priority executor already succeeded on the layer (skip mode)."""
 
 _RECOMMENDATION_ORDER = ("success", "difference", "unverified")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..core.statuses import STATUSES
 from .recommend import (
     REASON_NO_TIMING,
-    STATUSES,
     duration_ms,
     is_critical_failure,
     is_inconclusive,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..compare import shown_status
+from ..core.statuses import STATUSES
 from .recommend import is_reference_fallback
 from .summary import success_note
 
@@ -21,7 +22,6 @@ __all__ = ["render_final_report_text", "trust_lines", "LAYER_COLUMN_MAX"]
 LAYER_COLUMN_MAX = 60
 """Layer ids longer than this are cut (ending in "...") in the table."""
 
-_STATUS_ORDER = ("success", "difference", "error", "unverified", "skipped")
 
 
 def _cut(text: str, width: int) -> str:
@@ -83,7 +83,7 @@ def render_final_report_text(report: Mapping) -> str:
 
     lines.append("Status Summary (one verdict per (layer, executor) pair):")
     counts = summary.get("status_counts") or {}
-    for status in _STATUS_ORDER:
+    for status in STATUSES:
         lines.append(f"  {status}: {counts.get(status, 0)}" + (success_note(summary) if status == "success" else ""))
     lines.append("")
 

@@ -37,11 +37,12 @@ from ..core.fileio import read_json
 from .files import compiler_path_for_model, is_compiler_json, model_name_of, report_path_for_model
 from .build import check_report, discovery_report_of
 from .cells import executor_names
-from .recommend import STATUSES, is_inconclusive
+from ..core.statuses import STATUSES, TERMINAL_STYLES
+from .recommend import is_inconclusive
 from .summary import success_note
 from .text import LAYER_COLUMN_MAX, trust_lines
 from .view_compiler import render_compiler
-from .view_format import (STATUS_STYLES, _cut, _fmt_ms, _fmt_tol, _line, _print_table, _recommended_text, _status_text,
+from .view_format import (_cut, _fmt_ms, _fmt_tol, _line, _print_table, _recommended_text, _status_text,
                           precision_text)
 from .view_layer import render_layer
 
@@ -131,7 +132,7 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
     counts = summary.get("status_counts") or {}
     for status in list(STATUSES) + [s for s in counts if s not in STATUSES]:
         row = Text("  ")
-        row.append(f"{status}:", style=STATUS_STYLES.get(status, ""))
+        row.append(f"{status}:", style=TERMINAL_STYLES.get(status, ""))
         row.append(f" {counts.get(status, 0)}" + (success_note(summary) if status == "success" else ""))
         console.print(row)
     _line(console)

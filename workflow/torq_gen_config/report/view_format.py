@@ -15,17 +15,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from ..core.statuses import INCONCLUSIVE, SUCCESS, TERMINAL_STYLES
 from .recommend import is_reference_fallback
 from .text import LAYER_COLUMN_MAX
 
-STATUS_STYLES = {
-    "success": "green",
-    "difference": "yellow",
-    "error": "bold red",
-    "unverified": "magenta",
-    "skipped": "dim",
-}
-"""Colour of each status on a terminal."""
 
 
 _PLAIN_WIDTH = 200
@@ -68,9 +61,9 @@ def _cut(text: str, width: int = LAYER_COLUMN_MAX) -> str:
 def _status_text(status: Any, inconclusive: bool = False) -> Text:
     if not status:
         return Text("-")
-    if status == "success" and inconclusive:
-        return Text("success*", style="yellow")
-    return Text(str(status), style=STATUS_STYLES.get(str(status), ""))
+    if status == SUCCESS and inconclusive:
+        return Text(INCONCLUSIVE, style=TERMINAL_STYLES[INCONCLUSIVE])
+    return Text(str(status), style=TERMINAL_STYLES.get(str(status), ""))
 
 
 def _recommended_text(op: Mapping) -> Text:

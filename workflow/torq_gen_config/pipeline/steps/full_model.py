@@ -14,7 +14,7 @@ from pathlib import Path
 from ...backends import capabilities
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
 from ...fullrun.common import PARTITIONS_MODE
-from ...fullrun.module_mode import MODULE_MODE
+from ...fullrun.common import MODULE_MODE
 from ...core.job_support import records_failure
 from ...core.logs import append_record
 from ...core.external_data import load_model
