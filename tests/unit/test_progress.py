@@ -55,8 +55,9 @@ def test_lines_mode_counts_verdicts_and_hides_job_blocks(streams, monkeypatch):
         d.emit(rec("Building DAG of jobs..."))
         d.emit(job_info(7, layer="Conv_r0", executor="llvm-cpu"))
         assert d.running == {7: "Conv_r0 on llvm-cpu"}
-        print("[llvm-cpu] Conv_r0: success (400 ms compile, 2.0 ms run)")
-        sys.stdout.write("[vmvx] Conv_r0: error - compile failed: x\n")
+        progress.job_verdict("success", "[llvm-cpu] Conv_r0: success (400 ms compile, 2.0 ms run)")
+        progress.job_verdict("error", "[vmvx] Conv_r0: error - compile failed: x")
+        print("[ort] Conv_r0: success (a printed line is shown, never parsed into a count)")
         print("split: 3 layers", file=sys.stderr)
         d.emit(rec(None, event=LogEvent.JOB_FINISHED, job_id=7))
         d.emit(rec(None, event=LogEvent.PROGRESS, done=5, total=10))
@@ -64,7 +65,8 @@ def test_lines_mode_counts_verdicts_and_hides_job_blocks(streams, monkeypatch):
     out, err = streams.read().out, streams.err
     # the jobs' lines where they were written; Snakemake's bookkeeping nowhere
     assert out == ("[llvm-cpu] Conv_r0: success (400 ms compile, 2.0 ms run)\n"
-                              "[vmvx] Conv_r0: error - compile failed: x\n")
+                   "[vmvx] Conv_r0: error - compile failed: x\n"
+                   "[ort] Conv_r0: success (a printed line is shown, never parsed into a count)\n")
     lines = err.splitlines()
     assert lines[0] == "split: 3 layers"
     assert lines[1].startswith("progress: 5 of 10 steps (50%); verdicts: success 1, error 1; ") and "left" in lines[1]
@@ -122,8 +124,8 @@ def test_live_mode_shows_failures_only(streams):
     with ProgressDisplay("live", what="discovery of m") as d:
         d.emit(job_info(1, rule="split_layers"))
         assert d.running == {1: "split_layers"}
-        print("[ort] Relu_a: success (1 ms compile, 0.3 ms run)")
-        print("[vmvx] LpPool_p: error - compile failed")
+        progress.job_verdict("success", "[ort] Relu_a: success (1 ms compile, 0.3 ms run)")
+        progress.job_verdict("error", "[vmvx] LpPool_p: error - compile failed")
         d.emit(rec(None, event=LogEvent.PROGRESS, done=2, total=4))
         rendered = d._render()  # the live display renders without error
         assert rendered is not None
@@ -206,11 +208,15 @@ def test_a_success_that_could_not_have_failed_is_counted_apart(streams):
                     "(all 1000 ...))")
     plain = one_line_summary({**res, "metrics": {"inconclusive": False}})
     assert plain == "[ort] Softmax_s: success (3 ms compile, 1.0 ms run)"
+    from torq_gen_config.compare import shown_status
+
     with ProgressDisplay("lines", what="discovery of m") as d:
-        print(line)
-        print(plain)
+        progress.job_verdict(shown_status(res), line)
+        progress.job_verdict(shown_status({**res, "metrics": {"inconclusive": False}}), plain)
         assert d.counts == {"success*": 1, "success": 1}
         assert d.counts_text() == "success 1, success* 1"
+    progress.job_verdict("success", plain)  # no display (a cluster job's process): the line on stdout
+    assert streams.read().out.endswith(plain + "\n")
 
 
 def _unit_dir(tmp_path, slugs=("Conv_a", "Relu_b", "Add_c")):

@@ -4,9 +4,9 @@ Snakemake's block per job.
 :class:`ProgressDisplay` is a ``logging`` handler put on Snakemake's logger in place of its
 console handler (Snakemake's log handler hook; :func:`torq_gen_config.pipeline.workflow_api.execute`
 installs it). It follows Snakemake's events (``PROGRESS``: done / total jobs; ``JOB_INFO`` /
-``JOB_FINISHED``: what runs now) and the one-line verdicts the layer jobs print
-(``[executor] layer: status ...``, :func:`torq_gen_config.discovery.layer_test.one_line_summary`),
-and shows:
+``JOB_FINISHED``: what runs now) and the verdicts the layer jobs hand it as records
+(:func:`job_verdict`: the status, counted as given, and the job's one-line summary; no
+text is parsed back), and shows:
 
 - on a terminal (``live``): a live display on stderr (bar, done / total jobs, verdicts so far
   per status, elapsed and remaining time, the jobs running now); verdicts other than
@@ -33,11 +33,11 @@ import time
 from typing import Any, Callable
 from pathlib import Path
 
-from .statuses import INCONCLUSIVE, STATUSES, SUCCESS, TERMINAL_STYLES
+from .statuses import INCONCLUSIVE, SKIPPED, STATUSES, SUCCESS, TERMINAL_STYLES
 
-#: The verdict line of a layer job: ``[llvm-cpu] Conv_r0: success (...)``.
-VERDICT_RE = re.compile(r"^\[(?P<executor>[^\]]+)\] (?P<layer>.+?): (?P<status>"
-                        + "|".join(re.escape(s) for s in (INCONCLUSIVE, *STATUSES)) + r")(?![\w*])")
+#: The display of this process while one runs (the layer jobs are its threads: they hand
+#: it their verdicts, :func:`job_verdict`).
+_ACTIVE: list["ProgressDisplay"] = []
 #: Verdict order and colours of the counts (:data:`~.statuses.TERMINAL_STYLES`, as in ``view``);
 #: ``success*``: a success whose comparison could not have failed (counted apart, its line always shown).
 STATUS_STYLES = {s: TERMINAL_STYLES[s] for s in (SUCCESS, INCONCLUSIVE, *STATUSES[1:])}
@@ -146,6 +146,20 @@ def fd_capture() -> _FdCapture:
     if not _FD_CAPTURE:
         _FD_CAPTURE.append(_FdCapture())
     return _FD_CAPTURE[0]
+
+
+def job_verdict(status: str, line: str) -> None:
+    """A job's verdict, handed to the progress display of this process as a record: ``status``
+    (a shown status, :mod:`.statuses`: ``success``, ``success*``, ``difference``, ...) is
+    counted as given and ``line`` (the job's summary, e.g. ``[llvm-cpu] Conv_r0: success (412
+    ms compile)``; more lines with ``-v``) is printed where job lines go. Without a display
+    (a cluster job's own process, a library call) the line goes to stdout."""
+    display = _ACTIVE[-1] if _ACTIVE else None
+    if display is None:
+        sys.stdout.write(line.rstrip("\n") + "\n")  # one write: jobs are threads
+        sys.stdout.flush()
+        return
+    display.verdict(status, line.rstrip("\n"))
 
 
 def _hms(seconds: float) -> str:
@@ -319,6 +333,7 @@ class ProgressDisplay(logging.Handler):
         self._saved_streams = (sys.stdout, sys.stderr)
         sys.stdout = _LineStream(self, self._saved[0])
         sys.stderr = _LineStream(self, self._saved[1])
+        _ACTIVE.append(self)
         return self
 
     def _unpiped(self, stream, fd: int):
@@ -344,6 +359,8 @@ class ProgressDisplay(logging.Handler):
         self.job_line(line, self._saved[0] if fd == 1 else self._saved[1])
 
     def __exit__(self, *exc) -> None:
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         for stream in (sys.stdout, sys.stderr):
             if isinstance(stream, _LineStream):
                 stream.flush()
@@ -414,15 +431,17 @@ class ProgressDisplay(logging.Handler):
             stream.flush()
 
     def job_line(self, line: str, original) -> None:
-        """A line a job printed: verdicts are counted; on a terminal, success and skipped
-        verdicts only count (the display shows them), everything else is shown."""
-        m = VERDICT_RE.match(line)
-        with self._lock:
-            if m:
-                self.counts[m["status"]] = self.counts.get(m["status"], 0) + 1
-        if m and self._live is not None and m["status"] in ("success", "skipped"):
-            return
+        """A line a job (or a worker process) printed: shown as it is."""
         self._print(line, original)
+
+    def verdict(self, status: str, line: str) -> None:
+        """A job's verdict (:func:`job_verdict`): counted; on a terminal, success and
+        skipped verdicts only count (the display shows them), the others are shown."""
+        with self._lock:
+            self.counts[status] = self.counts.get(status, 0) + 1
+        if self._live is not None and status in (SUCCESS, SKIPPED):
+            return
+        self._print(line, self._saved[0])
 
     # ------------------------------------------------------------------ Snakemake's records
 

@@ -13,7 +13,9 @@ from ...core.errors import DamagedWorkFile
 from ...core.fileio import read_json, write_json
 from ...core.job_support import records_failure
 from ...core.layout import mark_outdated
+from ...compare import shown_status
 from ...core.logs import append_record, append_to_shared_log
+from ...core.progress import job_verdict
 from .markers import (
     SKIPPED_MARKER,
     TIMED_OUT_SUFFIX,
@@ -69,7 +71,7 @@ def _internal_error(e: Exception, *, layer: dict, executor: dict, result: str, t
     res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
                        tolerance=tolerance)
     append_record(log, message)
-    sys.stdout.write(one_line_summary(res) + "\n")
+    job_verdict(shown_status(res), one_line_summary(res))
 
 
 def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
@@ -87,7 +89,7 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
         if earlier.get("status") == "success":
             res = skipped_result(layer=layer, executor=executor, by=earlier["executor"], result_path=result)
             marker.touch()
-            sys.stdout.write(one_line_summary(res) + "\n")
+            job_verdict(shown_status(res), one_line_summary(res))
             return
     marker.unlink(missing_ok=True)
     if batch:
@@ -98,19 +100,17 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
 
         res = error_result(layer=layer, executor=executor, stage="quantize", message=failed, result_path=result,
                            tolerance=tolerance)
-        sys.stdout.write(one_line_summary(res) + "\n")
+        job_verdict(shown_status(res), one_line_summary(res))
         return
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
                          timing=timing, batch=batch)
     record_timeout(result, (res.get("failure_report") or {}).get("stage") == "timeout", timeout_s)
-    # one write per line: jobs are threads, and print() writes text and newline separately
-    text = one_line_summary(res) + "\n"
+    text = one_line_summary(res)
     if verbose and res.get("failure_report"):
-        text += res["failure_report"]["message"].rstrip() + "\n"
-    sys.stdout.write(text)
-    sys.stdout.flush()
+        text += "\n" + res["failure_report"]["message"].rstrip()
+    job_verdict(shown_status(res), text)
     if log_file and log:
         append_to_shared_log(log_file, f"{res['layer_id']} on {res['executor']}", Path(log).read_text())
 
