@@ -31,7 +31,7 @@ from torq_gen_config.core.fileio import damaged_work_file, file_fingerprint, rea
 from torq_gen_config.model import tested_layers as layer_test_plan
 from torq_gen_config.model.prepare import model_fingerprint
 from torq_gen_config.reference.model_inputs import MODEL_INPUTS_FILE
-from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, subgraph_of_config
+from torq_gen_config.model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS, report_name
 
 try:
     config.update(validate_config(config))
@@ -61,14 +61,13 @@ if "{" in OUT or "}" in OUT:
 # the user's model, else None. Its files get NAME_SUFFIX ("_subgraph_<f>_<t>"); every
 # file is keyed by MODEL_NAME (torq_gen_config.core.layout), so models and subgraphs can
 # share an output directory.
+# The name in the report/compiler JSON file names and in the reports: the model's
+# file stem (plus NAME_SUFFIX in subgraph mode).
 try:
-    SUBGRAPH = subgraph_of_config(config, MODEL_PATH, labels=SUBGRAPH_KEYS)
+    MODEL_NAME, SUBGRAPH = report_name(config, MODEL_PATH, labels=SUBGRAPH_KEYS)
 except TorqGenConfigError as e:
     raise WorkflowError(str(e))
 NAME_SUFFIX = SUBGRAPH["suffix"] if SUBGRAPH else ""
-# The name in the report/compiler JSON file names and in the reports: the model's
-# file stem (plus NAME_SUFFIX in subgraph mode).
-MODEL_NAME = model_name(MODEL_PATH) + NAME_SUFFIX
 WORK = os.path.normpath(os.path.join(OUT, layout.work_dir(MODEL_NAME)))
 LAYERS = os.path.join(WORK, layout.LAYERS_DIR)
 LOGS = os.path.join(WORK, layout.LOGS_DIR)

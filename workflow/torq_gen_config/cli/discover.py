@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from ..backends import run_wide_options
+from ..core.limits import DEFAULT_TIMEOUT_S
 from .options import (
     add_execution_options,
     add_keep_work_option,
@@ -42,7 +43,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     add_reduce_options(p, what="the full-subgraph test (subgraph mode only)")
     p.add_argument("--tolerance-avg", type=float, help="fp_avg_tol: mean normalized error allowed (default 0.01)")
     p.add_argument("--tolerance-max", type=float, help="fp_max_tol: max normalized error allowed (default 0.01)")
-    p.add_argument("--timeout", type=float, help="seconds allowed per tool call of one (layer, executor) job (default 300)")
+    p.add_argument("--timeout", type=float, help=f"seconds allowed per tool call of one (layer, executor) job (default {DEFAULT_TIMEOUT_S:.0f})")
     p.add_argument("--skip-mode", action="store_true",
                    help="per layer, stop after the first executor (priority order) that succeeds; the others are "
                         "recorded as skipped. A later --skip-mode run does not retest layers with a success")

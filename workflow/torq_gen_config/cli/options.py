@@ -293,13 +293,10 @@ def output_layout(config: dict) -> dict:
         ConfigError: a subgraph name is unknown (the message lists near matches), the
             range is reversed, or only one end is given.
     """
-    from ..config import model_name
-    from ..model.subgraph import subgraph_of_config
-
     from ..core.layout import work_dir
+    from ..model.subgraph import report_name
 
-    sub = subgraph_of_config(config)
-    name = model_name(config["model"]) + (sub["suffix"] if sub else "")
+    name, sub = report_name(config)
     return {"name": name, "work": work_dir(name), "subgraph": sub}
 
 

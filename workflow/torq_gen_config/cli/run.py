@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..backends import capabilities
 from ..core.errors import ConfigError, ReportError
+from ..core.limits import DEFAULT_TIMEOUT_S
 from ..core.layout import (
     ASSIGNMENT_FILE,
     FULL_DIR,
@@ -436,7 +437,7 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
         reducer = Reducer(model_path=str(out / prepared), manifest=read_json(out / manifest_path, "layer manifest"),
                           layer_executors=plan["layer_executors"], executors=executor_definitions(plan),
                           reference_npz=str(full / "reference.npz"), tolerance=section["tolerance_used"],
-                          work_dir=full / REDUCE_WORK, jobs=cores, timeout_s=float(config.get("timeout_s") or 300),
+                          work_dir=full / REDUCE_WORK, jobs=cores, timeout_s=float(config.get("timeout_s") or DEFAULT_TIMEOUT_S),
                           budget=budget, progress=lambda line: print(f"--reduce: {line}", file=sys.stderr))
     except ValueError as e:  # the plan does not describe the model's nodes
         raise ReportError(f"--reduce: {e}") from None

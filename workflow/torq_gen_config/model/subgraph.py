@@ -146,6 +146,23 @@ def subgraph_of_config(config: dict, model_path: str | os.PathLike | None = None
     return resolve_range(_user_nodes_of(model_path), f, t, labels)
 
 
+def report_name(config: dict, model_path: str | os.PathLike | None = None,
+                labels: tuple[str, str] = CLI_LABELS) -> tuple[str, dict | None]:
+    """The name a run's files are keyed by (report, compiler JSON, work directory): the
+    model file's stem (:func:`torq_gen_config.config.model_name`), plus the subgraph's
+    suffix in subgraph mode; and the subgraph (:func:`subgraph_of_config`, None without).
+    The one rule for the CLI, the Snakefile and the workflow runner.
+
+    Raises:
+        ConfigError, ModelError: as :func:`subgraph_of_config`.
+    """
+    from ..config import model_name, resolve_model_path
+
+    path = model_path if model_path is not None else resolve_model_path(config["model"])
+    sub = subgraph_of_config(config, path, labels)
+    return model_name(path) + (sub["suffix"] if sub else ""), sub
+
+
 def _user_nodes_of(path: str | os.PathLike) -> list[dict]:
     """The user node table of a model file (loaded without external data or checks)."""
     import onnx

@@ -299,13 +299,12 @@ def profile_argv(settings: dict, *, quiet: bool) -> list[str]:
 def _report_name(config: dict) -> str:
     """The report name of a config: the model's stem, plus the subgraph suffix."""
     from ..config import model_name, resolve_model_path
-    from ..model.subgraph import subgraph_of_config
+    from ..model.subgraph import report_name
 
     try:
-        sub = subgraph_of_config(config)
+        return report_name(config)[0]
     except TorqGenConfigError:  # reported by the workflow itself, with its context
-        sub = None
-    return model_name(resolve_model_path(config["model"])) + (sub["suffix"] if sub else "")
+        return model_name(resolve_model_path(config["model"]))
 
 
 def _lock_name(config: dict) -> str:
