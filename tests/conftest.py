@@ -49,6 +49,19 @@ def tvi(name, dtype, shape):
     return helper.make_tensor_value_info(name, dtype, shape)
 
 
+def if_model() -> onnx.ModelProto:
+    """ReduceSum -> Greater -> If whose branches (Relu / Neg) read the input ``x`` directly
+    (no operand), shapes inferred, opset 17: the If model of the placement tests."""
+    f = TensorProto.FLOAT
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [tvi("t", f, [2])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [tvi("e", f, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [tvi("x", f, [2])], [tvi("y", f, [2])],
+                              [nh.from_array(np.zeros((), np.float32), "zero")])
+    return onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
 def folding_model() -> onnx.ModelProto:
     """MatMul -> unnamed Relu -> Mul (constant) -> Add of a folded chain (Shape -> unnamed
     Cast -> ReduceSum of the input's static shape) -> unnamed Sigmoid; Mul and Add both

@@ -14,11 +14,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from test_one_module_e2e import EXECUTORS, _key, _random_weights
-from torq_gen_config.config import resolve_model_path
+from test_one_module_e2e import EXECUTORS, _key, random_squeezenet
 from torq_gen_config.fullrun.module_bisect import locate_first_difference
-from torq_gen_config.mlir.importer import import_full_model
-from torq_gen_config.model.prepare import prepare_model
 
 pytestmark = pytest.mark.slow
 TOLERANCE: dict = {}  # the default tolerance, as a run without one
@@ -27,21 +24,12 @@ TOLERANCE: dict = {}  # the default tolerance, as a run without one
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
     d = tmp_path_factory.mktemp("bisect")
-    src = onnx.load(str(resolve_model_path("onnx:backend/test/data/light/light_squeezenet.onnx")))
-    onnx.save(_random_weights(src), d / "random.onnx")
-    prepared, _ = prepare_model(d / "random.onnx")
-    onnx.save(prepared, d / "prepared.onnx")
-    loc = import_full_model(d / "prepared.onnx", d / "full.mlir")
-    assert loc["status"] == "ok"
-    inp = prepared.graph.input[0]
-    x = np.random.default_rng(1).standard_normal(
-        [dim.dim_value for dim in inp.type.tensor_type.shape.dim]).astype(np.float32)
-    out_names = [o.name for o in prepared.graph.output]
-    ref = dict(zip(out_names, ort.InferenceSession(str(d / "prepared.onnx")).run(None, {inp.name: x})))
+    prepared, loc, in_name, x, ref = random_squeezenet(d)
+    out_names = list(ref)
     nodes = [n for n in loc["nodes"] if n["line"] is not None]
     node_keys = [_key(n) if n["line"] is not None else None for n in loc["nodes"]]
     key_layer = {_key(n): f"n{n['index']}_{n['onnx_op']}" for n in nodes}
-    return d, prepared, nodes, node_keys, key_layer, inp.name, x, out_names, ref
+    return d, prepared, nodes, node_keys, key_layer, in_name, x, out_names, ref
 
 
 def _locate(case, seed: int):

@@ -55,25 +55,35 @@ def _random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-@pytest.fixture(scope="module")
-def squeezenet(tmp_path_factory):
-    """(full.mlir text, nodes with line/col, input name, input, ONNX Runtime output, work dir)."""
+def random_squeezenet(d):
+    """light SqueezeNet with seeded random weights, prepared as the product prepares it
+    (``d/prepared.onnx``) and imported (``d/full.mlir``): (prepared model, the importer's
+    locations, input name, a seeded input, {output name: ONNX Runtime's value})."""
     import onnxruntime as ort
 
-    d = tmp_path_factory.mktemp("one_module")
     src = onnx.load(str(resolve_model_path("onnx:backend/test/data/light/light_squeezenet.onnx")))
     onnx.save(_random_weights(src), d / "random.onnx")
     prepared, _ = prepare_model(d / "random.onnx")
     onnx.save(prepared, d / "prepared.onnx")
     loc = import_full_model(d / "prepared.onnx", d / "full.mlir")
     assert loc["status"] == "ok"
-    nodes = [n for n in loc["nodes"] if n["line"] is not None]
     inp = prepared.graph.input[0]
     x = np.random.default_rng(1).standard_normal(
         [dim.dim_value for dim in inp.type.tensor_type.shape.dim]).astype(np.float32)
-    ref = ort.InferenceSession(str(d / "prepared.onnx")).run(None, {inp.name: x})[0]
+    out_names = [o.name for o in prepared.graph.output]
+    ref = dict(zip(out_names, ort.InferenceSession(str(d / "prepared.onnx")).run(None, {inp.name: x})))
+    return prepared, loc, inp.name, x, ref
+
+
+@pytest.fixture(scope="module")
+def squeezenet(tmp_path_factory):
+    """(full.mlir text, nodes with line/col, input name, input, ONNX Runtime output, work dir)."""
+    d = tmp_path_factory.mktemp("one_module")
+    prepared, loc, name, x, refs = random_squeezenet(d)
+    nodes = [n for n in loc["nodes"] if n["line"] is not None]
+    ref = next(iter(refs.values()))
     assert ref.std() > 1e-4, "the weights did not make the outputs differ"
-    return (d / "full.mlir").read_text(), nodes, inp.name, x, ref, d
+    return (d / "full.mlir").read_text(), nodes, name, x, ref, d
 
 
 def _key(n) -> str:

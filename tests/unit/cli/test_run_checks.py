@@ -38,22 +38,12 @@ def test_a_compiler_json_key_that_names_no_op(tmp_path):
 def test_module_mode_with_an_if_body_op_elsewhere_is_refused(tmp_path):
     """A compiler JSON that puts an If's body op elsewhere than the If: --run-mode module is
     impossible (one line before any job); auto leaves it to the plan (partitions, with the reason)."""
-    import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from conftest import if_model
 
     from torq_gen_config.mlir.importer import import_full_model
 
-    f = TensorProto.FLOAT
-    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", f, [2])])
-    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", f, [2])])
-    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2])],
-                              [helper.make_tensor_value_info("y", f, [2])],
-                              [numpy_helper.from_array(np.zeros((), np.float32), "zero")])
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    onnx.save(model, tmp_path / "if.onnx")
+    onnx.save(if_model(), tmp_path / "if.onnx")
     loc = import_full_model(tmp_path / "if.onnx", tmp_path / "full.mlir")
     if_key = f"{loc['nodes'][2]['line']}:{loc['nodes'][2]['col']}"
     from torq_gen_config.fullrun.module_mode import region_keys_of

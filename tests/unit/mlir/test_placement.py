@@ -174,16 +174,9 @@ def test_an_if_body_reads_outer_values_on_the_if_device(tmp_path):
     """An If on ``vm`` whose branches read ``x`` directly (no operand): ``x`` crosses to
     vm for the body (else its kernels follow the data: measured, they ran on the default
     device), and the body ops are placed with the If."""
-    f = TensorProto.FLOAT
-    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", f, [2])])
-    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", f, [2])])
-    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
-             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, [2])],
-                              [helper.make_tensor_value_info("y", f, [2])],
-                              [numpy_helper.from_array(np.zeros((), np.float32), "zero")])
-    model = onnx.shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
-    onnx.save(model, tmp_path / "if.onnx")
+    from conftest import if_model
+
+    onnx.save(if_model(), tmp_path / "if.onnx")
     loc = import_full_model(tmp_path / "if.onnx", tmp_path / "full.mlir")
     assert loc["status"] == "ok", loc["message"]
     if_key = f"{loc['nodes'][2]['line']}:{loc['nodes'][2]['col']}"
