@@ -13,39 +13,59 @@ import fnmatch
 from pathlib import Path, PurePosixPath
 
 from .. import workflow_files
+from .layout import (
+    ASSIGNMENT_FILE,
+    COMPILED_FILE,
+    FULL_DIR,
+    LAYERS_DIR,
+    MODULE_SIDE_FILE,
+    PARTITIONS_DIR,
+    PLAN_FILE,
+    QUANT_DIR,
+    RESULT_FILE,
+    compiler_file,
+    full_run_file,
+    lock_file,
+    report_file,
+    user_choices_file,
+    work_dir,
+)
 
 SCHEMA_DIR = workflow_files.schema_dir()  # in a checkout or an installed wheel
 
+_W = work_dir("*")  # work/<any name>
+_PARTS = full_run_file("*", PARTITIONS_DIR)
 # (pattern of the path relative to the output directory, schema file); first match wins,
 # so the more specific pattern comes first. ``*`` matches within one path component.
+# The discover/run paths are made from core/layout's names (the one place of the layout).
 OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     # discover / edit / run, in <output dir>
-    ("torq_gen_config_*_compiler.json", "compiler.schema.yaml"),
-    ("torq_gen_config_*.json", "report_output.schema.yaml"),  # with report.schema.yaml by $ref
-    (".torq-gen-config-*.lock.json", "lock.schema.yaml"),
-    ("work/*/prepare.json", "prepare.schema.yaml"),
-    ("work/*/locations.json", "locations.schema.yaml"),
-    ("work/*/user_choices.json", "user_choices.schema.yaml"),
-    ("work/*/layers/manifest.json", "manifest.schema.yaml"),
-    ("work/*/layers/*/import.json", "import.schema.yaml"),
-    ("work/*/layers/*/quantize.json", "layer_quantize.schema.yaml"),
-    ("work/*/layers/*/*/result.json", "layer_result.schema.yaml"),
-    ("work/*/batches/*/*/batch.json", "compile_batch.schema.yaml"),
-    ("work/*/units/*/prepared.json", "unit_prepared.schema.yaml"),  # before the executors' records
-    ("work/*/units/*/*.json", "unit_tests.schema.yaml"),
-    ("work/*/report_summary.json", "report_summary.schema.yaml"),
-    ("work/*/keep_work.json", "keep_work.schema.yaml"),
-    ("work/*/quant/calibration.json", "calibration.schema.yaml"),
-    ("work/*/quant/quantize.json", "quantize.schema.yaml"),
-    ("work/*/quant/manifest.json", "quantized_manifest.schema.yaml"),
-    ("work/*/full/assignment.json", "full_assignment.schema.yaml"),
-    ("work/*/full/plan.json", "full_plan.schema.yaml"),
-    ("work/*/full/result.json", "full_result.schema.yaml"),
-    ("work/*/full/partitions/*/compiled.json", "full_compiled.schema.yaml"),
-    ("work/*/full/partitions/*/import.json", "import.schema.yaml"),  # a partition of a compile batch
-    ("work/*/full/batches/*/*/batch.json", "compile_batch.schema.yaml"),
-    ("work/*/full/partitions/*/executor_map.json", "compiler.schema.yaml"),
-    ("work/*/full/partitions/*/placement.json", "full_module_placement.schema.yaml"),  # module mode
+    (compiler_file("*"), "compiler.schema.yaml"),
+    (report_file("*"), "report_output.schema.yaml"),  # with report.schema.yaml by $ref
+    (lock_file("*") + ".json", "lock.schema.yaml"),
+    (f"{_W}/prepare.json", "prepare.schema.yaml"),
+    (f"{_W}/locations.json", "locations.schema.yaml"),
+    (user_choices_file("*"), "user_choices.schema.yaml"),
+    (f"{_W}/{LAYERS_DIR}/manifest.json", "manifest.schema.yaml"),
+    (f"{_W}/{LAYERS_DIR}/*/import.json", "import.schema.yaml"),
+    (f"{_W}/{LAYERS_DIR}/*/quantize.json", "layer_quantize.schema.yaml"),
+    (f"{_W}/{LAYERS_DIR}/*/*/{RESULT_FILE}", "layer_result.schema.yaml"),
+    (f"{_W}/batches/*/*/batch.json", "compile_batch.schema.yaml"),
+    (f"{_W}/units/*/prepared.json", "unit_prepared.schema.yaml"),  # before the executors' records
+    (f"{_W}/units/*/*.json", "unit_tests.schema.yaml"),
+    (f"{_W}/report_summary.json", "report_summary.schema.yaml"),
+    (f"{_W}/keep_work.json", "keep_work.schema.yaml"),
+    (f"{_W}/{QUANT_DIR}/calibration.json", "calibration.schema.yaml"),
+    (f"{_W}/{QUANT_DIR}/quantize.json", "quantize.schema.yaml"),
+    (f"{_W}/{QUANT_DIR}/manifest.json", "quantized_manifest.schema.yaml"),
+    (full_run_file("*", ASSIGNMENT_FILE), "full_assignment.schema.yaml"),
+    (full_run_file("*", PLAN_FILE), "full_plan.schema.yaml"),
+    (full_run_file("*", RESULT_FILE), "full_result.schema.yaml"),
+    (f"{_PARTS}/*/{COMPILED_FILE}", "full_compiled.schema.yaml"),
+    (f"{_PARTS}/*/import.json", "import.schema.yaml"),  # a partition of a compile batch
+    (f"{_W}/{FULL_DIR}/batches/*/*/batch.json", "compile_batch.schema.yaml"),
+    (f"{_PARTS}/*/executor_map.json", "compiler.schema.yaml"),
+    (f"{_PARTS}/*/{MODULE_SIDE_FILE}", "full_module_placement.schema.yaml"),  # module mode
     # conformance, in its output directory (each tests/<test>/out/ is a discover output directory)
     ("conformance.json", "conformance.schema.yaml"),
     ("conformance_verdicts.json", "conformance_verdicts.schema.yaml"),
