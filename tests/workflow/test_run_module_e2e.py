@@ -297,3 +297,35 @@ def test_an_if_on_another_device_runs_there(tmp_path, capsys):
         assert len(modules) == 1
         shutil.rmtree(modules[0])
     assert "placement.json is missing: planning the run again" in r.stdout
+
+
+def test_the_cli_and_snakemake_forms_share_one_compiled_module(discovered):
+    """The CLI runs the workflow in the output directory, `snakemake full_model` from the
+    checkout: the plan's and the compile record's relative paths differ between them, and
+    each form must still find the module the other compiled (it looked for
+    work/<m>/... from the checkout, or a doubled output prefix, found by a fresh-user test)."""
+    import os
+
+    from conftest import REPO, run_snakemake
+
+    model, out = discovered
+    common = ["--model", model, "--output-dir", out]
+    report = _report(out)
+    for layer, ex in (("ALL", "llvm-cpu"), (_layer(report, "Relu", 1), "vmvx")):
+        assert run_cli("edit", *common, "--layer", layer, "--executor", ex).returncode == 0
+    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    assert r.returncode == 0, r.stderr[-2000:]
+    first = _module_compiled(out)
+    (work(out) / "full" / "result.json").unlink()  # the Snakemake form runs the module again
+    rel = os.path.relpath(out, REPO)  # a relative output_dir, as `snakemake --config output_dir=results/x`
+    r = run_snakemake("--cores", "2", "full_model", "--config", f"model={model}", f"output_dir={rel}",
+                      "run_mode=module")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    res = json.loads((work(out) / "full" / "result.json").read_text())
+    assert res["mode"] == "module" and res["status"] == "success", (res.get("verdict"), r.stdout[-1500:])
+    assert _module_compiled(out) == first  # the CLI's module, not compiled again
+    (work(out) / "full" / "result.json").unlink()  # and back: the CLI runs what the plan of Snakemake names
+    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    assert r.returncode == 0 and "is missing" not in r.stdout, (r.stdout + r.stderr)[-2000:]
+    fm = _report(out)["full_model"]
+    assert fm["mode"] == "module" and fm["status"] == "success" and _module_compiled(out) == first, fm.get("verdict")

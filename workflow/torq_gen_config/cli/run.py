@@ -260,7 +260,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
                         config["executors"])
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
 
-    gone = missing_side_file(out / full_dir / PLAN_FILE, out) or missing_debug_ir(out / full_dir / PLAN_FILE, debug_ir, out)
+    gone = missing_side_file(out / full_dir / PLAN_FILE) or missing_debug_ir(out / full_dir / PLAN_FILE, debug_ir)
     if gone:  # e.g. a partition directory removed by hand: the plan step writes them again
         print(f"{gone} is missing: planning the run again")
         for stale in (out / full_dir / PLAN_FILE, out / result_file):  # Snakemake remakes a lost plan only for a result

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping
 
 from ..backends.base import StageError
 from ..core.fileio import read_json, write_json
+from ..core.layout import MODULE_SIDE_FILE
 from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
 from ..core.tools import bounded_message, first_error_line
 from .common import COMPILED_SCHEMA, MODULE_MODE, PARTITIONS_MODE, _round
@@ -194,8 +195,14 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
     result["mode_reason"] = plan.get("mode_reason")
     result["num_partitions"] = 1
     p = plan["module"]
-    side = read_json(p["model"], "module placement") if Path(p["model"]).is_file() else {}
-    mod = compiled.get("module") or {}
+    # the module's folder, whatever directory the plan was written from (the CLI runs in the
+    # output directory, `snakemake` from the checkout: their relative paths differ)
+    pdir = Path(partitions_dir) / p["pid"]
+    side_file = pdir / MODULE_SIDE_FILE
+    side = read_json(side_file, "module placement") if side_file.is_file() else {}
+    mod = dict(compiled.get("module") or {})
+    if mod.get("module"):
+        mod["module"] = str(pdir / Path(mod["module"]).name)
     row = {"index": 0, "pid": p["pid"], "executor": MODULE_MODE, "backend": MODULE_MODE,
            "first_node": p["first_node"], "last_node": p["last_node"], "num_nodes": p["num_nodes"],
            "layer_ids": p["layer_ids"], "compile_ms": compiled.get("compile_ms"), "run_ms": None,

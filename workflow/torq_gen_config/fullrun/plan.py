@@ -13,6 +13,7 @@ from typing import Iterable, Mapping
 from ..backends import NEEDS_MLIR, capabilities, effective_executor
 from ..backends.parameters import with_parameters
 from ..core.fileio import write_bytes_if_changed
+from ..core.layout import PARTITIONS_DIR
 from ..core.external_data import model_bytes
 from ..core.weight_store import store_folded
 from ..model.graph import node_inputs, tensor_consumers, value_types
@@ -171,35 +172,38 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     }
 
 
-def missing_side_file(plan_path: str | os.PathLike, workdir: str | os.PathLike = ".") -> str | None:
+def missing_side_file(plan_path: str | os.PathLike) -> str | None:
     """The first side file a stored plan names that is gone (a partition's model, a
     module's ``placement.json``: e.g. its partition directory was removed), or None
     (also when there is no readable plan). Such a plan cannot be run: the checkpoint
     that writes the side files must run again (remove the plan and the result: Snakemake
     remakes a missing checkpoint output only for a target that needs it).
 
-    Paths in the plan are relative to ``workdir`` (the output directory) or absolute.
+    Each is looked for in its partition's folder beside the plan (the plan's own paths are
+    relative to the directory it was written from: the CLI's output directory or the
+    checkout ``snakemake`` ran in).
     """
     try:
         plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
         parts = [*(plan.get("partitions") or []), *([plan["module"]] if plan.get("module") else [])]
-        for p in parts:
-            if p.get("model") and not os.path.isfile(os.path.join(workdir, p["model"])):
+        for p in parts:  # in its partition's folder (the plan's paths are relative to where it was written)
+            if p.get("model") and not (Path(plan_path).parent / PARTITIONS_DIR / p["pid"] / Path(p["model"]).name).is_file():
                 return str(p["model"])
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return None
     return None
 
 
-def missing_debug_ir(plan_path: str | os.PathLike, debug_ir: str | None, workdir: str | os.PathLike = ".") -> str | None:
+def missing_debug_ir(plan_path: str | os.PathLike, debug_ir: str | None) -> str | None:
     """With ``--debug-ir``: the module's debug-IR folder the stored plan's module wrote
-    (``placement.json``'s ``debug_ir``) when it is gone (removed by hand), else None.
-    Paths in the plan are relative to ``workdir`` (the output directory) or absolute."""
+    (``placement.json``'s ``debug_ir``) when it is gone (removed by hand), else None."""
     if not debug_ir:
         return None
     try:
         plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
-        side = json.loads((Path(workdir) / (plan.get("module") or {})["model"]).read_text(encoding="utf-8"))
+        module = plan.get("module") or {}
+        side = json.loads((Path(plan_path).parent / PARTITIONS_DIR / module["pid"] / Path(module["model"]).name)
+                          .read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError, KeyError):
         return None
     d = side.get("debug_ir")
