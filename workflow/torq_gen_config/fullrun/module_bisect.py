@@ -35,6 +35,7 @@ from typing import Any
 
 from ..backends.base import StageError
 from ..core.tools import first_error_line
+from ..model.graph import expose_outputs
 
 #: at most this many ops' values are exposed (above: boundaries and every N-th op)
 MAX_EXPOSED = 128
@@ -139,24 +140,11 @@ def reference_values(prepared_model: str, inputs: Mapping, names: list[str], *, 
                      timeout_s: float) -> dict:
     """The reference values of the tensors ``names``: the prepared model with them as
     extra graph outputs, run on the reference engine (``onnxruntime`` or ``onnx``)."""
-    import onnx
-
     from ..core.external_data import load_model
     from ..reference.reference_run import run_reference
 
     model = load_model(prepared_model, weights=False)
-    have = {o.name for o in model.graph.output}
-    types = {v.name: v for v in [*model.graph.value_info, *model.graph.input]}
-    for name in names:
-        if name in have:
-            continue
-        vi = onnx.ValueInfoProto()
-        if name in types:
-            vi.CopyFrom(types[name])
-        else:
-            vi.name = name
-        model.graph.output.append(vi)
-        have.add(name)
+    expose_outputs(model, names)
     outs = run_reference(model, dict(inputs), list(names), engine=engine, timeout_s=timeout_s)
     return dict(zip(names, outs))
 

@@ -29,6 +29,18 @@ def value_info(name: str, types: Mapping):
     return vi
 
 
+def expose_outputs(model, names) -> None:
+    """Add the tensors ``names`` to ``model``'s graph outputs (in place), each with its
+    type from the graph (:func:`value_types`), untyped when unknown; an output already
+    there stays as it is. For running a model with its intermediate values as results."""
+    types = value_types(model)
+    have = {o.name for o in model.graph.output}
+    for name in names:
+        if name not in have:
+            model.graph.output.append(value_info(name, types))
+            have.add(name)
+
+
 def copy_proto(message):
     """A deep copy of a protobuf message (NodeProto, TensorProto, ValueInfoProto, ...)."""
     c = type(message)()

@@ -5,6 +5,7 @@ per-tensor overrides when a layer is quantized alone.
 
 from __future__ import annotations
 
+from ..model.graph import expose_outputs
 from .folding import fold_to_initializers
 from .ort_quantization import QuantizationError, _one_line
 
@@ -16,18 +17,7 @@ def _ort_session(model, extra_outputs: list[str]):
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    types = {v.name: v for v in list(m.graph.value_info) + list(m.graph.input)}
-    for t in extra_outputs:
-        if t in have:
-            continue
-        vi = onnx.ValueInfoProto()
-        if t in types:
-            vi.CopyFrom(types[t])
-        else:
-            vi.name = t
-        m.graph.output.append(vi)
-        have.add(t)
+    expose_outputs(m, extra_outputs)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
