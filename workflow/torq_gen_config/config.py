@@ -8,12 +8,16 @@ both forms accept exactly the same keys.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import math
 import os
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from . import workflow_files
 from .core.errors import ConfigError
+from .core.lazy import jsonschema, onnx, yaml
 
 # in a checkout or an installed wheel (torq_gen_config.workflow_files)
 SCHEMA_PATH = workflow_files.schema_dir() / "config.schema.yaml"
@@ -27,9 +31,7 @@ def load_schema() -> dict:
     and one string key (default ``""``) per run-wide option a backend offers
     (:func:`~torq_gen_config.backends.run_wide_options`, e.g. torq's ``torq_hw``), so
     that registering a backend is the one line it takes to allow it in the config."""
-    import yaml
-
-    # function-level: importing the registry imports no backend module until asked
+    # function-level: importing the registry imports no backend module until asked (an edit imports none)
     from .backends import BACKEND_KINDS, run_wide_options
 
     with open(SCHEMA_PATH, encoding="utf-8") as f:
@@ -47,8 +49,6 @@ def load_config_file(path: str | os.PathLike) -> dict:
     Raises:
         ConfigError: missing file or invalid YAML.
     """
-    import yaml
-
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f) or {}
@@ -77,8 +77,6 @@ def validate_config(config: dict) -> dict:
     Raises:
         ConfigError: one line naming the offending key and the problem.
     """
-    import jsonschema
-
     config = copy.deepcopy(config)
     schema = load_schema()  # read and parsed once per validation (was three times)
     _coerce_scalars(config, schema)
@@ -107,8 +105,6 @@ def check_values(config: dict) -> None:
     Raises:
         ConfigError: the first problem found, naming the key.
     """
-    import math
-
     for key, value in [("timeout_s", config.get("timeout_s"))] + [
             (f"tolerance/{k}", v) for k, v in (config.get("tolerance") or {}).items()]:
         if value is not None and not math.isfinite(float(value)):
@@ -126,14 +122,14 @@ def check_values(config: dict) -> None:
         parse_input_shapes(config.get("input_shapes") or [])
     except ConfigError as e:
         raise ConfigError(f"invalid configuration at input_shapes: {e}") from None
-    from .backends import make_backend
+    from .backends import make_backend  # light: see load_schema
 
     for ex in config["executors"]:
         try:
             make_backend(ex)
         except ConfigError as e:
             raise ConfigError(f"invalid configuration at executors ({ex['name']}): {e}") from None
-    from .backends.parameters import check_setting
+    from .backends.parameters import check_setting  # light: see load_schema
 
     skipped = set(config.get("skip_executors") or [])
     check_setting(config.get("parameters", "auto"), [e for e in config["executors"] if e["name"] not in skipped])
@@ -146,15 +142,12 @@ one (pyproject.toml): importing onnx to ask costs every Snakemake start about 0.
 
 def _onnx_max_opset() -> int | None:
     """The newest ONNX opset the installed onnx knows (None: onnx is not installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         release = ".".join(version("onnx").split(".")[:2])
     except PackageNotFoundError:  # pragma: no cover
         return None
     if release in _ONNX_OPSETS:
         return _ONNX_OPSETS[release]
-    import onnx.defs
 
     return onnx.defs.onnx_opset_version()
 
@@ -313,8 +306,6 @@ def resolve_model_path(model: str, base_dir: str | os.PathLike | None = None) ->
     (default: the current directory).
     """
     if model.startswith(ONNX_PACKAGE_PREFIX):
-        import importlib.util
-
         spec = importlib.util.find_spec("onnx")
         if spec is None or not spec.submodule_search_locations:
             raise ConfigError("the onnx package is not installed, cannot resolve " + model)
@@ -333,8 +324,6 @@ def model_name(model_path: str | os.PathLike) -> str:
 
 def _with_defaults(validator_cls: Any) -> Any:
     """Extend a jsonschema validator class so that ``default`` values are filled in."""
-    import jsonschema
-
     validate_properties = validator_cls.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -212,8 +213,6 @@ def unavailable_executors(executors: Iterable[Mapping], *, timeout_s: float = 60
     process (the Snakefile asks at every parse). An executor whose definition is
     invalid or whose backend fails to import is not reported here: its jobs say why.
     """
-    import json
-
     found = {}
     for executor in executors:
         key = json.dumps(executor, sort_keys=True, default=str)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 from ..core.errors import ConfigError
+from ..core.tools import bounded_message, first_error_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -96,8 +97,6 @@ class StageError(Exception):
         For ``"timeout"`` and ``"crash"`` it is the message's first line (which says
         what timed out or crashed); otherwise the first error line of the message.
         """
-        from ..core.tools import first_error_line
-
         if self.stage in ("timeout", "crash"):
             return first_error_line(self.message.strip().split("\n", 1)[0]) or self.stage
         return first_error_line(self.message) or self.stage
@@ -472,8 +471,6 @@ def raise_for_tool_failure(res: "ToolResult", *, tool: str, during: str, timeout
         during: ``"compile"`` or ``"run"``.
         timeout_s: the limit the tool ran under (s), for the message.
     """
-    from ..core.tools import bounded_message
-
     text = res.stderr if res.stderr.strip() else res.stdout
     if res.timed_out:
         msg = f"{tool} timed out after {timeout_s:g} s (process group killed)"

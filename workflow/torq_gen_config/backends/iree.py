@@ -55,9 +55,12 @@ object arrays are not supported.
 from __future__ import annotations
 
 import os
+from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..core.errors import ConfigError
+from ..core.lazy import ml_dtypes, np
 from ..core.tools import ToolNotFoundError, bounded_message, run_tool, tool_version
 from ..core.weight_store import PARAMETER_SCOPE
 from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, raise_for_tool_failure
@@ -74,9 +77,6 @@ from .iree_tools import (
     parse_benchmark_json,
     unavailable_device_reason,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
 
 __all__ = ["IreeBackend", "TARGETS"]
 
@@ -132,8 +132,6 @@ class IreeBackend(Backend):
             ConfigError: unknown option, wrong type, unknown ``target``, or
                 ``compile_flags``/``run_flags`` not a list of strings.
         """
-        from ..core.errors import ConfigError
-
         super().__init__(name, options)
         check_options(name, self.options, _OPTIONS)
         target = self.options.get("target") or "llvm-cpu"
@@ -270,8 +268,6 @@ class IreeBackend(Backend):
             FileNotFoundError: the module file does not exist.
             ToolNotFoundError: ``iree-run-module`` cannot be found.
         """
-        import numpy as np
-
         check_inputs(inputs, input_names)
         if artifact.path is None:
             raise ValueError(f"executor {self.name!r}: artifact has no module path")
@@ -322,8 +318,6 @@ class IreeBackend(Backend):
             if not path.is_file():
                 raise StageError("run", f"iree-run-module exited with status 0 but wrote no output file {fname} for {name!r}")
             if raw:
-                import ml_dtypes
-
                 data = np.fromfile(path, dtype=getattr(ml_dtypes, sig["dtype"]))
                 expected = int(np.prod(sig["shape"], dtype=np.int64))
                 if data.size != expected:
@@ -425,8 +419,6 @@ class IreeBackend(Backend):
 
     def _write_inputs(self, work: Path, inputs: dict, input_names: list[str], prefix: str) -> list[str]:
         """Write the inputs as ``<prefix>_<i>.npy`` in ``work``; return the ``--input=@...`` flags."""
-        import numpy as np
-
         flags = []
         for i, name in enumerate(input_names):
             arr = np.asarray(inputs[name])
@@ -464,8 +456,6 @@ class IreeBackend(Backend):
             "iree_compiler_version", "iree_runtime_version"}``; a tool that cannot be
             found appears as ``{"error": message}`` instead of its path.
         """
-        from importlib import metadata
-
         d: dict[str, Any] = {
             "kind": self.kind,
             "name": self.name,

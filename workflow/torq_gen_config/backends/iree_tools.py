@@ -4,11 +4,14 @@ imported layer's MLIR, compiling a module, and ``iree-benchmark-module``'s JSON.
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+from ..core.lazy import np
 from ..core.tools import bounded_message, find_tool, run_tool
 from .base import CompiledArtifact, StageError, raise_for_tool_failure
 
@@ -51,8 +54,6 @@ def _iree_version_line(line: str) -> bool:
 
 def _package_dir(module: str) -> str | None:
     """Directory of an installed package, without importing it (only its parents)."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
@@ -193,8 +194,6 @@ def parse_benchmark_json(text: str, function: str = FUNCTION) -> list[float]:
     Raises:
         StageError: ``"run"`` when the text holds no JSON object with benchmarks.
     """
-    import json
-
     start = text.find("{")
     try:
         data, _ = json.JSONDecoder().raw_decode(text[start:]) if start >= 0 else (None, 0)
@@ -259,8 +258,6 @@ def _has_f64(signature: dict) -> bool:
 
 def _fix_dtype(arr: "np.ndarray", expected: str) -> "np.ndarray":
     """Reinterpret IREE's signless integer output as the signature's unsigned dtype."""
-    import numpy as np
-
     if expected.startswith("uint") and arr.dtype.kind == "i":
         target = np.dtype(expected)
         if target.itemsize == arr.dtype.itemsize:

@@ -29,9 +29,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..core import ort_io
 from ..core.external_data import session_options
+from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated, run_isolated_each
+from ..core.lazy import np, ort
 from ..core.logs import append_record
 from ..core.tools import bounded_message
 from .base import Backend, CompiledArtifact, StageError, check_inputs
@@ -45,8 +48,6 @@ from .ort_session import (
 )
 from ..core.limits import call_limit
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
 
 __all__ = ["OnnxRuntimeBackend"]
 
@@ -77,8 +78,6 @@ class OnnxRuntimeBackend(Backend):
         return [p if isinstance(p, str) else p[0] for p in self.providers]
 
     def _session_options(self):
-        import onnxruntime as ort
-
         level_name = OPT_LEVELS[self.graph_optimization_level]
         if not hasattr(ort.GraphOptimizationLevel, level_name):
             raise StageError(
@@ -101,8 +100,6 @@ class OnnxRuntimeBackend(Backend):
 
     def _create_session(self, onnx_path: str) -> tuple[Any, float]:
         """Create the session; return ``(session, wall_ms)``. Raises StageError("compile")."""
-        import onnxruntime as ort
-
         missing = missing_providers(self.provider_names)
         if missing:
             raise StageError("compile", missing)
@@ -174,7 +171,6 @@ class OnnxRuntimeBackend(Backend):
                 f"onnxruntime session creation took {wall_ms / 1000.0:.3g} s, over the {timeout_s:g} s limit",
                 during="compile",
             )
-        import onnxruntime as ort
 
         info = {
             "onnx_path": os.fspath(onnx_path),
@@ -200,9 +196,6 @@ class OnnxRuntimeBackend(Backend):
         Raises:
             ValueError: the artifact has neither a session nor an ``onnx_path``.
         """
-        import numpy as np
-
-        from ..core import ort_io
 
         session = artifact.handle
         if session is None:
@@ -260,8 +253,6 @@ class OnnxRuntimeBackend(Backend):
             ValueError: an input is missing, or the artifact has neither a session
                 nor an ``onnx_path``.
         """
-        import onnxruntime as ort
-
         check_inputs(inputs, input_names)
         session, feed = self._session_and_feed(artifact, inputs, input_names, output_names)
 
@@ -381,8 +372,6 @@ class OnnxRuntimeBackend(Backend):
         Returns / Raises: as :meth:`Backend.compile_and_run`; a worker that had to be
         stopped or died is ``"timeout"``/``"crash"`` with ``during`` the step it was in.
         """
-        from ..core.isolation import run_isolated_each
-
         limit = call_limit(timeout_s)
         compiled, ran = run_isolated_each(
             [(_call_in_worker, (self.name, self.options, "compile", (),
@@ -411,8 +400,6 @@ class OnnxRuntimeBackend(Backend):
                                warmup=warmup, timeout_s=timeout_s, log_path=log_path)
 
     def _in_worker(self, method: str, during: str, call_timeout_s: float, *args, **kwargs):
-        from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated
-
         limit = call_limit(call_timeout_s)
         try:
             return run_isolated(_call_in_worker, (self.name, self.options, method, args, kwargs), limit_s=limit,
@@ -424,8 +411,6 @@ class OnnxRuntimeBackend(Backend):
     def _worker_failure(error: BaseException, method: str, during: str, limit: float) -> BaseException:
         """The exception to raise for a worker call's failure: a stopped or dead worker
         becomes a ``"timeout"``/``"crash"`` StageError; anything else is itself."""
-        from ..core.isolation import WorkerCrash, WorkerTimeout
-
         if isinstance(error, WorkerTimeout):
             return StageError("timeout", f"onnxruntime {method} did not finish within {limit:g} s (the worker "
                                          "process was stopped)", during=during)
@@ -450,12 +435,12 @@ class OnnxRuntimeBackend(Backend):
             "intra_op_num_threads": self.intra_op_num_threads,
         }
         try:
-            import onnxruntime as ort
+            version = ort.__version__  # the first use imports onnxruntime (core/lazy.py)
         except Exception as e:  # pragma: no cover - the package is a dependency
             d["onnxruntime_version"] = {"error": f"cannot import onnxruntime: {e}"}
             d["available_providers"] = []
         else:
-            d["onnxruntime_version"] = ort.__version__
+            d["onnxruntime_version"] = version
             d["available_providers"] = ort.get_available_providers()
         return d
 

@@ -4,10 +4,15 @@ lines of the onnxruntime backend. onnxruntime is imported only inside the functi
 
 from __future__ import annotations
 
+import difflib
 import os
+import threading
+import time
 from typing import TYPE_CHECKING, Any, Mapping
 
+from ..core import ort_io
 from ..core.errors import ConfigError
+from ..core.lazy import ort
 from ..core.logs import append_record
 from ..core.external_data import session_options
 from ..core.tools import bounded_message
@@ -39,9 +44,7 @@ def ort_version() -> str:
     Raises:
         ImportError: onnxruntime is not installed.
     """
-    import onnxruntime
-
-    return onnxruntime.__version__
+    return ort.__version__
 
 
 def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: int = 1) -> "onnxruntime.InferenceSession":
@@ -65,8 +68,6 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
             ``NotImplemented``, ...): the model cannot be loaded, e.g. an operator or
             type that the CPU provider does not implement.
     """
-    import onnxruntime as ort
-
     if not os.path.isfile(onnx_path):
         raise FileNotFoundError(f"ONNX model not found: {onnx_path}")
     so = ort.SessionOptions()
@@ -82,8 +83,6 @@ def _run_session(session, fetch: list[str], feed: dict, run_options) -> list:
     """``session.run``, or ``run_with_ort_values`` when a fetched output has a type that
     ``session.run`` cannot return (bfloat16, float8, int4, ...): :func:`torq_gen_config.core.ort_io.run`;
     such outputs come back as ml_dtypes arrays."""
-    from ..core import ort_io
-
     return ort_io.run(session, fetch, feed, run_options)
 
 
@@ -94,9 +93,7 @@ def _check_provider_names(name: str, provider_names: list[str]) -> None:
     others = [n for n in provider_names if n != "CPUExecutionProvider"]
     if not others:
         return
-    import difflib
 
-    import onnxruntime as ort
 
     known = ort.get_all_providers()
     for n in others:
@@ -170,11 +167,6 @@ def time_session_runs(session, fetch: list[str], feed: dict, *, runs: int, warmu
     Raises:
         StageError: ``"timeout"`` (``during="run"``) or ``"run"`` (onnxruntime error).
     """
-    import threading
-    import time
-
-    import onnxruntime as ort
-
     run_options = ort.RunOptions()
     fired = threading.Event()
 
@@ -222,8 +214,6 @@ def missing_providers(provider_names: list[str]) -> str | None:
     """What of ``provider_names`` (execution provider names) the installed onnxruntime
     lacks, as one line (``onnxruntime 1.32.0 has no execution provider
     CUDAExecutionProvider (available: ...)``), or None when it has them all."""
-    import onnxruntime as ort
-
     available = ort.get_available_providers()
     missing = [n for n in provider_names if n not in available]
     if not missing:

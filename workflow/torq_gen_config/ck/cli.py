@@ -18,8 +18,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..core.errors import TorqGenConfigError
-from . import profile, results, steps
+from ..core.errors import ReportError, TorqGenConfigError
+from . import convert, profile, results, steps
+from ..core.fileio import read_json, write_json
+from ..pipeline.workflow_api import run_workflow
 
 PROG = "ck-profile"
 DEFAULT_TRACE = "build/test-data/conv_repros_ir.json"
@@ -41,8 +43,6 @@ def add_convert_args(p: argparse.ArgumentParser) -> None:
 def do_convert(args) -> int:
     """Convert a trace; exit 0 when at least one configuration was written, 1 when none could
     be converted (nothing is written then), 2 for a malformed trace."""
-    from . import convert
-
     trace = args.input or args.input_opt or DEFAULT_TRACE
     out = args.output or args.output_opt or DEFAULT_CONFIGS
     print("Converting PyTorch convolutions to CK Profiler format...\n")
@@ -138,9 +138,6 @@ def _dry_run(args, selected: list[dict]) -> int:
 
 def _failed_results(work: Path) -> list[str]:
     """The result files in ``work`` of runs that failed, timed out or crashed."""
-    from ..core.errors import ReportError
-    from ..core.fileio import read_json
-
     failed = []
     for path in sorted(work.glob("runs/*/result.json")):
         try:
@@ -165,9 +162,6 @@ def _check_writable(path: str) -> None:
 
 def do_run(args) -> int:
     """Run the configurations (see :func:`add_run_args`); exit 0 when all succeeded, 1 otherwise."""
-    from ..core.fileio import read_json, write_json
-    from ..pipeline.workflow_api import run_workflow
-
     configs = os.path.abspath(args.config_file)
     entries = results.load_configs(configs)
     selected = results.select(entries, args.max_ops)

@@ -30,9 +30,9 @@ import json
 import sys
 import time
 
-import numpy as np
 
 from . import profiler_args as pa
+from ..core.lazy import helper, np, onnx, ort
 from .problem import ConvProblem, throughput
 
 WARMUP_RUNS, TIMED_RUNS, MIN_RUNS = 5, 50, 3
@@ -97,9 +97,6 @@ def build_model(op: str, problem: ConvProblem):
     Returns:
         ``(model, input shapes)``: inputs ``a`` and ``b`` as in :func:`reference`, output ``y``.
     """
-    import onnx
-    from onnx import TensorProto, helper
-
     p = problem
     G, N, sp = p.G, p.N, p.ndim
     out = p.output()
@@ -107,7 +104,7 @@ def build_model(op: str, problem: ConvProblem):
     nodes, inits = [], []
 
     def const(name, values):
-        inits.append(helper.make_tensor(name, TensorProto.INT64, [len(values)], list(values)))
+        inits.append(helper.make_tensor(name, onnx.TensorProto.INT64, [len(values)], list(values)))
         return name
 
     if op == pa.FWD:
@@ -141,8 +138,8 @@ def build_model(op: str, problem: ConvProblem):
                                                 const("ax", list(range(2, 2 + sp)))], ["zc"]))
         nodes.append(helper.make_node("Transpose", ["zc"], ["y"], perm=[1, 0, *range(2, 2 + sp)]))
     graph = helper.make_graph(nodes, f"ck_{pa.SHORT[op]}",
-                              [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in shapes.items()],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], initializer=inits)
+                              [helper.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v) for k, v in shapes.items()],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, y_shape)], initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -150,8 +147,6 @@ def build_model(op: str, problem: ConvProblem):
 
 
 def _session(model, threads: int | None):
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if threads:
@@ -186,8 +181,6 @@ def check(op: str, problem: ConvProblem, threads: int | None = None) -> float:
 
 def time_config(config: dict, *, max_seconds: float = 10.0, threads: int | None = None) -> None:
     """Check, time and print one normalized configuration in ckProfiler's output format."""
-    import onnxruntime as ort
-
     op = config["operation_type"]
     p = pa.problem_of_config(config)
     print(f"onnxruntime {ort.__version__} CPUExecutionProvider: {op}, {json.dumps(p.to_dict())}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError, TorqGenConfigError
 from ..core.fileio import atomic_write_text, json_bytes, read_json, write_bytes_if_changed, write_json
-from . import convert, profile, results
+from . import convert, profile, profiler_args as pa, results
 
 #: Config keys of the CK workflow and their defaults (``--config ck_configs=...``).
 DEFAULTS = {"ck_configs": None, "ck_trace": None, "ck_output_dir": None, "ck_backend": "ckprofiler",
@@ -135,8 +135,6 @@ def resolve_profiler(backend: str, profiler_path: str | None) -> dict | None:
 def profile_job(*, config_file: str, result: str, log: str, backend: str, profiler: dict | None,
                 timeout_s: float, quiet: bool) -> None:
     """Run one configuration and write its result record; a failed run is a result, not an error."""
-    from . import profiler_args as pa
-
     cfg = pa.normalize_config(read_json(config_file, "CK configuration"), where=config_file)
     binary = profiler["path"] if profiler else None
     build = profile.probe_build(binary) if binary else None

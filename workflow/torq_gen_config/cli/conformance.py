@@ -9,6 +9,9 @@ import argparse
 import os
 from pathlib import Path
 
+from .. import workflow_files
+from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
+from ..conformance import cases, matrix, render, runner
 from ..core.errors import ConfigError
 
 
@@ -56,10 +59,6 @@ def _csv(text: str | None) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the conformance tests; print the summary. Returns the exit status (0)."""
-    from .. import workflow_files
-    from ..conformance import cases, matrix, render, runner
-    from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
-
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1")
     if args.timeout <= 0:

@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from ..backends import run_wide_options
+from ..core.errors import ConfigError, ReportError, TorqGenConfigError
+from ..core.keep_work import measure, size_line
+from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
 from ..core.limits import DEFAULT_TIMEOUT_S
+from ..fullrun.reduce import parse_budget
+from ..pipeline.workflow_api import run_workflow, run_workflow_with_snakemake_args
+from ..report.publish import read_report_summary
 from .options import (
     add_execution_options,
     add_keep_work_option,
@@ -28,6 +35,7 @@ from .options import (
     repair_rules,
     resolve_execution_options,
 )
+from .run import reduce_assigned, run_assigned
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -98,17 +106,9 @@ def run(args: argparse.Namespace) -> int:
     ``torq-gen-config run`` does), recorded in the subgraph's report. The status is
     then 1 when that test could not run (the discovery report is kept).
     """
-    import sys
-
-    from ..core.errors import ConfigError, ReportError, TorqGenConfigError
-    from ..report.publish import read_report_summary
-    from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
-    from ..pipeline.workflow_api import run_workflow
-
     resolve_execution_options(args)
     config = build_config(args)
     layout = output_layout(config)
-    from ..fullrun.reduce import parse_budget
 
     budget = parse_budget(getattr(args, "reduce_budget", None))
     if (args.reduce or args.reduce_budget) and not layout["subgraph"]:
@@ -133,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
 
     def discovery(forcerun: list[str]) -> None:
         if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
-            from ..pipeline.workflow_api import run_workflow_with_snakemake_args
 
             run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
                                              extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
@@ -160,8 +159,6 @@ def run(args: argparse.Namespace) -> int:
         text, summary = read_report_summary(report)
     status = 0
     if layout["subgraph"]:
-        from .run import run_assigned
-
         try:
             # on this machine (also with a cluster --profile: one job)
             _, section = run_assigned(config=config, out=out, layout=layout, cores=args.cores or os.cpu_count() or 1,
@@ -170,8 +167,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"torq-gen-config: error: the full-subgraph test could not run: {e}", file=sys.stderr)
             section = None
         if args.reduce:
-            from .run import reduce_assigned
-
             reduce_assigned(config=config, out=out, layout=layout, section=section, cores=args.cores or 1,
                             budget=budget)
         # its verdict (also a difference or error) is in the report; no verdict at all is a failure
@@ -184,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"Compiler JSON: {out / compiler_file(name)}")
     if layout["subgraph"]:
         print(f"Work files:    {out / layout['work']}")
-    from ..core.keep_work import measure, size_line
 
     print(size_line(measure(out / layout["work"], config["model"]), out / layout["work"], config["keep_work"]))
     return status

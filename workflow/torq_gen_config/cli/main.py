@@ -14,6 +14,7 @@ import signal
 import sys
 import warnings
 
+from . import conformance, discover, edit, report, run, view
 from .. import __version__
 from ..core.errors import TorqGenConfigError
 
@@ -33,8 +34,6 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with all subcommands registered."""
-    from . import conformance, discover, edit, report, run, view
-
     parser = OneLineErrorParser(
         prog="torq-gen-config",
         description="Find, layer by layer, which executor runs an ONNX model correctly and fastest, "

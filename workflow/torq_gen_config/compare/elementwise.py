@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
+from ..core.lazy import ml_dtypes, np
 
 ABS_FLOOR: dict[str, float] = {
     "float64": 1e-7,
@@ -51,8 +51,6 @@ def _ml_dtypes():
     ``V``: bfloat16, float8, int4) need it, and loading its extension costs every
     Snakemake start about 0.4 s (the Snakefile imports the report step, which imports
     this module)."""
-    import ml_dtypes
-
     return ml_dtypes
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-import numpy as np
-
+from ..core.lazy import np, numpy_helper, onnx
 from .metrics import compare_outputs
 
 def dequantized_outputs(model) -> dict[str, dict]:
@@ -23,8 +22,6 @@ def dequantized_outputs(model) -> dict[str, dict]:
     Such an output holds only the values ``(q - zero_point) * scale`` of the
     integer levels ``q``; :func:`to_quantized_levels` maps it back to ``q``.
     """
-    from onnx import numpy_helper
-
     inits = {t.name: t for t in model.graph.initializer}
     consts = {}
     for n in model.graph.node:
@@ -50,8 +47,6 @@ def dequantized_outputs(model) -> dict[str, dict]:
 def dequantized_outputs_of_file(model_path: str) -> dict[str, dict]:
     """:func:`dequantized_outputs` of the ONNX model file ``model_path`` ({} when
     it cannot be read: such a model fails elsewhere, with its own stage)."""
-    import onnx
-
     try:
         return dequantized_outputs(onnx.load(model_path, load_external_data=False))
     except Exception:
@@ -185,7 +180,6 @@ def quantized_data_outputs_of_file(model_path: str | None) -> set[str]:
     cannot be read (its outputs are then compared exactly)."""
     if not model_path:
         return set()
-    import onnx
 
     try:
         return quantized_data_outputs(onnx.load(model_path, load_external_data=False))

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
-
+from ..core.lazy import np
 from .elementwise import (ABS_DIFF_THRESHOLDS, REL_DIFF_THRESHOLDS, _compare_bool, _compare_float, _compare_int,
                           _compare_string, _dtype_name, _kind_of, _max_or_none, _min_or_none, blind_spot_text,
                           uniform_axes)
@@ -29,7 +28,6 @@ runs, 7e-5 for bf16 activations, 1.7e-4 for an int8 executor against its
 reference and 3.1e-3 for the int8 quantization error itself, while a sign flip
 gives 2, a permuted output 0.6 or more, and an all-zero output has no cosine.
 Details: docs/comparison.md, "Cosine similarity"."""
-
 
 
 def compare_outputs(

@@ -13,8 +13,7 @@ import bisect
 import math
 from typing import Any, Mapping
 
-import numpy as np
-
+from ..core.lazy import np
 from .elementwise import ABS_DIFF_THRESHOLDS, REL_DIFF_THRESHOLDS
 
 DEFAULT_TOLERANCE: dict[str, float] = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01,

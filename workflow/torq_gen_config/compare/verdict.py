@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, NamedTuple
 
-import numpy as np
-
+from ..core.lazy import np
 from ..core.limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from ..core.statuses import INCONCLUSIVE, SUCCESS
 from .elementwise import _max_or_none

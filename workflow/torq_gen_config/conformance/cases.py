@@ -3,13 +3,14 @@ their inputs and expected outputs, and what decides a test's result (its fingerp
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import random
 import re
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
+from ..core.lazy import np, numpy_helper, onnx, onnx_node_tests
 
 #: rtol/atol of a test case without its own (every onnx 1.23 node test carries 1e-3 / 1e-7)
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5
@@ -39,9 +40,6 @@ def tensor_io_only(model) -> bool:
 def as_array(v) -> np.ndarray:
     """A node test's input/output value as a numpy array (TensorProto -> to_array,
     object arrays of str -> unicode)."""
-    import onnx
-    from onnx import numpy_helper
-
     if isinstance(v, onnx.TensorProto):
         v = numpy_helper.to_array(v)
     a = np.asarray(v)
@@ -114,11 +112,9 @@ def collect(*, ops: list[str] | None = None, match: str | None = None, sample: i
         ValueError: an op type of ``ops`` that no test has (the message names near ones), or a
             bad regular expression.
     """
-    from onnx.backend.test.case.node import collect_testcases
-
     with warnings.catch_warnings():  # the cases' own numpy overflow warnings
         warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
+        cases = onnx_node_tests.collect_testcases(None)
     sel = Selection(cases=[], collected=len(cases), ops=list(ops) if ops else None, match=match, sample=sample,
                     seed=seed)
     cases = [c for c in cases if "_expanded" not in c.name]
@@ -131,8 +127,6 @@ def collect(*, ops: list[str] | None = None, match: str | None = None, sample: i
         known = {o.lower(): o for o in sel.op_types}
         unknown = [o for o in ops if o.lower() not in known]
         if unknown:
-            import difflib
-
             near = difflib.get_close_matches(unknown[0], sel.op_types, n=3, cutoff=0.6)
             raise ValueError(f"no node test has op type(s) {', '.join(unknown)}"
                              + (f"; did you mean {', '.join(near)}?" if near else

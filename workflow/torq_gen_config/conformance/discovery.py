@@ -12,7 +12,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import workflow_files
+from .. import backends, workflow_files
+from ..backends.base import CompiledArtifact
+from ..backends.iree_tools import parse_mlir_signature
 from ..core import layout
 from ..core.tools import first_error_line, run_tool
 
@@ -150,13 +152,8 @@ def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, met
     Raises:
         FileNotFoundError: the layer has no compiled module; the backend's own errors.
     """
-    from ..backends import make_backend
-    from ..backends.base import CompiledArtifact
-
-    backend = make_backend(executor)
+    backend = backends.make_backend(executor)
     if backend.needs_mlir:
-        from ..backends.iree_tools import parse_mlir_signature
-
         module = layer_dir / name / "module.vmfb"
         if not module.is_file():
             raise FileNotFoundError(f"no compiled module {module}")

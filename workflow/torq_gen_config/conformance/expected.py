@@ -5,8 +5,7 @@ and shape must be the expected ones (docs/comparison.md, "Conformance benchmark"
 
 from __future__ import annotations
 
-import numpy as np
-
+from ..core.lazy import np
 from .cases import as_array
 
 

@@ -8,6 +8,7 @@ import collections
 import sys
 import time
 
+from ..core.lazy import rich_console, rich_progress
 from .evaluate import NOT_JUDGED, PASSED
 
 
@@ -47,13 +48,11 @@ class TestProgress:
         print(f"conformance: {self.current} test(s) current (not run again), {self.total} to run",
               file=self.stream, flush=True)
         if self.total and not self.quiet and self.stream.isatty():
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-                TimeRemainingColumn
-
-            self._live = Progress(TextColumn("conformance"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                  TextColumn("~"), TimeRemainingColumn(), TextColumn("{task.description}"),
-                                  console=Console(file=self.stream), transient=True)
+            rp = rich_progress
+            self._live = rp.Progress(rp.TextColumn("conformance"), rp.BarColumn(), rp.MofNCompleteColumn(),
+                                     rp.TimeElapsedColumn(), rp.TextColumn("~"), rp.TimeRemainingColumn(),
+                                     rp.TextColumn("{task.description}"),
+                                     console=rich_console.Console(file=self.stream), transient=True)
             self._live.start()
             self._task = self._live.add_task("", total=self.total)
         return self

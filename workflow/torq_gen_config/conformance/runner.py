@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 from ..core import run_lock
 from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_text, write_bytes_if_changed, write_json
 from ..core.layout import lock_file
+from ..core.lazy import np
 from ..core.tools import kill_all_tools
 from . import cases as node_cases
 from .discovery import (discover_command, discover_env, first_line, read_discovery, refusal_message, reports_in,

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .fileio import atomic_write_bytes, write_bytes_if_changed
+from .lazy import np, numpy_helper, onnx, ort
 
 #: Metadata property of a model whose store is not in the model's own folder: the store's
 #: folder relative to the model file's folder (e.g. ``../..`` for a layer model).
@@ -59,9 +60,7 @@ def model_tensors(model) -> Iterator[Any]:
 
 def is_external(tensor) -> bool:
     """True when ``tensor``'s values are in an external file."""
-    from onnx import TensorProto
-
-    return tensor.data_location == TensorProto.EXTERNAL
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def external_entries(tensor) -> dict[str, str]:
@@ -71,13 +70,11 @@ def external_entries(tensor) -> dict[str, str]:
 
 def set_external_entries(tensor, entries: dict[str, str]) -> None:
     """Make ``tensor`` external with these ``external_data`` entries (in place)."""
-    from onnx import TensorProto
-
     del tensor.external_data[:]
     for k, v in entries.items():
         e = tensor.external_data.add()
         e.key, e.value = k, str(v)
-    tensor.data_location = TensorProto.EXTERNAL
+    tensor.data_location = onnx.TensorProto.EXTERNAL
 
 
 def resolve_locations(model, model_dir: str | os.PathLike) -> None:
@@ -112,8 +109,6 @@ def load_model(path: str | os.PathLike, *, weights: bool = True):
         google.protobuf.message.DecodeError: the file is not an ONNX model.
         ValueError: a store file is shorter than a tensor's entry says.
     """
-    import onnx
-
     path = Path(path)
     model = onnx.load(str(path), load_external_data=False)
     resolve_locations(model, path.parent)
@@ -129,8 +124,6 @@ def load_tensor(tensor) -> None:
     Raises:
         OSError, ValueError: the file cannot be read or is too short.
     """
-    from onnx import TensorProto
-
     entries = external_entries(tensor)
     loc = entries.get("location", "")
     if not os.path.isabs(loc):
@@ -148,7 +141,7 @@ def load_tensor(tensor) -> None:
         else:
             data = f.read()
     del tensor.external_data[:]
-    tensor.data_location = TensorProto.DEFAULT
+    tensor.data_location = onnx.TensorProto.DEFAULT
     tensor.raw_data = data
 
 
@@ -166,8 +159,6 @@ def tensor_array(tensor):
     Raises:
         OSError, ValueError: as :func:`load_tensor`.
     """
-    from onnx import numpy_helper
-
     if not is_external(tensor):
         return numpy_helper.to_array(tensor)
     t = type(tensor)()
@@ -183,8 +174,6 @@ def stored_bytes(tensor):
     Raises:
         OSError, ValueError: the file cannot be mapped or is too short.
     """
-    import numpy as np
-
     entries = external_entries(tensor)
     loc = entries.get("location", "")
     if not os.path.isabs(loc):
@@ -305,8 +294,6 @@ def self_contained_bytes(model) -> bytes:
 def weights_dir(path: str | os.PathLike) -> Path:
     """The folder a saved model's external data is relative to (its own folder, or the
     one :data:`WEIGHTS_DIR_PROP` names)."""
-    import onnx
-
     path = Path(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -320,8 +307,6 @@ def session_options(path: str | os.PathLike, so=None):
     """ONNX Runtime session options that find the external data of the model file
     ``path`` (the folder :func:`weights_dir` names); ``so`` is changed and returned when
     given, else a new ``SessionOptions``."""
-    import onnxruntime as ort
-
     so = so if so is not None else ort.SessionOptions()
     folder = weights_dir(path)
     if folder != Path(path).parent.resolve():

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import filecmp
 import hashlib
+import io
 import json
 import os
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import DamagedWorkFile, ReportError
+from .isolation import check_running
+from .lazy import ml_dtypes, np
 
 # Files get the usual permissions (0666 minus the umask), not mkstemp's 0600. Read once
 # at import, in the main thread (os.umask cannot be read without setting it).
@@ -49,8 +53,6 @@ def _refuse_while_stopping(path) -> None:
     """No result is written once the run is stopping (Ctrl-C, SIGTERM): a tool or worker
     the stop killed would otherwise be recorded as a crash of the layer, and the resumed
     run would keep that made-up verdict."""
-    from .isolation import check_running
-
     check_running(f"writing {Path(path).name}")
 
 
@@ -249,19 +251,14 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
 
 def _json_default(obj: Any) -> Any:
     """Convert numpy scalars and paths for :func:`json.dumps`."""
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    if np is not None:
-        if isinstance(obj, np.integer):
-            return int(obj)
-        if isinstance(obj, np.floating):
-            return float(obj)
-        if isinstance(obj, np.bool_):
-            return bool(obj)
-        if isinstance(obj, np.ndarray):
-            return obj.tolist()
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
@@ -283,10 +280,6 @@ def save_npz(path: str | os.PathLike, arrays: dict[str, "np.ndarray"], meta: dic
     Returns:
         True when the file was written.
     """
-    import io
-
-    import numpy as np
-
 
     meta = dict(meta)
     special: dict[str, str] = {}
@@ -330,10 +323,6 @@ def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  
         DamagedWorkFile: the file exists but is not a complete archive of :func:`save_npz`
             (cut short, overwritten): it is removed, so that the next run writes it again.
     """
-    import zipfile
-
-    import numpy as np
-
     try:
         with np.load(Path(path), allow_pickle=False) as z:
             meta = json.loads(str(z["__meta__"]))
@@ -344,8 +333,6 @@ def load_npz(path: str | os.PathLike) -> tuple[dict[str, "np.ndarray"], dict]:  
         raise damaged_work_file(path, e) from None
     special = meta.get("ml_dtypes_keys") or {k: "bfloat16" for k in meta.get("bf16_keys") or []}
     if special:
-        import ml_dtypes
-
         for k, name in special.items():
             arrays[k] = arrays[k].view(getattr(ml_dtypes, name))
     return arrays, meta

@@ -26,10 +26,14 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
+import sys
 import threading
 import time
 import traceback
+import types
+from multiprocessing import forkserver, resource_tracker
 from typing import Any, Callable
 
 from .errors import TorqGenConfigError
@@ -97,8 +101,6 @@ def _release_inherited_fds() -> None:
     multiprocessing hands every child: while a worker holds them, neither helper
     process sees the run end (and the forkserver's exit is what kills the workers)."""
     try:
-        from multiprocessing import forkserver, resource_tracker
-
         for owner, attr in ((forkserver._forkserver, "_forkserver_alive_fd"),
                             (resource_tracker._resource_tracker, "_fd")):
             fd = getattr(owner, attr, None)
@@ -133,8 +135,6 @@ def _worker_main(conn, run_pid: int) -> None:
     the calls run in) until the pipe closes (or ``None``); run each sequence's calls in order,
     sending ``("start", i)`` before and ``("ok", i, value)`` or the exception after each (a
     later call's hang does not lose them), then return the memory they freed."""
-    import pickle
-
     global _in_worker
     _in_worker = True  # calls made from here run inline: a worker is already isolated
     _release_inherited_fds()
@@ -368,9 +368,6 @@ def _start_without_main(proc) -> None:
     Snakemake its whole command line layer, ~0.3 s per worker). A main module whose
     spec name ends in ``.__main__`` is skipped by that step (``multiprocessing.spawn``),
     so the spec is swapped for the start. Callers hold ``_lock``."""
-    import sys
-    import types
-
     main = sys.modules.get("__main__")
     if main is None:
         proc.start()
@@ -429,7 +426,7 @@ def kill_all() -> int:
                 proc.kill()
         except Exception:
             pass
-    from .tools import kill_all_tools
+    from .tools import kill_all_tools  # light: reading or editing a report imports no tool runner
 
     return len(live) + kill_all_tools()
 

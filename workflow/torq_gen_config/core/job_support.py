@@ -10,9 +10,11 @@ can crash or hang run as subprocesses with timeouts.
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from .errors import ModelError, TorqGenConfigError
+from .isolation import WorkerCrash, WorkerTimeout, run_isolated
 
 #: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
 #: this process (jobs are threads of the Snakemake process); workflow_api puts the
@@ -24,8 +26,6 @@ def records_failure(fn):
     """Decorator for job entry points: a TorqGenConfigError (a missing or corrupt
     model, an int64 value out of int32 range, failed quantization, ...) is noted in
     :data:`JOB_FAILURES` and raised again (the job fails as before)."""
-    import functools
-
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -52,8 +52,6 @@ def in_worker(impl, what: str, limit: float, *, without_run: str | None = None, 
             done again without the whole-model run.
         Exception: whatever the job body raised.
     """
-    from .isolation import WorkerCrash, WorkerTimeout, run_isolated
-
     try:
         return run_isolated(impl, kwargs=kwargs, limit_s=limit, what=what)
     except WorkerTimeout:

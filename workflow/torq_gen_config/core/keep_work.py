@@ -39,6 +39,7 @@ from typing import Callable, Iterable
 from .external_data import model_tensors
 from .fileio import file_digest, read_json, write_json
 from .layout import COMPILED_FILE, LAYERS_DIR, MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
+from .lazy import onnx, rich_filesize
 
 #: the record of what the clean-up removed, in the work directory (schema keep_work)
 KEEP_WORK_FILE = "keep_work.json"
@@ -51,9 +52,7 @@ RESTORABLE_NAMES = frozenset({"model.mlir"})
 
 def human(n: int | None) -> str:
     """``n`` bytes as a short decimal size (``3.2 MB``)."""
-    from rich.filesize import decimal
-
-    return "?" if n is None else decimal(int(n))
+    return "?" if n is None else rich_filesize.decimal(int(n))
 
 
 # ---- one pass over the work directory
@@ -366,7 +365,6 @@ def _model_bytes(model: str | os.PathLike) -> int | None:
         data = Path(model).read_bytes()
         if b"\x0a\x08location" not in data:  # names no external data file
             return size
-        import onnx
 
         locations = {e.value for t in model_tensors(onnx.load_from_string(data)) for e in t.external_data
                      if e.key == "location"}

@@ -14,6 +14,7 @@ one model, can share an output directory without touching each other's files::
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 #: Folder of the per-name work directories, relative to the output directory.
@@ -82,8 +83,6 @@ def user_choices_file(name: str) -> str:
 
 def mark_outdated(marker: str | os.PathLike) -> None:
     """Create the out-of-date marker (:data:`OUTDATED_MARKER`) with the time it was set."""
-    import time
-
     p = Path(marker)
     p.parent.mkdir(parents=True, exist_ok=True)
     if not p.exists():

@@ -11,9 +11,10 @@ every job's start), none of which needs ONNX, ONNX Runtime, NumPy or the IREE bi
 Through here: numpy, ml_dtypes; onnx (and its helper, numpy_helper, version_converter, reference,
 defs, node tests); onnxruntime (and its quantization); the IREE compiler's Python bindings (ir, the
 dialects, the ONNX importer) and runtime; plotly; rich's display classes; Snakemake's API, settings,
-scheduler and logging; jsonschema, referencing, yaml, filelock, protobuf's DecodeError. A module
-that is always needed where it is used may import it directly at its top (the compare package
-imports numpy).
+scheduler and logging; jsonschema, referencing, yaml, filelock, protobuf's DecodeError. No module
+of the package imports these directly. A module that uses one at import time (a table of
+``onnx.TensorProto`` members, a class derived from a rich class) loads it then: keep such uses out
+of the modules that ``--help`` imports (tests/unit/test_imports.py).
 
 A stand-in reads the module's attribute at each use (a test's ``monkeypatch`` of the module is
 seen); a submodule the package does not import itself (``onnx.reference``) is imported on first
@@ -105,7 +106,9 @@ pio = lazy_import("plotly.io")
 plotly_subplots = lazy_import("plotly.subplots")
 plotly_offline = lazy_import("plotly.offline")
 
+rich_box = lazy_import("rich.box")
 rich_console = lazy_import("rich.console")
+rich_measure = lazy_import("rich.measure")
 rich_text = lazy_import("rich.text")
 rich_table = lazy_import("rich.table")
 rich_progress = lazy_import("rich.progress")

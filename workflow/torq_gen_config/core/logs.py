@@ -13,6 +13,8 @@ import os
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .lazy import filelock
+
 __all__ = ["append_record", "append_to_shared_log", "timestamp"]
 
 
@@ -43,10 +45,8 @@ def append_to_shared_log(log_file: str | os.PathLike, title: str, text: str) -> 
     Raises:
         OSError: the file cannot be written.
     """
-    from filelock import FileLock
-
     log_file = os.fspath(log_file)
     Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(log_file + ".lock"):
+    with filelock.FileLock(log_file + ".lock"):
         with open(log_file, "a", encoding="utf-8") as f:
             f.write(f"\n##### {title} #####\n{text}")

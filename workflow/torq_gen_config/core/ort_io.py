@@ -33,10 +33,11 @@ table as a fall-back for onnx versions whose helper lacks a type.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import ctypes
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
+from .lazy import helper, ml_dtypes, np, onnx, ort
+
 
 __all__ = [
     "NUMPY_NATIVE", "SUB_BYTE_BITS", "numpy_dtype", "onnx_elem_type", "pack_sub_byte", "unpack_sub_byte",
@@ -72,17 +73,12 @@ def numpy_dtype(elem_type: int) -> "np.dtype":
         ValueError: UNDEFINED or an element type that neither onnx nor the installed
             ml_dtypes knows.
     """
-    import numpy as np
-    from onnx import helper
-
     try:
         return np.dtype(helper.tensor_dtype_to_np_dtype(int(elem_type)))
     except (KeyError, ValueError, TypeError):
         pass
     name = _ML_DTYPES.get(int(elem_type))
     if name is not None:
-        import ml_dtypes
-
         if hasattr(ml_dtypes, name):
             return np.dtype(getattr(ml_dtypes, name))
     raise ValueError(f"no numpy or ml_dtypes dtype for onnx element type {elem_type}")
@@ -95,9 +91,6 @@ def onnx_elem_type(dtype: Any) -> int:
     Raises:
         ValueError: a dtype with no onnx type (e.g. ``datetime64``).
     """
-    import numpy as np
-    from onnx import helper
-
     dt = np.dtype(dtype)
     if dt.kind in "US":
         return 8
@@ -118,8 +111,6 @@ def pack_sub_byte(a: "np.ndarray", bits: int) -> "np.ndarray":
     Returns:
         1-D uint8 array (a trailing partial byte is zero-padded).
     """
-    import numpy as np
-
     per_byte = 8 // bits
     flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8) & np.uint8((1 << bits) - 1)
     pad = (-flat.size) % per_byte
@@ -136,8 +127,6 @@ def unpack_sub_byte(packed: "np.ndarray", bits: int, shape: tuple[int, ...], dty
     """Inverse of :func:`pack_sub_byte`: ``shape`` elements of ``dtype`` (an ml_dtypes
     sub-byte type) from packed bytes; signed types come back sign-extended as ml_dtypes
     stores them."""
-    import numpy as np
-
     per_byte = 8 // bits
     count = int(np.prod(shape, dtype=np.int64))
     raw = np.asarray(packed, dtype=np.uint8).reshape(-1)
@@ -164,9 +153,6 @@ def to_ort_value(a: "np.ndarray", elem_type: int | None = None):
             OrtValues; feed it through ``session.run``, see :func:`run`).
         ValueError: a dtype with no onnx type.
     """
-    import numpy as np
-    import onnxruntime as ort
-
     a = np.asarray(a)
     if not a.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
         a = a.copy(order="C")
@@ -186,8 +172,6 @@ def to_ort_value(a: "np.ndarray", elem_type: int | None = None):
 
 def _elem_type_of_value(v) -> int:
     """The onnx element type of an OrtValue's tensor."""
-    from onnx import TensorProto
-
     et = getattr(v, "element_type", None)
     if callable(et):
         try:
@@ -196,6 +180,7 @@ def _elem_type_of_value(v) -> int:
             pass
     name = v.data_type()  # "tensor(float8e4m3fn)"
     inner = name[len("tensor("):-1].upper()
+    TensorProto = onnx.TensorProto
     return int({"FLOAT": TensorProto.FLOAT, "DOUBLE": TensorProto.DOUBLE}.get(inner, TensorProto.DataType.Value(inner)))
 
 
@@ -207,10 +192,6 @@ def from_ort_value(v) -> "np.ndarray":
         TypeError: ``v`` is not a tensor (a sequence or map output).
         RuntimeError: a non-numpy tensor on a device other than the CPU.
     """
-    import ctypes
-
-    import numpy as np
-
     if not v.is_tensor():
         raise TypeError(f"OrtValue of type {v.data_type()} is not a tensor")
     et = _elem_type_of_value(v)
@@ -248,8 +229,6 @@ def needs_ort_values(session, output_names: list[str] | None) -> bool:
 
 
 def _is_native_array(a) -> bool:
-    import numpy as np
-
     dt = np.asarray(a).dtype
     return dt.kind in "OUS" or (dt.kind in "biuf" and dt.name in {
         "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -273,9 +252,6 @@ def prepare_feed(session, feeds: dict, output_names: list[str] | None = None) ->
 
 
 def _prepare(feeds: dict, all_values: bool) -> dict:
-    import numpy as np
-    import onnxruntime as ort
-
     out = {}
     for name, a in feeds.items():
         if isinstance(a, ort.OrtValue):

@@ -33,6 +33,8 @@ import time
 from typing import Any, Callable
 from pathlib import Path
 
+from .lazy import (filelock, rich_console, rich_live, rich_progress_bar, rich_table, rich_text,
+                   snakemake_logger_plugins, snakemake_logging)
 from .statuses import INCONCLUSIVE, SKIPPED, STATUSES, SUCCESS, TERMINAL_STYLES
 
 #: The display of this process while one runs (the layer jobs are its threads: they hand
@@ -302,15 +304,12 @@ class ProgressDisplay(logging.Handler):
         self._live = None
         self._console = None
         self._saved = None
-        from snakemake.logging import DefaultFormatter
 
-        self._formatter = DefaultFormatter(show_failed_logs=True)
+        self._formatter = snakemake_logging.DefaultFormatter(show_failed_logs=True)
 
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> "ProgressDisplay":
-        from rich.console import Console
-
         self._saved = (sys.stdout, sys.stderr)
         self._capture = None
         err = sys.stderr
@@ -323,11 +322,9 @@ class ProgressDisplay(logging.Handler):
                 self._saved = (out, err)
             except OSError:  # no descriptors to redirect (an embedded interpreter): lines may cut in
                 self._capture = None
-        self._console = Console(file=err, highlight=False, soft_wrap=True)
+        self._console = rich_console.Console(file=err, highlight=False, soft_wrap=True)
         if self.mode == "live":
-            from rich.live import Live
-
-            self._live = Live(get_renderable=self._render, console=self._console, refresh_per_second=4,
+            self._live = rich_live.Live(get_renderable=self._render, console=self._console, refresh_per_second=4,
                               transient=True, redirect_stdout=False, redirect_stderr=False)
             self._live.start()
         self._saved_streams = (sys.stdout, sys.stderr)
@@ -397,16 +394,12 @@ class ProgressDisplay(logging.Handler):
         return f"progress: {self.done} of {self.total} steps{pct}{verdicts}; {_hms(elapsed)} elapsed{left}"
 
     def _render(self):
-        from rich.console import Group
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
-        from rich.text import Text
-
         with self._lock:
             elapsed = time.monotonic() - self._start
-            head = Table.grid(padding=(0, 1))
-            head.add_row(Text(self.what, style="bold"), ProgressBar(total=max(self.total, 1), completed=self.done,
-                                                                    width=30),
+            head = rich_table.Table.grid(padding=(0, 1))
+            Text = rich_text.Text
+            head.add_row(Text(self.what, style="bold"),
+                         rich_progress_bar.ProgressBar(total=max(self.total, 1), completed=self.done, width=30),
                          Text(f"{self.done}/{self.total} jobs"), Text(f"{_hms(elapsed)} elapsed"),
                          Text(f"~{_hms(elapsed / self.done * (self.total - self.done))} left"
                               if 0 < self.done < self.total else ""))
@@ -419,7 +412,7 @@ class ProgressDisplay(logging.Handler):
             now = list(self.running.values())
             running = Text("running: " + (", ".join(now[:4]) + (f" (+{len(now) - 4} more)" if len(now) > 4 else "")
                                           if now else "-"), style="cyan", overflow="ellipsis", no_wrap=True)
-            return Group(head, counts, running)
+            return rich_console.Group(head, counts, running)
 
     def _print(self, text: str, original=None) -> None:
         """A line above the live display, or to the stream it was written to."""
@@ -453,8 +446,7 @@ class ProgressDisplay(logging.Handler):
             self.handleError(record)
 
     def _emit(self, record: logging.LogRecord) -> None:
-        from snakemake_interface_logger_plugins.common import LogEvent
-
+        LogEvent = snakemake_logger_plugins.LogEvent
         event = getattr(record, "event", None)
         if self.log_file and (record.levelno >= logging.INFO):
             self._to_log_file(record)
@@ -502,10 +494,8 @@ class ProgressDisplay(logging.Handler):
             self._append_log(text)
 
     def _append_log(self, text: str) -> None:
-        from filelock import FileLock
-
         Path(self.log_file).parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.log_file) + ".lock"):
+        with filelock.FileLock(str(self.log_file) + ".lock"):
             with open(self.log_file, "a", encoding="utf-8") as f:
                 f.write(text.rstrip("\n") + "\n")
 

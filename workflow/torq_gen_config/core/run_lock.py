@@ -24,6 +24,7 @@ from pathlib import Path
 from .errors import TorqGenConfigError
 from .fileio import atomic_write_text
 from .layout import lock_file
+from .lazy import filelock
 
 _held: dict[str, list] = {}  # resolved lock path -> [FileLock, count]
 _guard = threading.Lock()
@@ -53,8 +54,6 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory", too
     Raises:
         RunLocked: another process holds it; the message names the holder.
     """
-    from filelock import FileLock, Timeout
-
     path = Path(path).resolve()
     key = str(path)
     with _guard:
@@ -62,10 +61,10 @@ def acquire(path: str | os.PathLike, *, what: str = "this output directory", too
             _held[key][1] += 1
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(key)
+        lock = filelock.FileLock(key)
         try:
             lock.acquire(timeout=0)
-        except Timeout:
+        except filelock.Timeout:
             raise RunLocked(_refusal(what, path, tool)) from None
         _held[key] = [lock, 1]
     try:
@@ -101,15 +100,13 @@ def _refusal(what: str, path: str | os.PathLike, tool: str = "torq-gen-config") 
 
 def _held_by_another(path: Path) -> bool:
     """True when another process holds the (existing) lock file ``path``."""
-    from filelock import FileLock, Timeout
-
     key = str(path.resolve())
     if key in _held or not path.exists():
         return False
-    probe = FileLock(key)
+    probe = filelock.FileLock(key)
     try:
         probe.acquire(timeout=0)
-    except Timeout:
+    except filelock.Timeout:
         return True
     probe.release()
     return False

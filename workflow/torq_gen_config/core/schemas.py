@@ -30,6 +30,7 @@ from .layout import (
     user_choices_file,
     work_dir,
 )
+from .lazy import jsonschema, referencing, yaml
 
 SCHEMA_DIR = workflow_files.schema_dir()  # in a checkout or an installed wheel
 
@@ -101,8 +102,6 @@ def load_schema(name: str) -> dict:
     Raises:
         FileNotFoundError: no such schema file.
     """
-    import yaml
-
     with open(schema_path(name), encoding="utf-8") as f:
         return yaml.safe_load(f)
 
@@ -115,10 +114,7 @@ def validator(name: str):
     Raises:
         FileNotFoundError: no such schema file (also one that a ``$ref`` names).
     """
-    import jsonschema
-    from referencing import Registry, Resource
+    def retrieve(uri: str) -> referencing.Resource:
+        return referencing.Resource.from_contents(load_schema(uri))
 
-    def retrieve(uri: str) -> Resource:
-        return Resource.from_contents(load_schema(uri))
-
-    return jsonschema.Draft202012Validator(load_schema(name), registry=Registry(retrieve=retrieve))
+    return jsonschema.Draft202012Validator(load_schema(name), registry=referencing.Registry(retrieve=retrieve))

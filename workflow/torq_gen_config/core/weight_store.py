@@ -35,6 +35,7 @@ from .external_data import (
     resolve_locations,
     set_external_entries,
 )
+from .lazy import np, numpy_helper, onnx, rt
 
 #: The store's file name, in the folder of ``prepared.onnx``.
 STORE_FILE = "weights.irpa"
@@ -55,7 +56,6 @@ def _raw_bytes(tensor) -> bytes:
     """The little-endian raw bytes of an in-model tensor (typed fields converted)."""
     if tensor.HasField("raw_data"):
         return tensor.raw_data
-    from onnx import numpy_helper
 
     return numpy_helper.from_array(numpy_helper.to_array(tensor)).raw_data
 
@@ -82,9 +82,6 @@ def externalize(model, store_path: str | os.PathLike, *, min_bytes: int = MIN_EX
     Raises:
         OSError: the store cannot be written.
     """
-    import iree.runtime as rt
-    from onnx import TensorProto
-
     store_path = Path(store_path)
     index = rt.ParameterIndex()
     moved: list[tuple[Any, str, int, str]] = []
@@ -92,7 +89,7 @@ def externalize(model, store_path: str | os.PathLike, *, min_bytes: int = MIN_EX
     sources: dict[str, int] = {}  # the files external tensors are copied from: their descriptors
     try:
         for t in model_tensors(model):
-            if t.data_type in (TensorProto.STRING, TensorProto.UNDEFINED):
+            if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
                 continue
             source = _external_source(t, min_bytes)
             if source is None:
@@ -185,8 +182,6 @@ def _clear_values(tensor) -> None:
 
 def archive_offsets(path: str | os.PathLike) -> dict[str, int]:
     """Entry key -> byte offset of its data in the parameter archive ``path``."""
-    import iree.runtime as rt
-
     index = rt.ParameterIndex()
     index.load(str(path))
     return {k: e.file_storage[1] for k, e in index.items() if e.is_file}
@@ -214,10 +209,7 @@ def store_folded(values, names, path: str | os.PathLike, *, min_bytes: int = MIN
     Raises:
         OSError: the archive cannot be written.
     """
-    import numpy as np
-    from onnx import ModelProto, numpy_helper
-
-    holder, chosen = ModelProto(), []
+    holder, chosen = onnx.ModelProto(), []
     for name in sorted(set(names)):  # sorted: the same values give the same archive
         if name not in values or values.proto(name) is not None:
             continue

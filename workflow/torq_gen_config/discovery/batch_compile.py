@@ -30,10 +30,15 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import backends
+from ..backends.base import CompiledArtifact, StageError
+from ..backends.iree_tools import parse_mlir_signature
 from ..core.fileio import atomic_write_text, read_json, write_json
 from ..core.isolation import check_running
+from ..core.lazy import np
 from ..core.limits import BATCH_WEIGHT_BYTES
 from ..core.logs import append_record
+from ..mlir.merge import MergeError, function_name, functions_at, merge_modules, parse_layer_module
 
 BATCH_SCHEMA = "torq-gen-config/compile-batch/1"
 BATCHES_DIR = "batches"
@@ -109,8 +114,6 @@ def plan_batches(slugs: list[str], size: int, key: str | None = None, *, weights
 
 def layer_weight_bytes(layer: Mapping) -> int:
     """Bytes of a manifest layer's initializers (``initializers``: dtype, shape)."""
-    import numpy as np
-
     total = 0
     for init in layer.get("initializers") or []:
         try:
@@ -146,12 +149,9 @@ def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_
         BackendUnavailableError / ConfigError: the executor cannot be made (the
             caller then lets each member compile alone).
     """
-    from ..backends import make_backend
-    from ..mlir.merge import MergeError, function_name, parse_layer_module
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    backend = make_backend(executor)
+    backend = backends.make_backend(executor)
     entries: list[dict[str, Any]] = []
     parsed: dict[str, Any] = {}
     taken: set[str] = set()
@@ -203,8 +203,6 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
     """Compile ``good`` as one module; drop the layers that fail it (see the module
     doc) until it compiles. Marks ``entries``; returns the artifact, or None when no
     member is left in the batch."""
-    from ..backends.base import StageError
-
     by_fn = {e["function"]: e for e in entries if e["function"]}
     while good:
         if len(compiles) >= MAX_COMPILES:
@@ -239,9 +237,6 @@ def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles:
     """One compiler run of ``functions`` merged into ``directory/batch.mlir``; records
     it in ``compiles``. Returns the artifact; raises StageError (with ``spans``, the
     functions' line ranges)."""
-    from ..backends.base import StageError
-    from ..mlir.merge import merge_modules
-
     text, spans = merge_modules([(f, parsed[f]) for f in functions])
     mlir = directory / MERGED_FILE
     atomic_write_text(mlir, text)
@@ -260,8 +255,6 @@ def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles:
 
 def _located(e, mlir: Path, functions: list[str]) -> list[str]:
     """The functions of ``functions`` the error's locations point at."""
-    from ..mlir.merge import functions_at
-
     spans = getattr(e, "spans", None) or {}
     return [f for f in functions_at(e.message, str(mlir), spans) if f in functions]
 
@@ -271,8 +264,6 @@ def _bisect(backend, functions: list[str], parsed: dict, out: Path, compiles: li
     """Failing layers of a failing group whose errors name no layer: compile halves
     in ``out/probe`` and follow the failing one down to single layers. Returns [] when
     both halves compile (the failure needs layers of both) or a probe times out."""
-    from ..backends.base import StageError
-
     probe = out / "probe"
     probe.mkdir(exist_ok=True)
     group = list(functions)
@@ -326,9 +317,6 @@ def member_artifact(batch_file: str | os.PathLike, module: str | os.PathLike, sl
     Raises:
         TorqGenConfigError: ``batch.json`` cannot be read.
     """
-    from ..backends.base import CompiledArtifact
-    from ..backends.iree_tools import parse_mlir_signature
-
     batch = read_json(batch_file, "compile batch")
     batch_id = Path(batch_file).parent.name
     entry = next((m for m in batch["members"] if m["slug"] == slug), None)

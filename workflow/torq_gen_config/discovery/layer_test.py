@@ -18,10 +18,17 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .. import backends
+from ..backends.base import StageError
+from ..compare import compare_on_model, judge, shown_status
 from ..core.fileio import write_json
+from ..core.lazy import onnx
 from ..core.logs import append_record
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from ..core.statuses import INCONCLUSIVE
+from ..core.tools import bounded_message, first_error_line
+from ..reference import judged_reference, load_reference
+from .batch_compile import member_artifact
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
 #: Runtime measurements of the jobs of one process (jobs are threads) run one at a
@@ -87,12 +94,6 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         The result dict (also written to ``result_path``). Never raises for a
         failing layer: every failure becomes an ``error`` verdict.
     """
-    from ..backends import make_backend
-    from ..backends.base import StageError
-    from ..compare import compare_on_model, judge
-    from ..reference import judged_reference, load_reference
-    from ..core.tools import bounded_message, first_error_line
-
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "schema": RESULT_SCHEMA,
@@ -143,7 +144,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                                     "message": bounded_message(meta.get("message") or "", MESSAGE_LIMIT)}
         return _finish(result, result_path, log_path)
     try:
-        backend = make_backend(executor)
+        backend = backends.make_backend(executor)
     except Exception as e:
         return fail("compile", f"backend {executor['backend']!r} is not available: {e}")
     result["tool"] = _safe_describe(backend, min(float(timeout_s), 60.0))
@@ -155,8 +156,6 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             return fail(stage, st.get("message") or "MLIR import failed", "import" if stage != "import" else None)
     artifact = None
     if batch:
-        from .batch_compile import member_artifact
-
         artifact, result["timing"]["compile_batch"] = member_artifact(batch["info"], batch["module"], layer["slug"],
                                                                       layer_mlir)
     try:
@@ -247,8 +246,6 @@ def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, 
     Runs once the verdict is known (``success``, ``difference``, ``unverified``);
     the verdict comes from the verification run's outputs and does not change.
     """
-    from ..backends.base import StageError
-
     runs = int(timing.get("runs", 5))
     warmup = int(timing.get("warmup", 1))
     try:
@@ -275,8 +272,6 @@ def error_result(*, layer: dict, executor: dict, stage: str, message: str, resul
     """Write and return an ``error`` verdict found before compiling (stage ``quantize``:
     the layer could not be quantized, ``--quantize``) or outside the test itself (stage
     ``internal``: torq-gen-config failed on this layer; the message has the traceback)."""
-    from ..core.tools import bounded_message, first_error_line
-
     result = {
         "schema": RESULT_SCHEMA,
         "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
@@ -321,7 +316,6 @@ def one_line_summary(result: dict) -> str:
     (``metrics["inconclusive"]``, docs/comparison.md); the fallback line when the verdict
     rests on onnx's reference implementation (``result["reference"]["fallback"]``)."""
     t = result.get("timing") or {}
-    from ..compare import shown_status
 
     status = shown_status(result)
     notes = []
@@ -347,8 +341,6 @@ def one_line_summary(result: dict) -> str:
 
 def _load_model(path: str):
     """The layer's ONNX model (without external data), or None when unreadable."""
-    import onnx
-
     try:
         return onnx.load(path, load_external_data=False)
     except Exception:

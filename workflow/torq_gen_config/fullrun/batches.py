@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Mapping
 
 from ..backends import capabilities
+from ..core.logs import append_record
 from ..discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, BATCHES_DIR, MODULE_FILE, compile_batch, member_artifact, plan_batches
-from ..core.fileio import atomic_write_text, write_json
+from ..core.fileio import atomic_write_text, read_json, write_json
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, PARTITION_MODEL, _layer_span, _round
 from .compile import compile_partition, import_partition, safe_describe
 
@@ -52,8 +53,6 @@ def existing_batches(full_dir: str | os.PathLike) -> dict[str, tuple[str, str]]:
     there (any member status: one the batch left out has its alone compile). A pid in
     several batches keeps the first (by directory name); an unreadable ``batch.json``
     counts as no batch."""
-    from ..core.fileio import read_json
-
     found: dict[str, tuple[str, str]] = {}
     root = Path(full_dir) / BATCHES_DIR
     for info in sorted(root.glob(f"*/*/{BATCH_FILE}")):
@@ -195,8 +194,6 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
     except Exception as e:  # each member's own compile reports what is wrong
         reason = f"the batch was not compiled: {type(e).__name__}: {e}"
         if log_path:
-            from ..core.logs import append_record
-
             append_record(log_path, reason + "\n" + traceback.format_exc())
         out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / MODULE_FILE, "")
@@ -235,7 +232,6 @@ def compiled_from_batch(*, pid: str, model_path: str, executor: Mapping, work_di
                                 timeout_s=timeout_s, log_path=log_path)
         res["compile_batch"] = timing
         return res
-    from ..core.fileio import read_json
 
     imp = Path(work_dir) / IMPORT_FILE
     import_ms = read_json(imp, "partition import status").get("import_ms") if imp.is_file() else None

@@ -12,6 +12,7 @@ from ..backends.base import StageError
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from ..core.tools import bounded_message, first_error_line
 from ..core.external_data import load_model
+from ..mlir.importer import import_model
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, _round
 
 
@@ -107,8 +108,6 @@ def import_partition(model_path: str, mlir_path: str, parameters: bool = False) 
         (``<exception type>: <text>``), "import_ms": float|None, "parameters":
         "inline"|"external"}`` (the form of a layer's ``import.json``).
     """
-    from ..mlir.importer import import_model
-
     mode = "external" if parameters else "inline"
     try:
         imp = import_model(load_model(model_path, weights=False), mlir_path, parameters=parameters)

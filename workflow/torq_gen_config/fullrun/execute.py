@@ -12,11 +12,19 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
+from ..compare import (FULL_MODEL_MIN_COSINE, count_over_tolerance, dequantized_outputs_of_file, judge,
+                       quantized_data_outputs_of_file)
+from ..core.isolation import run_isolated
+from ..core.lazy import onnx
 from ..core.limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..core.tools import bounded_message, first_error_line
 from ..core.external_data import load_model
+from ..model.folding import fold_constants
+from ..reference import judged_reference, load_reference
+from ..reference.reference_run import run_reference_file
 from .batches import batch_module_of
 from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
+from .compile import compile_partition
 
 
 def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
@@ -54,9 +62,6 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         plan (``mode``: its backend's kind, e.g. ``"torq"``) is run by
         :func:`run_whole_model` (same result shape).
     """
-    from ..compare import dequantized_outputs_of_file
-    from ..reference import load_reference
-
     if (plan.get("mode") or PARTITIONS_MODE) != PARTITIONS_MODE:
         return run_whole_model(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
                                timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
@@ -186,9 +191,6 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     model and onnx's reference implementation ran, the outputs are compared with the latter
     (:func:`~torq_gen_config.reference.judged_reference`; ``result["reference"]`` gets
     ``used`` and ``fallback``, and the summary ends with the fallback line)."""
-    from ..compare import FULL_MODEL_MIN_COSINE, count_over_tolerance, judge, quantized_data_outputs_of_file
-    from ..reference import judged_reference
-
     used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
     result.setdefault("reference", {}).update({"used": used, "fallback": fallback})
     if used is None:
@@ -225,8 +227,6 @@ def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str,
         backend's ``result_fields`` (torq: ``torq``: ``executor_map``,
         ``num_map_entries``, ``executors``, ``compile_argv``).
     """
-    from ..reference import load_reference
-
     hooks = capabilities(plan["mode"]).whole_model()
     t0 = time.perf_counter()
     inputs, ref_outputs, meta = load_reference(reference_npz)
@@ -317,8 +317,6 @@ def _run_alone(p: Mapping, row: dict, backend, feed: Mapping, pdir: Path, error:
     Raises:
         StageError: the alone compile or its run failed (the one-partition failure).
     """
-    from .compile import compile_partition
-
     cb = dict(row.get("compile_batch") or {})
     row["compile_batch"] = {"id": cb.get("id"), "executor": cb.get("executor"),
                             "compiled_alone": f"its run from the batch's module failed ({error.stage}); compiled "
@@ -340,12 +338,6 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
     on the same inputs, run in a supervised worker (:mod:`torq_gen_config.core.isolation`);
     where ONNX Runtime fails, against onnx's reference implementation, and the summary
     says so; ``unverified`` when both fail."""
-    import onnx
-
-    from ..compare import FULL_MODEL_MIN_COSINE, judge
-    from ..core.isolation import run_isolated
-    from ..reference.reference_run import run_reference_file
-
     try:
         part_model = onnx.load(model_path, load_external_data=False)
     except Exception as e:
@@ -381,8 +373,6 @@ def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, 
 
 def _constant_outputs(plan: Mapping) -> dict:
     """Model outputs that are constants (rare): evaluated again from the prepared model."""
-    from ..model.folding import fold_constants
-
     model = load_model(plan["prepared_model"], weights=False)
     values, _, _ = fold_constants(model)
     return {t: values[t] for t in plan["constant_outputs"]}

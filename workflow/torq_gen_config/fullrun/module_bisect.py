@@ -33,9 +33,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from . import one_module
 from ..backends.base import StageError
+from ..compare import FULL_MODEL_MIN_COSINE, judge, quantized_data_outputs_of_file, status_details
+from ..core.external_data import load_model
+from ..core.lazy import helper, np
 from ..core.tools import first_error_line
+from ..mlir.placement import executor_of
 from ..model.graph import expose_outputs
+from ..reference import judged_reference, load_reference
+from ..reference.reference_run import run_reference
 
 #: at most this many ops' values are exposed (above: boundaries and every N-th op)
 MAX_EXPOSED = 128
@@ -50,8 +57,6 @@ NOTE_FUSION = ("not located: with the intermediate values exposed the module mat
 def first_output_over(metrics: Mapping | None, tolerance: Mapping | None) -> dict | None:
     """The first model output (model order) over tolerance in a run's comparison metrics:
     ``{"name", "problem"}`` (:func:`~torq_gen_config.compare.status_details`' reason), or None."""
-    from ..compare import status_details
-
     for out in (metrics or {}).get("outputs") or []:
         one = {**metrics, "outputs": [out], "num_outputs": 1, "num_actual_outputs": 1,
                "output_count_mismatch": False}
@@ -66,8 +71,6 @@ def candidate_ops(node_keys: list[str | None], key_layer: Mapping[str, str], ass
     """The placed ops in topological order (the prepared model's node order), each with
     its layer, executor and ONNX output names: ``[{"key", "layer", "executor", "node",
     "outputs"}]``; nodes without a key or a layer are left out."""
-    from ..mlir.placement import executor_of
-
     out, seen = [], set()
     for j, key in enumerate(node_keys):
         if not key or key not in key_layer or key in seen or j >= len(node_outputs):
@@ -116,9 +119,6 @@ def first_difference(comparisons: list[Mapping]) -> tuple[Mapping | None, Mappin
 def value_bytes(model, names: list[str]) -> int | None:
     """The total size of the tensors ``names`` from the model's value types (None when
     one has no static shape or no known type)."""
-    import numpy as np
-    from onnx import helper
-
     types = {v.name: v.type.tensor_type for v in [*model.graph.value_info, *model.graph.output, *model.graph.input]}
     total = 0
     for name in names:
@@ -140,9 +140,6 @@ def reference_values(prepared_model: str, inputs: Mapping, names: list[str], *, 
                      timeout_s: float) -> dict:
     """The reference values of the tensors ``names``: the prepared model with them as
     extra graph outputs, run on the reference engine (``onnxruntime`` or ``onnx``)."""
-    from ..core.external_data import load_model
-    from ..reference.reference_run import run_reference
-
     model = load_model(prepared_model, weights=False)
     expose_outputs(model, names)
     outs = run_reference(model, dict(inputs), list(names), engine=engine, timeout_s=timeout_s)
@@ -161,8 +158,6 @@ def compare_values(actual: Mapping, reference: Mapping, exposed: list[Mapping], 
         ``[{"key", "layer", "tensor", "executor", "status", "summary", "max_abs_diff"}]``;
         ``status`` ``success``, ``difference`` or ``error`` (the compare raised).
     """
-    from ..compare import FULL_MODEL_MIN_COSINE, judge
-
     out = []
     for e in exposed:
         t = e["tensor"]
@@ -209,10 +204,6 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
         "num_over_tolerance", "compile_ms", "run_ms", "reference_ms", "values": per exposed
         value {"layer", "tensor", "status", "max_abs_diff"}}``.
     """
-    from ..compare import FULL_MODEL_MIN_COSINE, judge, quantized_data_outputs_of_file
-    from ..core.external_data import load_model
-    from .one_module import compile_one_module, run_one_module
-
     rec: dict[str, Any] = {"status": None, "layer": None, "key": None, "tensor": None, "max_abs_diff": None,
                            "executor": None, "after": None, "note": None, "selection": None, "num_candidates": 0,
                            "num_exposed": 0, "num_over_tolerance": None, "compile_ms": None, "run_ms": None,
@@ -255,8 +246,8 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
     rec["reference_ms"] = round((time.perf_counter() - t) * 1000.0, 1)
     t = time.perf_counter()
     try:
-        c = compile_one_module(mlir_text(str(work)), side["assignment"], side["executors"], work_dir=work, timeout_s=timeout_s,
-                               split=split, extra_results=[x["key"] for x in chosen], log_path=log_path)
+        c = one_module.compile_one_module(mlir_text(str(work)), side["assignment"], side["executors"], work_dir=work,
+                                          timeout_s=timeout_s, split=split, extra_results=[x["key"] for x in chosen], log_path=log_path)
     except StageError as e:
         rec["compile_ms"] = round((time.perf_counter() - t) * 1000.0, 1)
         return done("failed", f"not located: the diagnostic module (values exposed) failed to compile: "
@@ -277,9 +268,9 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
     if not exposed:
         return done("skipped", "not located: no value could be exposed (no top-level tensor op)")
     try:
-        outs, run_ms = run_one_module(c, side["executors"], inputs=inputs, input_names=input_names,
-                                      output_names=[*output_names, *[e["slot"] for e in exposed]],
-                                      work_dir=work / "run", timeout_s=timeout_s, log_path=log_path)
+        outs, run_ms = one_module.run_one_module(c, side["executors"], inputs=inputs, input_names=input_names,
+                                                 output_names=[*output_names, *[e["slot"] for e in exposed]],
+                                                 work_dir=work / "run", timeout_s=timeout_s, log_path=log_path)
     except StageError as e:
         return done("failed", f"not located: the diagnostic module (values exposed) failed to run: "
                               f"{e.stage}: {first_error_line(e.message)}")
@@ -325,8 +316,6 @@ def bisect_module(plan: Mapping, module_result: Mapping, *, side: Mapping | None
     passed): the first output over tolerance (``output``, ``output_problem``) and
     :func:`locate_first_difference`'s record, or ``status: "skipped"`` with why (the module
     failed to compile: nothing to expose values of); ``bisect_ms`` its wall time."""
-    from ..reference import judged_reference, load_reference
-
     t0 = time.perf_counter()
     first_out = first_output_over(module_result.get("metrics"), tolerance)
     head = {"output": (first_out or {}).get("name"), "output_problem": (first_out or {}).get("problem")}

@@ -25,12 +25,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .. import backends
+from ..backends import effective_executor
 from ..core.errors import ConfigError
-from ..core.fileio import file_digest
+from ..core.fileio import file_digest, write_bytes_if_changed
 from ..core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
+from ..core.lazy import ir
 from ..mlir.placement import location_key, parse_module
 from .common import MODULE_MODE, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import compile_definition
@@ -63,9 +67,7 @@ def executor_obstacle(executor: Mapping, *, probe_timeout_s: float = 60.0) -> st
         return None
     why = None
     try:
-        from ..backends import make_backend
-
-        why = make_backend(dict(executor)).unavailable_reason(timeout_s=probe_timeout_s)
+        why = backends.make_backend(dict(executor)).unavailable_reason(timeout_s=probe_timeout_s)
     except Exception as e:  # a backend that cannot be made is unavailable too
         why = f"{type(e).__name__}: {e}"
     if why:
@@ -103,8 +105,6 @@ def region_keys_of(mlir_path: str | os.PathLike) -> dict[str, list[str]]:
     Raises:
         ValueError: the file does not parse.
     """
-    from iree.compiler import ir
-
     ctx = ir.Context()
     ctx.allow_unregistered_dialects = True
     module = parse_module(Path(mlir_path).read_text(encoding="utf-8"), str(mlir_path), ctx)
@@ -206,8 +206,6 @@ def placement_assignment(layers: list[Mapping], by_layer: Mapping[str, str], loc
 def iree_version() -> str:
     """The IREE compiler package's version and ``$IREE_COMPILE`` (another compiler is
     another fingerprint)."""
-    from importlib import metadata
-
     version = "unknown"
     for dist in ("iree-base-compiler", "iree-compiler"):
         try:
@@ -304,9 +302,6 @@ def module_or_partitions(plan: dict, *, run_mode: str, model, manifest: Mapping,
     Raises:
         ConfigError: ``run_mode`` is ``module`` and one module is impossible, or no ``full_mlir``.
     """
-    from ..backends import effective_executor
-    from ..core.fileio import write_bytes_if_changed
-
     by_layer = plan.get("layer_executors") or {}
     compiler_locations = assignment.get("locations") if assignment.get("source") == "compiler_json" else None
     keys, key_layer = placement_assignment(manifest["layers"], by_layer, locations, compiler_locations)

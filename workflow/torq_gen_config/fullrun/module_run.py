@@ -20,11 +20,15 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from . import one_module
 from ..backends.base import StageError
 from ..core.fileio import read_json, write_json
 from ..core.layout import MODULE_SIDE_FILE
+from ..core.lazy import ir
 from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
 from ..core.tools import bounded_message, first_error_line
+from ..mlir.importer import import_full_model
+from ..reference import load_reference
 from .common import COMPILED_SCHEMA, MODULE_MODE, PARTITIONS_MODE, _round
 from .execute import _compare_and_finish, _new_result, run_partitions
 from .module_bisect import bisect_module, verdict_tail
@@ -64,8 +68,6 @@ def compile_module_partition(*, pid: str, side_file: str, work_dir: str, timeout
         record, argv left out), or error with ``failure``. With the side file's
         ``debug_ir``, the IR files are copied there (:func:`copy_debug_ir`).
     """
-    from .one_module import compile_one_module
-
     res: dict[str, Any] = {"schema": COMPILED_SCHEMA, "pid": pid, "executor": MODULE_MODE, "backend": MODULE_MODE,
                            "status": None, "compile_ms": None, "import_ms": None, "artifact": None, "failure": None,
                            "compiled_at": time.time()}
@@ -74,8 +76,8 @@ def compile_module_partition(*, pid: str, side_file: str, work_dir: str, timeout
         side = read_json(side_file, "module placement")
         mlir_path = weighted_mlir(side, work_dir)
         text = Path(mlir_path).read_text(encoding="utf-8")
-        out = compile_one_module(text, side["assignment"], side["executors"], work_dir=work_dir,
-                                 timeout_s=timeout_s, mlir_path=mlir_path, log_path=log_path)
+        out = one_module.compile_one_module(text, side["assignment"], side["executors"], work_dir=work_dir,
+                                            timeout_s=timeout_s, mlir_path=mlir_path, log_path=log_path)
         Path(mlir_path).unlink(missing_ok=True)  # placed.mlir holds it, weights included
     except StageError as e:
         return _fail(res, e.stage, e.message, e.during)
@@ -100,8 +102,6 @@ def weighted_mlir(side: Mapping, work_dir: str) -> str:
         StageError: the import failed (``import``), or its ``line:col`` differ from
             ``full.mlir``'s (the compiler JSON's keys would name other ops).
     """
-    from ..mlir.importer import import_full_model
-
     if not side.get("prepared_model"):
         return side["full_mlir"]
     path = Path(work_dir) / "full_weights.mlir"
@@ -131,8 +131,6 @@ def copy_debug_ir(work_dir: str, compiled: Mapping, dest: str) -> str:
             shutil.copytree(work / sub, out / sub)
     stream = work / "split.mlirbc" if (work / "split.mlirbc").is_file() else work / "stream.mlirbc"
     try:
-        from iree.compiler import ir
-
         mod = ir.Module.parse(stream.read_bytes(), ir.Context())
         (out / "stream.mlir").write_text(mod.operation.get_asm(enable_debug_info=True, large_elements_limit=16),
                                          encoding="utf-8")
@@ -186,9 +184,6 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
         "transfers", "devices", "shared_executables", "unplaced", "placement"}``
         (``placement``: :func:`layer_placement`).
     """
-    from ..reference import load_reference
-    from .one_module import run_one_module
-
     t0 = time.perf_counter()
     inputs, ref_outputs, meta = load_reference(reference_npz)
     result = _new_result(plan, tolerance, meta)
@@ -236,10 +231,10 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
         f = failure(fr.get("stage") or "compile", fr.get("message") or "no compile result", fr.get("during"))
         return finish("error", f["summary"], f)
     try:
-        outs, run_ms = run_one_module(mod, p.get("run_executors") or side.get("executors") or [], inputs=inputs,
-                                      input_names=p["inputs"],
-                                      output_names=p["outputs"], work_dir=str(Path(partitions_dir) / p["pid"] / "run"),
-                                      timeout_s=timeout_s, log_path=log_path)
+        outs, run_ms = one_module.run_one_module(mod, p.get("run_executors") or side.get("executors") or [],
+                                                 inputs=inputs, input_names=p["inputs"], output_names=p["outputs"],
+                                                 work_dir=str(Path(partitions_dir) / p["pid"] / "run"),
+                                                 timeout_s=timeout_s, log_path=log_path)
     except StageError as e:
         row["status"] = "error"
         f = failure(e.stage, e.message, e.during)

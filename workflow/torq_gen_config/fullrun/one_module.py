@@ -33,7 +33,11 @@ from ..backends import make_backend
 from ..backends.base import CompiledArtifact, StageError, raise_for_tool_failure
 from ..backends.iree_tools import FUNCTION, parse_mlir_signature
 from ..core.errors import ConfigError
+from ..core.lazy import ir
 from ..core.tools import run_tool
+from ..mlir.placement import executor_of, place_module
+from ..mlir.readback import executable_backends, flow_sites, read_placement
+from ..mlir.stream_split import split_shared_executables, write_bytecode
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -70,8 +74,6 @@ def executable_targets(backend, *, work_dir: str | Path, timeout_s: float, log_p
             printed no variant.
         ToolNotFoundError: ``iree-compile`` cannot be found.
     """
-    from iree.compiler import ir
-
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     src, out = work / f"target_{backend.name}.mlir", work / f"target_{backend.name}.out.mlir"
@@ -161,10 +163,6 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
             (``during="compile"``).
         ToolNotFoundError: ``iree-compile`` cannot be found.
     """
-    from ..mlir.placement import executor_of, place_module
-    from ..mlir.readback import executable_backends, flow_sites, read_placement
-    from ..mlir.stream_split import split_shared_executables, write_bytecode
-
     work = Path(work_dir)
     work.mkdir(parents=True, exist_ok=True)
     times: dict[str, float] = {}

@@ -16,6 +16,7 @@ from ..core.fileio import write_bytes_if_changed
 from ..core.layout import PARTITIONS_DIR
 from ..core.external_data import model_bytes
 from ..core.weight_store import store_folded
+from ..model.folding import fold_constants
 from ..model.graph import node_inputs, tensor_consumers, value_types
 from ..discovery.batch_compile import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches
@@ -80,8 +81,6 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
         ValueError: a prepared node that is neither folded nor part of a layer
             (the manifest does not belong to this model).
     """
-    from ..model.folding import fold_constants
-
     mode = check_selection(assignment, executors)
     if mode != PARTITIONS_MODE:
         return whole_model_plan(mode, model, manifest, locations, assignment, executors, partitions_dir,

@@ -43,6 +43,7 @@ from ..core.errors import ConfigError
 from ..core.fileio import read_json, save_npz, write_json
 from ..core.limits import DEFAULT_TIMEOUT_S, SUMMARY_CHARS
 from ..model.extract import extract_model
+from ..model.folding import fold_constants
 from ..model.graph import tensor_consumers, value_types
 from .compile import compile_partition, safe_describe
 from .execute import run_partitions
@@ -162,8 +163,6 @@ class Reducer:
     def __init__(self, *, model_path: str, manifest: Mapping, layer_executors: Mapping[str, str],
                  executors: Mapping[str, dict], reference_npz: str, tolerance: Mapping, work_dir: str | os.PathLike,
                  jobs: int = 1, timeout_s: float = DEFAULT_TIMEOUT_S, budget: Budget = Budget(), progress=None):
-        from ..model.folding import fold_constants
-
         self.model_path = model_path
         self.model = load_model(model_path, weights=False)
         self.work = Path(work_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..backends import capabilities
+from ..compare import count_over_tolerance, derive_status, normalize_tolerance
 from .common import ELSEWHERE_NOTE, MODULE_MODE, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span
 from .selection import _executor_name
 
@@ -15,8 +16,6 @@ TEXT_MARKER = "--- Full Model Comparison ---"
 def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str | None = None) -> dict:
     """The report's ``full_model`` section, with the verdict re-derived from the
     metrics with ``tolerance`` (the report's ``default_tolerance``)."""
-    from ..compare import count_over_tolerance, derive_status, normalize_tolerance
-
     tol = normalize_tolerance(tolerance)
     mode = result.get("mode") or PARTITIONS_MODE
     status, summary = result.get("status"), result.get("summary")

@@ -15,6 +15,7 @@ from typing import Mapping
 from ..backends import make_backend
 from ..core.fileio import read_json, write_json
 from ..core.external_data import self_contained_bytes
+from ..core.lazy import np
 from .reduce import Outcome, Reducer
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:
@@ -27,8 +28,6 @@ def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir:
         The report's ``full_model.reduced`` section (``reproducer`` and ``raw_commands``
         still empty).
     """
-    import numpy as np
-
     nodes = list(found["nodes"])
     model, io = reducer.candidate_model(nodes)
     model.graph.name = "reduced"

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ..backends import capabilities
 from ..core.errors import ConfigError, ReportError
+from ..mlir.importer import layer_location
 from .common import ASSIGNMENT_SCHEMA, PARTITIONS_MODE
 
 _NULL_NAMES = ("", "null", "none")
@@ -192,8 +193,6 @@ def resolve_assignment(assignment: Mapping, layers: list[dict], locations: Mappi
         ConfigError: no executors, or the assignment names an executor that is
             not configured.
     """
-    from ..mlir.importer import layer_location
-
     names = [e["name"] for e in executors]
     if not names:
         raise ConfigError("no executors configured")

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..core.fileio import read_json, write_json
+from ..core.lazy import np
+from ..reference import load_reference
+from ..reference.model_run import run_model_by_node, run_summary
 
 
 class TensorValues:
@@ -34,11 +37,6 @@ class TensorValues:
         Returns:
             The run's summary (:func:`~torq_gen_config.reference.model_run.run_summary`).
         """
-        import numpy as np
-
-        from ..reference.model_run import run_model_by_node, run_summary
-        from ..reference import load_reference
-
         index_path = self.dir / "index.json"
         if index_path.is_file():
             try:
@@ -69,14 +67,10 @@ class TensorValues:
 
     def load(self, name: str):
         """The value of tensor ``name`` (numpy array). KeyError: the run has none."""
-        import numpy as np
-
         return np.load(self.dir / self.files[name], allow_pickle=False)
 
     def _readable(self, files: dict[str, str]) -> bool:
         """True when every value file exists and is a plain ``.npy`` (its header is read)."""
-        import numpy as np
-
         try:
             for f in files.values():
                 np.load(self.dir / f, mmap_mode="r", allow_pickle=False)

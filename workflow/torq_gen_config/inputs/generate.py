@@ -5,15 +5,14 @@ else plain per-dtype values."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ..core.lazy import np, onnx
+from ..core.ort_io import numpy_dtype
 from .rules import RULES
 from .site import InputSite, _formal_names, _Graph
 from .tensor_types import _int_info, _is_int, input_shape
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-    import onnx
 
 #: string inputs: characters and length range [1, 8]
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -25,8 +24,6 @@ DEFAULT_INPUT_SETTINGS = {"seed": 1234, "float_range": [-1.0, 1.0], "int_range":
 
 class _Generator:
     def __init__(self, model, settings: dict, input_ranges: dict | None):
-        import numpy as np
-
         self.graph = _Graph(model)
         self.settings = settings
         self.ranges = input_ranges or {}
@@ -47,9 +44,6 @@ class _Generator:
         return self.graph.constant(name)
 
     def generate(self, name: str) -> None:
-        import numpy as np
-
-        from ..core.ort_io import numpy_dtype
 
         vi = self.inputs[name]
         shape = input_shape(vi)
@@ -73,8 +67,6 @@ class _Generator:
             self._busy.discard(name)
 
     def sites(self, name: str, shape, dtype):
-        import onnx.defs
-
         for node, pos in self.graph.consumers.get(name, []):
             domain = node.domain if node.domain != "ai.onnx" else ""
             opset = self.graph.opsets.get(domain)
@@ -100,8 +92,6 @@ class _Generator:
 
     def data(self, name: str, shape, dtype):
         """Plain values: the generator before the op rules, for every dtype."""
-        import numpy as np
-
         rng = self.rng
         if dtype == np.bool_:
             return rng.integers(0, 2, size=shape).astype(np.bool_)

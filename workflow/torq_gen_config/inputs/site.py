@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from ..core.lazy import helper, np, numpy_helper, onnx
 from .tensor_types import _dims, _int_info, _is_float, _is_int
-
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
-    import onnx
 
 
 class _Graph:
@@ -49,8 +46,6 @@ class _Graph:
         if s is None and not self._inferred:
             self._inferred = True
             try:
-                import onnx
-
                 inferred = onnx.shape_inference.infer_shapes(self.model)
                 for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
                     if self.shapes.get(vi.name) is None:
@@ -64,14 +59,11 @@ class _Graph:
         """The value of an initializer or ``Constant`` output ``name``, else None."""
         if name in self._arrays:
             return self._arrays[name]
-        from onnx import helper, numpy_helper
 
         a = None
         if name in self._tensors:
             a = numpy_helper.to_array(self._tensors[name])
         elif name in self._constants:
-            import numpy as np
-
             for at in self._constants[name].attribute:
                 v = helper.get_attribute_value(at)
                 if at.name == "value":
@@ -87,12 +79,10 @@ class _Graph:
 def _formal_names(node, schema) -> list[str]:
     """The schema's formal input name of each position of ``node.input`` (positions past
     the last formal parameter belong to it when it is variadic)."""
-    from onnx.defs import OpSchema
-
     formals = [f.name for f in schema.inputs]
     if not formals:
         return []
-    last_variadic = schema.inputs[-1].option == OpSchema.FormalParameterOption.Variadic
+    last_variadic = schema.inputs[-1].option == onnx.defs.OpSchema.FormalParameterOption.Variadic
     out = []
     for i in range(len(node.input)):
         if i < len(formals):
@@ -128,8 +118,6 @@ class InputSite:
 
     def attr(self, name: str, default=None):
         """The node's attribute ``name`` (bytes decoded), else ``default``."""
-        from onnx import helper
-
         for a in self.node.attribute:
             if a.name == name:
                 v = helper.get_attribute_value(a)
@@ -166,8 +154,6 @@ class InputSite:
     # --- making values
     def fit(self, values) -> "np.ndarray | None":
         """``values`` as an array of this input's shape and dtype; None on a size mismatch."""
-        import numpy as np
-
         a = np.asarray(values)
         if a.size != self.size:
             return None
@@ -184,8 +170,6 @@ class InputSite:
 
     def uniform(self, low: float, high: float) -> "np.ndarray":
         """Floats uniform in [low, high) of this input's shape and dtype."""
-        import numpy as np
-
         return self.rng.uniform(low, high, size=self.shape).astype(np.float32).astype(self.dtype)
 
     def data(self) -> "np.ndarray":

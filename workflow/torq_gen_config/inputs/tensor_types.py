@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..core.lazy import ml_dtypes, np
+
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
 
@@ -64,11 +66,7 @@ def _is_int(dt) -> bool:
 
 def _int_info(dt) -> tuple[int, int]:
     """[min, max] of an integer dtype (ml_dtypes int4/uint4/int2/uint2 included)."""
-    import numpy as np
-
     if dt.name in _SUB_BYTE_INTS:
-        import ml_dtypes
-
         info = ml_dtypes.iinfo(dt)
     else:
         info = np.iinfo(dt)

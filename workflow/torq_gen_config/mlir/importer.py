@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core.fileio import atomic_write_text
 from ..core.external_data import is_external, load_model, stored_bytes
+from ..core.lazy import ir, iree_importer_overrides, onnx_importer, util
 from ..core.weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, parameter_key
 
 #: the Python distribution of the ONNX -> MLIR importer (its version goes to the report)
@@ -58,9 +59,6 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
         Exception: whatever the importer raises for an unsupported model (the
             caller records it as an ``import`` error).
     """
-    from iree.compiler import ir
-    from iree.compiler.extras import onnx_importer
-
     t0 = time.perf_counter()
     spans: list[tuple[int, int]] = []
 
@@ -99,14 +97,10 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
 
         def _import_parameter(self, t, iname, key):
             """A stored tensor as a global named parameter, loaded where it is used."""
-            from iree.compiler.dialects import util
-            from iree.compiler.tools.import_onnx.importer_externalization_overrides import (
-                ELEM_TYPE_TO_SIGNLESS_IR_TYPE,
-            )
-
             cc = self._cc
             with self._c, ir.Location.unknown():  # a signless builtin tensor, converted to the torch type
-                gtype = ir.RankedTensorType.get(tuple(t.dims), ELEM_TYPE_TO_SIGNLESS_IR_TYPE[t.data_type]())
+                elem_type = iree_importer_overrides.ELEM_TYPE_TO_SIGNLESS_IR_TYPE[t.data_type]
+                gtype = ir.RankedTensorType.get(tuple(t.dims), elem_type())
             if not globals_state:
                 globals_state["table"] = ir.SymbolTable(self._m)
             with ir.InsertionPoint.at_block_begin(self._m.regions[0].blocks[0]), ir.Location.unknown(self._c):
@@ -221,8 +215,6 @@ def _write_asm(module, mlir_path: str | os.PathLike, blobs: dict, *, elide: bool
 
 def _read_locations(ctx, mlir_path: Path, nodes: list, spans: list[tuple[int, int]]) -> list[dict]:
     """Re-parse the printed module and read the location of each node's last op."""
-    from iree.compiler import ir
-
     parsed = ir.Module.parseFile(str(mlir_path), ctx)
     func = None
     for op in parsed.body.operations:

@@ -36,6 +36,7 @@ attributes, a second function, another dialect's resources) raises
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -195,8 +196,6 @@ def functions_at(diagnostics: str, mlir_file: str, spans: dict[str, tuple[int, i
     ``mlir_file`` is matched by its base name, as the compiler prints the path it
     was given.
     """
-    import os
-
     pattern = re.compile(rf"(?:^|[\s/]){re.escape(os.path.basename(mlir_file))}:(\d+):\d+: error:", re.MULTILINE)
     found: list[str] = []
     for m in pattern.finditer(diagnostics):

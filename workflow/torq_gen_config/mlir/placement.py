@@ -32,6 +32,7 @@ import re
 from typing import Any, Mapping
 
 from ..core.errors import ConfigError
+from ..core.lazy import arith, flow, ir, tensor, util
 
 #: ops whose results are constants: IREE places them with their users, no transfer
 _CONSTANT_OPS = ("torch.vtensor.literal", "torch_c.from_builtin_tensor", "util.global.load")
@@ -52,8 +53,6 @@ def parse_module(text: str | bytes, what: str, ctx=None):
     Raises:
         ValueError: it does not parse (``"<what> does not parse: <first line>"``).
     """
-    from iree.compiler import ir
-
     try:
         return ir.Module.parse(text, ctx if ctx is not None else ir.Context())
     except ir.MLIRError as e:
@@ -132,8 +131,6 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
             a crossing value whose type has no static rank.
         ValueError: ``mlir_text`` does not parse or has no ``func.func``.
     """
-    from iree.compiler import ir
-
     wanted = {str(k): executor_of(v) for k, v in assignment.items()}
     unknown = sorted({e for e in wanted.values() if e and e not in targets})
     if unknown:
@@ -217,8 +214,6 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
 def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
     """``line:col`` -> op for every op of the module (nested ones too); renames the
     file of each location to ``source_name``."""
-    from iree.compiler import ir
-
     out: dict[str, Any] = {}
 
     def walk(op) -> None:
@@ -240,8 +235,6 @@ def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
 def _outer(value, device_of: Mapping, func_block) -> bool:
     """Whether ``value`` is defined at the function's top level (a top-level op's result
     or a function argument), not inside a region."""
-    from iree.compiler import ir
-
     if isinstance(value.owner, ir.Block):
         return value.owner == func_block
     return value in device_of
@@ -259,9 +252,6 @@ def _nested(op):
 def _declare_devices(module, order: list[str], targets: Mapping, hal_devices: Mapping[str, str]) -> dict[str, str]:
     """Insert one ``util.global`` HAL device per executor at the top of the module, in
     ``order`` (ordinal = position); return executor -> symbol name."""
-    from iree.compiler import ir
-    from iree.compiler.dialects import util
-
     taken = {ir.StringAttr(op.operation.attributes["sym_name"]).value for op in module.body.operations
              if "sym_name" in op.operation.attributes}
     symbols: dict[str, str] = {}
@@ -316,8 +306,6 @@ def _is_constant(op) -> bool:
 def _producer_device(value, device_of: Mapping, default: str) -> str | None:
     """Where ``value`` lives: its defining op's device, the default device for a
     function argument, None for a constant (or an op not placed)."""
-    from iree.compiler import ir
-
     if isinstance(value.owner, ir.Block):
         return default
     return device_of.get(value)
@@ -342,9 +330,6 @@ def builtin_tensor_type(vtensor: str) -> str:
 def _transfer(value, ex: str, affinity: Mapping, transfers: dict, before) -> tuple[Any, int]:
     """The transferred copy of ``value`` on ``ex``'s device (made before op ``before`` the
     first time); returns ``(value, 1 if a transfer was added else 0)``."""
-    from iree.compiler import ir
-    from iree.compiler.dialects import arith, flow, tensor
-
     hit = transfers.get((value, ex))
     if hit is not None:
         return hit, 0
@@ -371,8 +356,6 @@ def _expose_results(func, keys: list[str], device_of: Mapping, default: str, aff
         ``(exposed, not_exposed, transfers added)``: ``[{"key", "result", "type"}]`` in
         order, ``{key: reason}`` for keys with no top-level tensor op.
     """
-    from iree.compiler import ir
-
     block = func.regions[0].blocks[0]
     ops = [o.operation for o in block.operations]
     ret = ops[-1]

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..core.lazy import ir
 from .placement import parse_module
 
 #: ops whose location says nothing about which op a kernel computes
@@ -48,8 +49,6 @@ def flow_sites(flow_text: str) -> list[dict]:
     Raises:
         ValueError: the text does not parse.
     """
-    from iree.compiler import ir
-
     module = parse_module(flow_text, "the flow-level IR")
     contents: dict[str, set[str]] = {}
     for op in module.body.operations:

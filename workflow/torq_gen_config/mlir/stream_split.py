@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..core.lazy import ir
 from .placement import parse_module
 
 _DISPATCH_OPS = ("stream.cmd.dispatch", "stream.async.dispatch", "flow.dispatch")
@@ -47,8 +48,6 @@ def split_shared_executables(stream_ir: str | bytes) -> dict:
     Raises:
         ValueError: the text does not parse.
     """
-    from iree.compiler import ir
-
     ctx = ir.Context()
     module = parse_module(stream_ir, "the stream-level IR", ctx)
     executables = {ir.StringAttr(op.operation.attributes["sym_name"]).value: op.operation
@@ -124,8 +123,6 @@ def affinity_symbol(attr_text: str | None) -> str | None:
 
 def _entry_points(op) -> list[list[str]]:
     """The symbol paths (``[executable, export]``) a dispatch op calls."""
-    from iree.compiler import ir
-
     if "entry_points" in op.attributes:
         return [ir.SymbolRefAttr(a).value for a in ir.ArrayAttr(op.attributes["entry_points"])]
     if "entry_point" in op.attributes:

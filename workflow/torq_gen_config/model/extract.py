@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..core.lazy import helper, np, numpy_helper, onnx
 from .folding import ConstantValues
 from .graph import copy_proto, node_inputs, tensor_consumers, value_info, value_types
 
@@ -82,10 +83,6 @@ def extract_model(model, members: Sequence[int], *, constants: Mapping[str, Any]
         ValueError: an unknown ``outputs`` or ``value_info_policy``; KeyError: an
             explicit initializer name missing from ``constants``.
     """
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
     if value_info_policy not in VALUE_INFO_POLICIES:
         raise ValueError(f"value_info_policy {value_info_policy!r}: expected one of {VALUE_INFO_POLICIES}")
     if isinstance(outputs, str) and outputs not in OUTPUT_POLICIES:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from ..core.lazy import helper, np, onnx
 from .graph import copy_proto, node_attr
 from ..core.external_data import is_external, tensor_array
 from ..core.limits import NOTE_CHARS
@@ -37,8 +38,6 @@ def fold_constants(model: "onnx.ModelProto", keep_op_types: frozenset[str] = fro
         ``Constant`` or ``Identity`` of a stored tensor keeps referring to it);
         ``folded`` holds the indices of folded nodes in ``model.graph.node``.
     """
-    import numpy as np
-
     values = ConstantValues(model.graph.initializer)
     shapes = static_shapes(model)
     folded: set[int] = set()
@@ -172,12 +171,9 @@ def evaluate_node(node, values: dict, opsets: dict) -> list:
     Raises:
         Exception: whatever the reference evaluator raises (unsupported op, bad values).
     """
-    from onnx import helper
-    from onnx.reference import ReferenceEvaluator
-
     ins = [t for t in node.input if t]
     graph = helper.make_graph([node], "fold", [], [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
     feeds = {t: values[t] for t in ins}
     graph.input.extend([helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(values[t].dtype), values[t].shape) for t in ins])
-    return ReferenceEvaluator(m).run(None, feeds)
+    return onnx.reference.ReferenceEvaluator(m).run(None, feeds)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..core.lazy import helper, onnx
+
 
 def value_types(model) -> dict:
     """Tensor name -> ``onnx.TypeProto`` of the graph inputs, value_info and outputs
@@ -20,8 +22,6 @@ def value_types(model) -> dict:
 def value_info(name: str, types: Mapping):
     """An ``onnx.ValueInfoProto`` named ``name`` with its type from ``types``
     (:func:`value_types`), untyped when unknown."""
-    import onnx
-
     vi = onnx.ValueInfoProto()
     vi.name = name
     if name in types:
@@ -50,8 +50,6 @@ def copy_proto(message):
 
 def node_attr(node, name: str, default: Any) -> Any:
     """The value of attribute ``name`` of ``node``, or ``default`` when absent."""
-    from onnx import helper
-
     for a in node.attribute:
         if a.name == name:
             return helper.get_attribute_value(a)
@@ -77,11 +75,10 @@ def node_inputs(node) -> list[str]:
 
 
 def _subgraph_free_names(node) -> list[str]:
-    from onnx import AttributeProto
-
     free: list[str] = []
     for a in node.attribute:
-        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+        graphs = ([a.g] if a.type == onnx.AttributeProto.GRAPH
+                  else list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])
         for g in graphs:
             defined = {i.name for i in g.input} | {t.name for t in g.initializer}
             for n in g.node:

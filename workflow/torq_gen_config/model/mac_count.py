@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-import onnx
+from ..core.lazy import onnx
 
 __all__ = ["mac_count", "MAC_OPS"]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..core.lazy import helper
+
 #: Prefix of the temporary node names used to trace nodes through the opset upgrade.
 _TAG = "__tgc_node_"
 
@@ -39,8 +41,6 @@ def signature_changes(before: dict, after: dict) -> list[str]:
     when it kept them. onnx's converter changes some (Scan-8 -> 9 drops the batch axis
     of every input); declared output dims that are unknown on one side are not a change.
     """
-    from onnx import helper
-
     def text(e) -> str:
         try:
             dt = helper.tensor_dtype_to_np_dtype(e[1]).name

@@ -12,17 +12,20 @@ unique name before the conversion and the tags are read back afterwards
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..core.errors import ModelError
+from ..core.lazy import onnx, protobuf_message, version_converter
 from .graph import user_node_table
 from .opset_upgrade import (
     _TAG, _restore_node_names, _restore_tensor_names, model_signature, signature_changes, trace_node_origins,
 )
 from .shapes import apply_observed_types, complete_static_shapes, unknown_runtime_tensors
+from .subgraph import CONFIG_KEYS, extract_subgraph, resolve_range
 from .symbolic_dims import fix_symbolic_dims
 from ..core.limits import NOTE_CHARS
 from ..core.external_data import external_data_problem, load_weights, model_bytes, resolve_locations
@@ -58,9 +61,6 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
             has no graph, its external data is missing or short, or the checker
             rejects it.
     """
-    import onnx
-    from google.protobuf.message import DecodeError
-
     p = Path(path)
     if p.suffix.lower() == ".tflite":
         raise ModelError(f"{p}: TFLite models are not supported; torq-gen-config is ONNX-only (convert the model to ONNX first)")
@@ -72,7 +72,7 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
         raise ModelError(f"{p}: file is empty, not an ONNX model")
     try:
         model = onnx.load_from_string(read_skeleton(p, min_bytes=MIN_EXTERNAL_BYTES)[0])
-    except (WireError, DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
+    except (WireError, protobuf_message.DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
         raise ModelError(f"{p}: not a valid ONNX model (cannot parse the protobuf: {_one_line(e)})") from None
     except OSError as e:
         raise ModelError(f"{p}: cannot read model: {_one_line(e)}") from None
@@ -114,8 +114,6 @@ def _check_beside(model, store: str | os.PathLike | None) -> None:
     Raises:
         onnx.checker.ValidationError: the model fails the checker.
     """
-    import onnx
-
     if store is None:
         onnx.checker.check_model(model)
         return
@@ -138,8 +136,6 @@ def _may_name_external_data(path: Path) -> bool:
     """False when the model file cannot name an external data file (no
     :data:`_LOCATION_ENTRY` in it): spares the onnx import and the parse (about 0.6 s)
     at every Snakemake start, where :func:`model_fingerprint` runs."""
-    import mmap
-
     try:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             return m.find(_LOCATION_ENTRY) != -1
@@ -164,8 +160,6 @@ def model_fingerprint(path: str | os.PathLike, *, parse_limit_bytes: int = 64 <<
     fp = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "external_data": []}
     if st.st_size <= parse_limit_bytes and _may_name_external_data(p):
         try:
-            import onnx
-
             model = onnx.load(str(p), load_external_data=False)
             locations = sorted({e.value for t in _all_tensors(model) for e in t.external_data if e.key == "location"})
         except Exception:  # an unreadable model is reported by the preparation job itself
@@ -262,9 +256,6 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         ConfigError: an unknown subgraph name or a reversed range; an
             ``input_shapes`` entry that names no input or contradicts a static dim.
     """
-    import onnx
-    from onnx import version_converter
-
     model = load_model(src, store)
     info: dict[str, Any] = {"source": str(src), "warnings": [], "fixed_dims": []}
     info["user_nodes"] = user_node_table(model)
@@ -353,8 +344,6 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
 
 def _subgraph_inputs(model, origin: list[int], info: dict, subgraph: tuple[str, str]) -> list[str]:
     """The run-time tensors the subgraph reads from the rest of the model (its inputs)."""
-    from .subgraph import CONFIG_KEYS, extract_subgraph, resolve_range
-
     rng = resolve_range(info["user_nodes"], subgraph[0], subgraph[1], labels=CONFIG_KEYS)
     return list(extract_subgraph(model, origin, rng["from"]["graph_index"], rng["to"]["graph_index"])[2]["inputs"])
 
@@ -362,10 +351,6 @@ def _subgraph_inputs(model, origin: list[int], info: dict, subgraph: tuple[str, 
 def _cut_subgraph(model, origin: list[int], info: dict, subgraph: tuple[str, str]):
     """Subgraph mode: replace the prepared model by the subgraph; keep the user's
     indices (``info["user_nodes"]`` keeps the entries of the nodes it holds)."""
-    import onnx
-
-    from .subgraph import CONFIG_KEYS, extract_subgraph, resolve_range
-
     rng = resolve_range(info["user_nodes"], subgraph[0], subgraph[1], labels=CONFIG_KEYS)
     sub, sub_origin, sub_info = extract_subgraph(model, origin, rng["from"]["graph_index"], rng["to"]["graph_index"])
     held = set(sub_origin)

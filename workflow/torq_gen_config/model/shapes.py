@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from ..core.lazy import helper, numpy_helper, onnx
 from .folding import fold_constants
 from .graph import copy_proto
 from ..core.limits import NOTE_CHARS
@@ -89,8 +90,6 @@ def unknown_tensors(model) -> list[str]:
 def infer(model, warnings: list[str] | None = None):
     """``onnx.shape_inference.infer_shapes`` with data propagation (not strict); the
     model itself, with a warning appended, when inference raises."""
-    import onnx
-
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as e:
@@ -142,7 +141,6 @@ def complete_static_shapes(model, warnings: list[str] | None = None, max_rounds:
         del tmp.graph.node[:]
         tmp.graph.node.extend(keep_nodes)
         produced = {o for n in keep_nodes for o in n.output if o}
-        from onnx import numpy_helper
 
         have = {t.name for t in tmp.graph.initializer}
         for name in sorted(folded_out - produced - have):
@@ -180,8 +178,6 @@ def unknown_runtime_tensors(model) -> list[str]:
 
 def type_proto_of(observed: Mapping):
     """An ``onnx.TypeProto`` from an observed type (``model_run.observed_type``)."""
-    from onnx import helper
-
     if observed["kind"] == "sequence":
         return helper.make_sequence_type_proto(helper.make_tensor_type_proto(observed["elem_type"] or 0, None))
     return helper.make_tensor_type_proto(observed["elem_type"], observed["shape"])
@@ -226,8 +222,6 @@ def type_text(tp) -> str:
 
 
 def _type_text(tp) -> str:
-    from onnx import helper
-
     if tp is None or tp.WhichOneof("value") is None:
         return "unknown"
     kind = tp.WhichOneof("value")

@@ -16,16 +16,19 @@ holds the non-constant part of that expansion, and it is still one layer.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
 from pathlib import Path
 
 from ..core.external_data import save_model
+from ..core.lazy import helper, onnx
 from ..core.weight_store import store_folded
 from .folding import fold_constants
 from .extract import extract_model
 from .graph import node_inputs, value_types
+from .mac_count import mac_count
 from .shapes import type_is_complete, type_table, type_text
 
 #: Name of the layer model file inside each layer directory.
@@ -74,8 +77,6 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         whose input or output type is unknown: it gets no test jobs;
         and ``folded_nodes`` (user nodes that were constant-folded), ``warnings``.
     """
-    from .mac_count import mac_count
-
     layers_dir = Path(layers_dir)
     layers_dir.mkdir(parents=True, exist_ok=True)
     values, folded, warnings = fold_constants(model)
@@ -178,10 +179,6 @@ def layer_signature(layer_model) -> str:
     Returns:
         A 16-hex-digit SHA-1 prefix.
     """
-    import json
-
-    from onnx import helper
-
     def attr_value(a):
         v = helper.get_attribute_value(a)
         if hasattr(v, "SerializeToString"):
@@ -247,8 +244,6 @@ def _describe(name: str, types: dict) -> dict:
 
 
 def _dtype_name(elem_type: int) -> str:
-    import onnx
-
     try:
         return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
     except Exception:

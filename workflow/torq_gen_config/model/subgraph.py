@@ -31,9 +31,12 @@ import difflib
 import os
 from typing import Any
 
+from ..config import model_name, resolve_model_path
 from ..core.errors import ConfigError, ModelError
+from ..core.lazy import np, onnx, protobuf_message
 from .extract import extract_model
-from .graph import node_attr, value_types
+from .folding import static_shapes as _static_shapes
+from .graph import node_attr, node_inputs, tensor_consumers, user_node_table, value_types
 from ..core.limits import NOTE_CHARS
 
 #: Config keys (and, as ``--subgraph-from``/``--subgraph-to``, command-line options).
@@ -140,8 +143,6 @@ def subgraph_of_config(config: dict, model_path: str | os.PathLike | None = None
     if not (f and t):
         raise ConfigError(f"{labels[0]} and {labels[1]} must be given together (subgraph mode needs both ends)")
     if model_path is None:
-        from ..config import resolve_model_path
-
         model_path = resolve_model_path(config["model"])
     return resolve_range(_user_nodes_of(model_path), f, t, labels)
 
@@ -156,8 +157,6 @@ def report_name(config: dict, model_path: str | os.PathLike | None = None,
     Raises:
         ConfigError, ModelError: as :func:`subgraph_of_config`.
     """
-    from ..config import model_name, resolve_model_path
-
     path = model_path if model_path is not None else resolve_model_path(config["model"])
     sub = subgraph_of_config(config, path, labels)
     return model_name(path) + (sub["suffix"] if sub else ""), sub
@@ -165,14 +164,9 @@ def report_name(config: dict, model_path: str | os.PathLike | None = None,
 
 def _user_nodes_of(path: str | os.PathLike) -> list[dict]:
     """The user node table of a model file (loaded without external data or checks)."""
-    import onnx
-    from google.protobuf.message import DecodeError
-
-    from .graph import user_node_table
-
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError, UnicodeDecodeError, OSError) as e:
+    except (protobuf_message.DecodeError, RuntimeError, ValueError, UnicodeDecodeError, OSError) as e:
         raise ModelError(f"{path}: cannot read the model to resolve the subgraph: {str(e).splitlines()[0][:NOTE_CHARS]}") from None
     return user_node_table(model)
 
@@ -190,8 +184,6 @@ def constant_nodes(model) -> tuple[set[int], set[str]]:
         names of the ``Shape``/``Size`` nodes among them whose input is run-time data
         (their value comes from the static shape, not from the input).
     """
-    from .folding import static_shapes as _static_shapes
-
     shapes = _static_shapes(model)
     const_tensors = {t.name for t in model.graph.initializer}
     const: set[int] = set()
@@ -232,12 +224,6 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
     Raises:
         ModelError: the range produces nothing that is used after it.
     """
-    import numpy as np
-
-    from .graph import tensor_consumers
-    from .graph import node_inputs
-    from .folding import static_shapes as _static_shapes
-
     nodes = list(model.graph.node)
     in_range = [j for j, o in enumerate(origin) if first <= o <= last]
     range_set = set(in_range)

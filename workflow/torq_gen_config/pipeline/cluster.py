@@ -11,6 +11,7 @@ call when the plugin is installed (:func:`import_slurm_plugin_without_probe`).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -22,6 +23,7 @@ import threading
 from pathlib import Path
 
 from ..core.errors import ConfigError
+from ..core.lazy import snakemake_logger_plugins, yaml
 from ..core.progress import short_error, unit_label
 
 #: What to install for an executor, when its plugin is missing.
@@ -53,8 +55,6 @@ def read_profile(profile: str | os.PathLike) -> dict:
     Raises:
         ConfigError: the profile is missing, not YAML, or not a mapping.
     """
-    import yaml
-
     path = profile_file(profile)
     try:
         settings = yaml.safe_load(path.read_text()) or {}
@@ -206,18 +206,16 @@ class JobFailureLines(logging.Handler):
             self.handleError(record)
 
     def _emit(self, record: logging.LogRecord) -> None:
-        from snakemake_interface_logger_plugins.common import LogEvent
-
         event = getattr(record, "event", None)
-        if event == LogEvent.JOB_INFO:
+        if event == snakemake_logger_plugins.LogEvent.JOB_INFO:
             self.jobs[record.jobid] = {"rule": record.rule_name, "input": list(record.input or []),
                                        "output": list(record.output or [])}
-        elif event == LogEvent.JOB_ERROR:
+        elif event == snakemake_logger_plugins.LogEvent.JOB_ERROR:
             external = (getattr(record, "aux", None) or {}).get("external_jobid")
             if external:
                 self.finished.add(str(external))
             self.line(short_error(record))
-        elif event == LogEvent.JOB_FINISHED:
+        elif event == snakemake_logger_plugins.LogEvent.JOB_FINISHED:
             pass
         elif record.levelno == logging.INFO and isinstance(record.msg, str):
             m = SUBMITTED_RE.match(record.msg)
@@ -306,8 +304,6 @@ def _node_states_text() -> str:
 def job_failure_lines(stream=None):
     """A context in which a :class:`JobFailureLines` is on the ``snakemake`` logger (Snakemake's
     command-line runs: ``workflow_api.run_workflow_with_snakemake_args``)."""
-    import contextlib
-
     @contextlib.contextmanager
     def installed():
         handler = JobFailureLines(stream)

@@ -45,7 +45,7 @@ def size_only_temp_inputs() -> bool:
         method (another version: nothing is changed).
     """
     try:
-        from snakemake.scheduling.job_scheduler import JobScheduler
+        from snakemake.scheduling.job_scheduler import JobScheduler  # optional: another Snakemake may lack it
     except ImportError:
         return False
     original = getattr(JobScheduler, "update_input_sizes", None)

@@ -12,13 +12,27 @@ profile are the checkout's, or the copy shipped in an installed wheel
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import signal
 import threading
 from pathlib import Path
 
 from .. import workflow_files
+from ..config import model_name, resolve_model_path
+from ..core import isolation, run_lock
 from ..core.errors import TorqGenConfigError
+from ..core.fileio import atomic_write_text
+from ..core.isolation import stop_signal
+from ..core.job_support import JOB_FAILURES
+from ..core.layout import lock_file
+from ..core.lazy import (snakemake_api, snakemake_cli, snakemake_exceptions, snakemake_greedy, snakemake_logging,
+                         snakemake_settings, yaml)
+from ..core.progress import ProgressDisplay, display_mode
+from ..model.subgraph import report_name
+from .cluster import is_local, job_failure_lines, read_profile
 
 # the checkout's, or the copy in an installed wheel (torq_gen_config.workflow_files)
 SNAKEFILE = workflow_files.snakefile()
@@ -79,7 +93,6 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     absent = workflow_files.missing()
     if absent:
         raise WorkflowFailed(absent)
-    from ..core import run_lock
 
     workdir = Path(workdir).resolve()
     try:
@@ -116,16 +129,12 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
                     quiet_progress=quiet_progress)
         else:
             if display == "auto":
-                from ..core.progress import display_mode
-
                 display = display_mode(quiet=quiet, verbose=verbose, dryrun=dryrun)
             what = f"{'full-model run' if allowed_rules else 'discovery'} of {_report_name(config)}"
             _run_locked(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun,
                         forceall=forceall, dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules,
                         display=display, display_what=what, log_file=config.get("log_file") or None)
     except WorkflowFailed:
-        from ..core import isolation
-
         if interrupted or isolation.stop_signal():
             raise Interrupted(interrupted[0] if interrupted else isolation.stop_signal()) from None
         raise
@@ -139,7 +148,6 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 allowed_rules=None, display=None, display_what="workflow", log_file=None) -> None:
     # a Snakemake lock left by a killed run is removed when the workflow is parsed
     # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
-    from ..core.job_support import JOB_FAILURES
 
     JOB_FAILURES.clear()
     execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
@@ -167,52 +175,39 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built (one line).
     """
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (
-        ConfigSettings,
-        DAGSettings,
-        ExecutionSettings,
-        OutputSettings,
-        Quietness,
-        RerunTrigger,
-        ResourceSettings,
-        SchedulingSettings,
-    )
-    from snakemake.scheduling.greedy import SchedulerSettings as GreedySchedulerSettings
-    from snakemake_interface_common.exceptions import WorkflowError
-
     failures = failures if failures is not None else []
     profile = profile_settings()
-    quiet_set = {Quietness.parse_choice(q) for q in profile.get("quiet") or []} if quiet else None
+    quiet_set = {snakemake_settings.Quietness.parse_choice(q) for q in profile.get("quiet") or []} if quiet else None
     if quiet and quiet_progress:
-        quiet_set.add(Quietness.PROGRESS)
+        quiet_set.add(snakemake_settings.Quietness.PROGRESS)
     try:
-        with SnakemakeApi(OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
-                                         printshellcmds=bool(profile.get("printshellcmds")),
-                                         show_failed_logs=True)) as api, \
+        st = snakemake_settings
+        with snakemake_api.SnakemakeApi(st.OutputSettings(quiet=quiet_set, dryrun=dryrun, verbose=verbose,
+                                                          printshellcmds=bool(profile.get("printshellcmds")),
+                                                          show_failed_logs=True)) as api, \
                 _progress_display(display, display_what, log_file):
             wf = api.workflow(
                 snakefile=SNAKEFILE,
                 workdir=workdir,
-                resource_settings=ResourceSettings(cores=cores,
-                                                   resources={**profile["resources"], **(resources or {})}),
-                config_settings=ConfigSettings(config=config),
+                resource_settings=st.ResourceSettings(cores=cores,
+                                                      resources={**profile["resources"], **(resources or {})}),
+                config_settings=st.ConfigSettings(config=config),
             )
-            dag = wf.dag(DAGSettings(targets=frozenset(targets or []), forcerun=frozenset(forcerun or []),
-                                     forceall=forceall, force_incomplete=bool(profile.get("rerun-incomplete")),
-                                     allowed_rules=frozenset(allowed_rules or []),
-                                     rerun_triggers=frozenset(RerunTrigger.parse_choice(t)
-                                                              for t in profile["rerun-triggers"])))
+            dag = wf.dag(st.DAGSettings(targets=frozenset(targets or []), forcerun=frozenset(forcerun or []),
+                                        forceall=forceall, force_incomplete=bool(profile.get("rerun-incomplete")),
+                                        allowed_rules=frozenset(allowed_rules or []),
+                                        rerun_triggers=frozenset(st.RerunTrigger.parse_choice(t)
+                                                                 for t in profile["rerun-triggers"])))
             dag.execute_workflow(
                 executor="local",
                 pseudo_executor="dryrun" if dryrun else None,
-                execution_settings=ExecutionSettings(keep_going=bool(profile.get("keep-going")),
-                                                     use_threads=bool(profile.get("force-use-threads")),
-                                                     ignore_incomplete=False),
-                scheduling_settings=SchedulingSettings(scheduler=profile["scheduler"]),
-                scheduler_settings=GreedySchedulerSettings(),  # required with greedy (notes/snakemake.md)
+                execution_settings=st.ExecutionSettings(keep_going=bool(profile.get("keep-going")),
+                                                        use_threads=bool(profile.get("force-use-threads")),
+                                                        ignore_incomplete=False),
+                scheduling_settings=st.SchedulingSettings(scheduler=profile["scheduler"]),
+                scheduler_settings=snakemake_greedy.SchedulerSettings(),  # required with greedy (notes/snakemake.md)
             )
-    except WorkflowError as e:
+    except snakemake_exceptions.WorkflowError as e:
         raise WorkflowFailed(_with_job_failures(_one_line(e), failures)) from None
     except Exception as e:  # snakemake raises several exception types for bad workflows
         if type(e).__name__ in ("WorkflowError", "RuleException", "MissingInputException", "IncompleteFilesException",
@@ -225,30 +220,25 @@ def _progress_display(mode: str | None, what: str, log_file: str | None):
     """A context that puts a :class:`progress.ProgressDisplay` in place of Snakemake's
     console handler (Snakemake's log handler hook: handlers on its logger, set up by
     ``SnakemakeApi``), or does nothing for ``mode`` None."""
-    import contextlib
-
     if mode is None:
         return contextlib.nullcontext()
-    from snakemake.logging import logger
 
-    from ..core.isolation import stop_signal
-    from ..core.progress import ProgressDisplay
 
     display = ProgressDisplay(mode, what=what, log_file=log_file, stopping=stop_signal)
 
     @contextlib.contextmanager
     def installed():
-        removed = [h for h in logger.handlers if h.name == "DefaultStreamHandler"]
+        removed = [h for h in snakemake_logging.logger.handlers if h.name == "DefaultStreamHandler"]
         for h in removed:
-            logger.removeHandler(h)
-        logger.addHandler(display)
+            snakemake_logging.logger.removeHandler(h)
+        snakemake_logging.logger.addHandler(display)
         try:
             with display:
                 yield display
         finally:
-            logger.removeHandler(display)
+            snakemake_logging.logger.removeHandler(display)
             for h in removed:
-                logger.addHandler(h)
+                snakemake_logging.logger.addHandler(h)
 
     return installed()
 
@@ -261,8 +251,6 @@ def profile_settings(path: str | os.PathLike = PROFILE) -> dict:
         WorkflowFailed: the profile is missing, unreadable, or has a key outside
             :data:`PROFILE_KEYS`.
     """
-    import yaml
-
     try:
         settings = yaml.safe_load(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
@@ -298,9 +286,6 @@ def profile_argv(settings: dict, *, quiet: bool) -> list[str]:
 
 def _report_name(config: dict) -> str:
     """The report name of a config: the model's stem, plus the subgraph suffix."""
-    from ..config import model_name, resolve_model_path
-    from ..model.subgraph import report_name
-
     try:
         return report_name(config)[0]
     except TorqGenConfigError:  # reported by the workflow itself, with its context
@@ -308,8 +293,6 @@ def _report_name(config: dict) -> str:
 
 
 def _lock_name(config: dict) -> str:
-    from ..core.layout import lock_file
-
     return lock_file(_report_name(config))
 
 
@@ -339,11 +322,6 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     Raises:
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
     """
-    import yaml
-    from snakemake.cli import args_to_api, parse_args
-
-    from ..core.fileio import atomic_write_text
-
     absent = workflow_files.missing()
     if absent:
         raise WorkflowFailed(absent)
@@ -361,8 +339,6 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     if profile is None:
         argv += [*profile_argv(profile_settings(), quiet=quiet), "--cores", str(cores or os.cpu_count() or 1)]
     else:
-        from .cluster import is_local, read_profile
-
         settings = read_profile(profile)
         local = is_local(str(settings.get("executor") or "local"))
         argv += ["--profile", str(Path(profile).expanduser().resolve()), "--workflow-profile", "none"]
@@ -372,7 +348,6 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
             argv += ["--cores", str(os.cpu_count() or 1)]
     if forceall:
         argv.append("--forceall")
-    from ..core import run_lock
 
     lock_path = workdir / _lock_name(config)
     try:
@@ -380,27 +355,23 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     except run_lock.RunLocked as e:
         raise WorkflowFailed(str(e)) from None
     try:
-        import contextlib
-        import io
-
         given = (f"the settings of --profile {profile}" if profile is not None and not extra_args else
                  f"the arguments after --: {' '.join(extra_args)}" if profile is None else
                  f"the settings of --profile {profile} or the arguments after --: {' '.join(extra_args)}")
         usage = io.StringIO()
         try:
             with contextlib.redirect_stderr(usage):  # argparse prints its whole usage, then the reason
-                parser, args = parse_args(argv + list(extra_args))
+                parser, args = snakemake_cli.parse_args(argv + list(extra_args))
         except SystemExit:
             reason = next((ln.split("error: ", 1)[1] for ln in reversed(usage.getvalue().splitlines())
                            if "error: " in ln), "see snakemake --help")
             raise WorkflowFailed(f"Snakemake rejected {given}: {reason}") from None
         except Exception as e:  # Snakemake's own checks of the values (e.g. a malformed --resources)
             raise WorkflowFailed(f"Snakemake rejected {given}: {_one_line(e)}") from None
-        from .cluster import job_failure_lines
 
         try:
             with job_failure_lines():  # a failed job in one line (the profile's quiet hides Snakemake's block)
-                ok = args_to_api(args, parser)
+                ok = snakemake_cli.args_to_api(args, parser)
         except Exception as e:
             raise WorkflowFailed(_one_line(e)) from None
         if not ok:
@@ -412,8 +383,6 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
 def _one_line(e: BaseException) -> str:
     """Snakemake's error as one line: its first lines, without its framing ("Error:",
     "WorkflowError: ", the "Wildcards:" block that follows an input function's error)."""
-    import re
-
     lines = []
     for ln in str(e).strip().splitlines():
         ln = ln.strip()

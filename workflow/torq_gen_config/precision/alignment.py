@@ -9,6 +9,7 @@ name; activations that ORT fuses away (Relu after Conv) are left unaligned.
 
 from __future__ import annotations
 
+from ..core.lazy import np
 from .qdq_graph import _QDQ_OPS, QUANTIZED_OP_BASE
 
 
@@ -64,8 +65,6 @@ def align_layers(layers: list[dict], computes: list[dict]) -> list[int | None]:
         Per layer, the position in ``computes`` it is aligned with, or None (no
         counterpart, e.g. a Relu fused into the preceding Conv).
     """
-    import numpy as np
-
     m, n = len(layers), len(computes)
     if m == 0 or n == 0:
         return [None] * m

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
-import numpy as np
+from ..core.lazy import ml_dtypes, np
 
-
-_BF16_MAX = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+#: float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), (2 - 2**-7) * 2**127: written out so that importing
+#: this module does not load ml_dtypes (core/lazy.py)
+_BF16_MAX = 3.3895313892515355e38
 
 
 def round_to_bf16(array: np.ndarray, *, saturate: bool = False) -> np.ndarray:

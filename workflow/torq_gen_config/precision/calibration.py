@@ -5,8 +5,11 @@ defaults) or read from a user ``.npz`` file, checked against the model's inputs.
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
+from ..core.lazy import helper, np
+from ..inputs import make_inputs
 from .folding import _infer
 from .ort_quantization import QuantizationError, _one_line
 
@@ -24,8 +27,6 @@ INT_INPUT_RANGE = (0, 10)
 
 def _input_specs(model) -> list[tuple[str, "np.dtype", list]]:  # noqa: F821
     """(name, numpy dtype, shape with None for unknown dims) of each real graph input."""
-    from onnx import helper
-
     inits = {t.name for t in model.graph.initializer}
     specs = []
     for vi in model.graph.input:
@@ -77,8 +78,6 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
             the inputs hold different N. The message names the input and its expected
             shapes and dtype.
     """
-    import numpy as np
-
     specs = _input_specs(model)
     if data_path is None:
         if n < 1:
@@ -144,10 +143,6 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
 
 def _load_npz(p: Path) -> dict[str, "np.ndarray"]:  # noqa: F821
     """The arrays of the ``.npz`` archive ``p`` (QuantizationError if it is none)."""
-    import zipfile
-
-    import numpy as np
-
     def not_npz(why: str) -> QuantizationError:
         return QuantizationError(f"{p}: not an .npz archive (numpy.savez): {why}; calibration data must be an "
                                  f".npz file with one array per model input, keyed by input name")
@@ -177,8 +172,6 @@ def _load_npz(p: Path) -> dict[str, "np.ndarray"]:  # noqa: F821
 
 def _is_float_dtype(dt) -> bool:
     """Float numpy dtype, bfloat16 (ml_dtypes) included; None (unknown) counts as float."""
-    import numpy as np
-
     if dt is None:
         return True
     dt = np.dtype(dt)
@@ -190,16 +183,12 @@ def _random_samples(model, specs, n: int, seed: int, float_range_of) -> list[dic
     ``float_range_of(name)``; the other inputs from :func:`torq_gen_config.inputs.generate.make_inputs`
     (bounded index inputs, other integers in :data:`INT_INPUT_RANGE`, booleans), seeded
     per sample with ``(seed, sample index)``."""
-    import numpy as np
-
     others = [name for name, dtype, _ in specs if not _is_float_dtype(dtype)]
     for name, dtype, _ in specs:
         if name in others and np.dtype(dtype).kind not in "iub":
             raise QuantizationError(f"cannot generate calibration data for input {name!r} of dtype {np.dtype(dtype)}")
     extra: list[dict] = [{} for _ in range(n)]
     if others:
-        from ..inputs import make_inputs
-
         inferred = _infer(model)  # value_info: shapes of the indexed data tensors
         settings = {"int_range": list(INT_INPUT_RANGE), "uint8_range": list(INT_INPUT_RANGE)}
         for k in range(n):
@@ -243,8 +232,6 @@ def _dtype_fits(actual, expected) -> bool:
 
 
 def _random_array(rng, dtype, shape, lo: float, hi: float):
-    import numpy as np
-
     shp = [1 if d is None else d for d in shape]
     dt = np.dtype(dtype if dtype is not None else np.float32)
     if _is_float_dtype(dt):
@@ -265,8 +252,6 @@ def _layer_samples(model, ranges: dict, n: int, seed: int) -> list[dict]:
 
 def _check_finite_samples(samples: list[dict]) -> None:
     """QuantizationError if a float array of a calibration sample holds NaN or inf."""
-    import numpy as np
-
     for k, s in enumerate(samples):
         for name, a in s.items():
             a = np.asarray(a)

@@ -4,6 +4,10 @@ become initializers (``quantize_static`` quantizes only initializers).
 
 from __future__ import annotations
 
+from ..core.lazy import helper, np, numpy_helper, onnx
+from ..model.folding import fold_constants
+from ..model.graph import node_inputs
+
 
 def fold_to_initializers(model) -> "onnx.ModelProto":  # noqa: F821
     """Copy of ``model`` with every constant subgraph evaluated into initializers.
@@ -22,13 +26,6 @@ def fold_to_initializers(model) -> "onnx.ModelProto":  # noqa: F821
     Returns:
         The folded model (``onnx.ModelProto``), shapes inferred where onnx can.
     """
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
-    from ..model.folding import fold_constants
-    from ..model.graph import node_inputs
-
     m = _infer(model)
     values, folded, _warnings = fold_constants(m)
     keep = [n for j, n in enumerate(m.graph.node) if j not in folded]
@@ -69,8 +66,6 @@ def fold_to_initializers(model) -> "onnx.ModelProto":  # noqa: F821
 
 def _infer(model):
     """Shape inference that never fails (returns a copy; the input on failure)."""
-    import onnx
-
     try:
         return onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:

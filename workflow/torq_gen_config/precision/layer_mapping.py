@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..core.lazy import onnx
 from .alignment import align_layers, base_tensor_name, compute_nodes
 
 #: Wrapper op types that join the layer on their data side.
@@ -216,8 +217,6 @@ def quantized_tensor_names(quantized_model: "onnx.ModelProto") -> list[str]:  # 
     its compute nodes (QOperator), without onnxruntime's suffixes. A layer's float
     I/O get Q/DQ pairs in its own test only where they are in this list, i.e. where
     the whole model has them too (``quantize_layer``)."""
-    import onnx
-
     types = {v.name: v.type.tensor_type.elem_type for v in list(quantized_model.graph.value_info)
              + list(quantized_model.graph.output) + list(quantized_model.graph.input)}
     ints = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}

@@ -42,12 +42,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
-import numpy as np
-import onnx
-from onnx import TensorProto, helper
 
 from ..core.errors import ConfigError, ModelError
+from ..core.lazy import helper, ml_dtypes, np, onnx
 from .bf16_rounding import _bf16_stats, round_to_bf16
 from .narrowing_plan import _SHORT, _NarrowingPlan
 from .onnx_graph import _all_names, _default_opset, _from_array, _one_line, _rename_refs, _subgraphs, _to_array
@@ -89,7 +86,7 @@ def convert_to_bf16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
     Rules: seed notes/reference_tool.md s6 (FP32Converter), ONNX schemas via onnx.defs;
     see the module docstring.
     """
-    return _Narrower(model, {TensorProto.FLOAT: TensorProto.BFLOAT16}, {}, "bf16").run()
+    return _Narrower(model, {onnx.TensorProto.FLOAT: onnx.TensorProto.BFLOAT16}, {}, "bf16").run()
 
 
 def convert_int64_to_int32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
@@ -117,7 +114,7 @@ def convert_int64_to_int32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
 
     Rules: seed notes/reference_tool.md s6 (Int64Converter), ONNX schemas via onnx.defs.
     """
-    pairs = {TensorProto.INT64: TensorProto.INT32, TensorProto.UINT64: TensorProto.UINT32}
+    pairs = {onnx.TensorProto.INT64: onnx.TensorProto.INT32, onnx.TensorProto.UINT64: onnx.TensorProto.UINT32}
     return _Narrower(model, pairs, KEEP_INT64_INPUTS, "int32").run()
 
 
@@ -274,16 +271,16 @@ class _Narrower(_NarrowingPlan):
             del n.attribute[k]
         n.attribute.append(helper.make_attribute("value", new))
 
-    def _narrow_tensor(self, t: TensorProto, report_name: str, kind: str) -> TensorProto:
+    def _narrow_tensor(self, t: onnx.TensorProto, report_name: str, kind: str) -> onnx.TensorProto:
         """The narrow copy of a wide constant tensor (statistics / clamping reported)."""
         a = _to_array(t)
-        if t.data_type == TensorProto.FLOAT:
+        if t.data_type == onnx.TensorProto.FLOAT:
             x = a.astype(np.float32)
             r = round_to_bf16(x, saturate=True)
             clamped = int(np.count_nonzero(np.isinf(x.astype(ml_dtypes.bfloat16)) & np.isfinite(x)))
             self.report["constants"].append({"name": report_name, "kind": kind, **_bf16_stats(x, r, clamped)})
             out = _from_array(r, t.name)
-        elif t.data_type == TensorProto.INT64:
+        elif t.data_type == onnx.TensorProto.INT64:
             lo, hi = a == _I64.min, a == _I64.max
             bad = ~(lo | hi) & ((a < _I32.min) | (a > _I32.max))
             if bad.any():
@@ -294,7 +291,7 @@ class _Narrower(_NarrowingPlan):
             if lo.any() or hi.any():
                 self.report["clamped"].append({"name": report_name, "int64_min": int(lo.sum()), "int64_max": int(hi.sum())})
             out = _from_array(r, t.name)
-        elif t.data_type == TensorProto.UINT64:
+        elif t.data_type == onnx.TensorProto.UINT64:
             hi = a == _U64.max
             bad = ~hi & (a > _U32.max)
             if bad.any():

@@ -8,27 +8,25 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-import onnx
-from onnx import TensorProto, defs
-
+from ..core.lazy import onnx
 from .onnx_graph import DTYPE_ATTRS, _outer_refs, _subgraphs
 
 
 _TYPE_STR = {
-    TensorProto.FLOAT: "tensor(float)",
-    TensorProto.BFLOAT16: "tensor(bfloat16)",
-    TensorProto.INT64: "tensor(int64)",
-    TensorProto.INT32: "tensor(int32)",
-    TensorProto.UINT64: "tensor(uint64)",
-    TensorProto.UINT32: "tensor(uint32)",
+    onnx.TensorProto.FLOAT: "tensor(float)",
+    onnx.TensorProto.BFLOAT16: "tensor(bfloat16)",
+    onnx.TensorProto.INT64: "tensor(int64)",
+    onnx.TensorProto.INT32: "tensor(int32)",
+    onnx.TensorProto.UINT64: "tensor(uint64)",
+    onnx.TensorProto.UINT32: "tensor(uint32)",
 }
 _SHORT = {
-    TensorProto.FLOAT: "fp32",
-    TensorProto.BFLOAT16: "bf16",
-    TensorProto.INT64: "int64",
-    TensorProto.INT32: "int32",
-    TensorProto.UINT64: "uint64",
-    TensorProto.UINT32: "uint32",
+    onnx.TensorProto.FLOAT: "fp32",
+    onnx.TensorProto.BFLOAT16: "bf16",
+    onnx.TensorProto.INT64: "int64",
+    onnx.TensorProto.INT32: "int32",
+    onnx.TensorProto.UINT64: "uint64",
+    onnx.TensorProto.UINT32: "uint32",
 }
 _NON_TENSOR = -1  # marker in the type map for sequence/optional/map values
 
@@ -46,7 +44,6 @@ class _Group:
         self.reason = ""
         self.mechanism: str | None = None  # how an attribute-driven output type is rewritten
         self.free = False  # decided by the consumers (constant-like producers)
-
 
 
 class _NarrowingPlan:
@@ -79,9 +76,9 @@ class _NarrowingPlan:
                     if a.name == "value":
                         types[n.output[0]] = a.t.data_type
                     elif a.name in ("value_float", "value_floats"):
-                        types[n.output[0]] = TensorProto.FLOAT
+                        types[n.output[0]] = onnx.TensorProto.FLOAT
                     elif a.name in ("value_int", "value_ints"):
-                        types[n.output[0]] = TensorProto.INT64
+                        types[n.output[0]] = onnx.TensorProto.INT64
         return types
 
     def _is_wide(self, name: str) -> bool:
@@ -161,8 +158,9 @@ class _NarrowingPlan:
             return [], f"{n.op_type} is a model-local function; its body is not converted"
         version = self.opsets.get(domain)
         try:
-            schema = defs.get_schema(n.op_type, version if version is not None else 1, "" if domain == "ai.onnx" else domain)
-        except defs.SchemaError:
+            schema = onnx.defs.get_schema(n.op_type, version if version is not None else 1,
+                                          "" if domain == "ai.onnx" else domain)
+        except onnx.defs.SchemaError:
             return [], f"no ONNX schema for {domain}::{n.op_type} at opset {version}"
         if any(self.types.get(t) == _NON_TENSOR for t in list(n.input) + list(n.output) if t):
             return [], f"{n.op_type} has non-tensor (sequence/optional) inputs or outputs"
@@ -173,7 +171,7 @@ class _NarrowingPlan:
             if not formals:
                 return
             last = formals[-1]
-            variadic = last.option == defs.OpSchema.FormalParameterOption.Variadic
+            variadic = last.option == onnx.defs.OpSchema.FormalParameterOption.Variadic
             for j, t in enumerate(actual):
                 if j < len(formals):
                     p = formals[j]
@@ -185,7 +183,7 @@ class _NarrowingPlan:
                     continue
                 if p.type_str in tc:
                     key: Any = p.type_str
-                    if p.option == defs.OpSchema.FormalParameterOption.Variadic and not p.is_homogeneous:
+                    if p.option == onnx.defs.OpSchema.FormalParameterOption.Variadic and not p.is_homogeneous:
                         key = (p.type_str, io, j)
                     allowed = tc[p.type_str]
                 else:
@@ -198,7 +196,7 @@ class _NarrowingPlan:
         add("in", list(schema.inputs), list(n.input))
         add("out", list(schema.outputs), list(n.output))
         # LayerNormalization: the Mean/InvStdDev constraint follows stash_type even with no such outputs.
-        if n.op_type == "LayerNormalization" and TensorProto.FLOAT in self.pairs:
+        if n.op_type == "LayerNormalization" and onnx.TensorProto.FLOAT in self.pairs:
             ukey = schema.outputs[1].type_str if len(schema.outputs) > 1 else None
             if ukey in tc and ukey not in groups:
                 groups[ukey] = _Group(ukey, tc[ukey])
@@ -221,14 +219,14 @@ class _NarrowingPlan:
             return None
         for name in DTYPE_ATTRS:
             a = schema.attributes.get(name)
-            if a is not None and a.type == defs.OpSchema.AttrType.INT:
+            if a is not None and a.type == onnx.defs.OpSchema.AttrType.INT:
                 return f"attr:{name}"
         return None
 
     def _decide_group(self, i: int, n: onnx.NodeProto, g: _Group) -> None:
         wide_slots = [s for s in g.slots if self._is_wide(s[2])]
         if not g.slots:  # LayerNormalization's Mean/InvStdDev constraint with no such outputs
-            wide = TensorProto.FLOAT
+            wide = onnx.TensorProto.FLOAT
             stash = next((a.i for a in n.attribute if a.name == "stash_type"), 1)
             if stash != wide:
                 return
@@ -280,7 +278,7 @@ class _NarrowingPlan:
                 if not g.free:
                     continue
                 outs = [s[2] for s in g.slots if s[0] == "out"]
-                wide = next((self.types[t] for t in outs if self._is_wide(t)), TensorProto.FLOAT)
+                wide = next((self.types[t] for t in outs if self._is_wide(t)), onnx.TensorProto.FLOAT)
                 if self._all_consumers_wide(outs):
                     g.decision = wide
                     g.reason = f"every consumer requires {_TYPE_STR[wide]}"

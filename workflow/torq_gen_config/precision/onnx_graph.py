@@ -5,12 +5,8 @@
 
 from __future__ import annotations
 
+from ..core.lazy import ml_dtypes, np, numpy_helper, onnx
 from ..core.limits import DETAIL_CHARS
-
-import ml_dtypes
-import numpy as np
-import onnx
-from onnx import TensorProto, numpy_helper
 
 
 #: Attributes holding an output element type (TensorProto enum) that the engine rewrites.
@@ -21,16 +17,16 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())[:DETAIL_CHARS]
 
 
-def _to_array(t: TensorProto) -> np.ndarray:
+def _to_array(t: onnx.TensorProto) -> np.ndarray:
     """numpy_helper.to_array, with BFLOAT16 always as ml_dtypes.bfloat16 (onnx 1.23
     returns bfloat16; older versions returned the raw uint16 bits)."""
     a = numpy_helper.to_array(t)
-    if t.data_type == TensorProto.BFLOAT16 and a.dtype != ml_dtypes.bfloat16:
+    if t.data_type == onnx.TensorProto.BFLOAT16 and a.dtype != ml_dtypes.bfloat16:
         a = a.astype(np.uint16).view(ml_dtypes.bfloat16)
     return a
 
 
-def _from_array(a: np.ndarray, name: str) -> TensorProto:
+def _from_array(a: np.ndarray, name: str) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(a, order="C"), name)
 
 

@@ -17,6 +17,7 @@ import logging
 import threading
 
 from ..core.errors import ModelError
+from ..core.lazy import oq
 from ..core.limits import DETAIL_CHARS
 
 
@@ -70,7 +71,7 @@ def _root_logger_guard():
 def _ort_quantization():
     """The ``onnxruntime.quantization`` module, imported with :func:`_root_logger_guard`."""
     with _root_logger_guard():
-        import onnxruntime.quantization as oq
+        pass
     return oq
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.lazy import helper, np, numpy_helper, onnx, oq
+from ..model.graph import node_inputs
 from .calibration import _input_specs
 from .folding import _infer
 from .ort_quantization import _one_line, _root_logger_guard
@@ -35,8 +37,6 @@ def place_constant_nodes_before_use(model) -> "onnx.ModelProto":  # noqa: F821
     the graph; next to their Conv they stay in the Conv's partition when ``run``
     cuts the model into runs of consecutive nodes per executor.
     """
-    import onnx
-
     nodes = list(model.graph.node)
     produced = {t for n in nodes for t in n.output if t}
     graph_inputs = {i.name for i in model.graph.input}
@@ -74,8 +74,6 @@ def place_constant_nodes_before_use(model) -> "onnx.ModelProto":  # noqa: F821
 
 
 def _initializer_value(model, name: str):
-    from onnx import numpy_helper
-
     for t in model.graph.initializer:
         if t.name == name:
             return numpy_helper.to_array(t)
@@ -98,30 +96,27 @@ def _elem_types(model) -> dict[str, int]:
 
 
 def _is_float_type(elem_type) -> bool:
-    from onnx import TensorProto
-
-    return elem_type in (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+    T = onnx.TensorProto
+    return elem_type in (T.FLOAT, T.FLOAT16, T.DOUBLE, T.BFLOAT16)
 
 
 def _io_to_wrap(q) -> list[str]:
     """Float32 graph inputs with a non-Q consumer and float32 outputs not produced by
     DQ (QuantizeLinear takes float32 at the opsets used here; float16/double/bf16
     tensors stay as they are, as in the whole quantized model)."""
-    from onnx import TensorProto
-
     types = _elem_types(q)
     inits = {t.name for t in q.graph.initializer}
     producers = {t: n for n in q.graph.node for t in n.output}
     names = []
     for vi in q.graph.input:
-        if vi.name in inits or types.get(vi.name) != TensorProto.FLOAT:
+        if vi.name in inits or types.get(vi.name) != onnx.TensorProto.FLOAT:
             continue
         consumers = [n for n in q.graph.node if vi.name in n.input]
         if any(n.op_type != "QuantizeLinear" for n in consumers):
             names.append(vi.name)
     for vi in q.graph.output:
         p = producers.get(vi.name)
-        if types.get(vi.name) == TensorProto.FLOAT and (p is None or p.op_type != "DequantizeLinear"):
+        if types.get(vi.name) == onnx.TensorProto.FLOAT and (p is None or p.op_type != "DequantizeLinear"):
             names.append(vi.name)
     return names
 
@@ -129,22 +124,16 @@ def _io_to_wrap(q) -> list[str]:
 def _scale_zp(lo: float, hi: float) -> tuple["np.ndarray", "np.ndarray"]:  # noqa: F821
     """int8 scale/zero point of ``[lo, hi]`` exactly as ORT computes activation params
     (``quant_utils.compute_scale_zp``, asymmetric, 0 included in the range)."""
-    import numpy as np
-    from onnx import TensorProto
-
     with _root_logger_guard():
-        from onnxruntime.quantization.quant_utils import compute_scale_zp, get_qmin_qmax_for_qType
-
-    qmin, qmax = get_qmin_qmax_for_qType(TensorProto.INT8)
-    zp, scale = compute_scale_zp(np.array(lo, dtype=np.float32), np.array(hi, dtype=np.float32), qmin, qmax)
+        pass
+    qmin, qmax = oq.quant_utils.get_qmin_qmax_for_qType(onnx.TensorProto.INT8)
+    zp, scale = oq.quant_utils.compute_scale_zp(np.array(lo, dtype=np.float32), np.array(hi, dtype=np.float32),
+                                                qmin, qmax)
     return np.asarray(scale, dtype=np.float32).reshape(()), np.asarray(zp, dtype=np.int8).reshape(())
 
 
 def _wrap_io(q, ranges: dict, warnings: list[str], only=None):
     """Insert Q->DQ pairs on unquantized float graph I/O (see :func:`quantize_model` step 4)."""
-    import onnx
-    from onnx import helper, numpy_helper
-
     names = [t for t in _io_to_wrap(q) if only is None or t in only]
     if not names:
         return q, []
@@ -207,31 +196,22 @@ def _unique(name: str, used: set) -> str:
 
 def _qparams(model, node) -> tuple[Any, Any, int] | None:
     """(scale, zero_point, quantized elem_type) of a Q/DQ node, from initializers."""
-    from onnx import helper
-
     scale = _initializer_value(model, node.input[1]) if len(node.input) > 1 else None
     zp = _initializer_value(model, node.input[2]) if len(node.input) > 2 and node.input[2] else None
     if scale is None:
         return None
     if zp is None:
-        import numpy as np
-
         zp = np.zeros_like(scale, dtype=np.uint8)
     return scale, zp, helper.np_dtype_to_tensor_dtype(zp.dtype)
 
 
 def _jsonable(a):
-    import numpy as np
-
     a = np.asarray(a)
     return a.item() if a.ndim == 0 or a.size == 1 else a.tolist()
 
 
 def _strip_io_qdq(q, warnings: list[str]):
     """Make graph I/O int8 by removing input Q and output DQ nodes (see :func:`quantize_model` step 5)."""
-    import numpy as np
-    import onnx
-
     out = onnx.ModelProto()
     out.CopyFrom(q)
     g = out.graph
@@ -299,8 +279,6 @@ def _strip_io_qdq(q, warnings: list[str]):
 
 def _drop_unused_initializers(q):
     """Remove initializers that no node (or subgraph) reads and that are no graph output."""
-    from ..model.graph import node_inputs
-
     used = {t for n in q.graph.node for t in node_inputs(n)} | {o.name for o in q.graph.output}
     keep = [t for t in q.graph.initializer if t.name in used]
     if len(keep) != len(q.graph.initializer):
@@ -310,8 +288,6 @@ def _drop_unused_initializers(q):
 
 
 def _dtype_name(elem_type) -> str | None:
-    from onnx import helper
-
     if not elem_type:
         return None
     try:
@@ -323,8 +299,6 @@ def _dtype_name(elem_type) -> str | None:
 def _io_quantization(q) -> dict:
     """Scale/zero point at the graph I/O: inputs read by a QuantizeLinear and outputs
     written by a DequantizeLinear (before ``full_integer`` removes these nodes)."""
-    from onnx import helper
-
     inits = {t.name for t in q.graph.initializer}
     producers = {t: n for n in q.graph.node for t in n.output}
     res = {}
@@ -350,9 +324,6 @@ def _io_quantization(q) -> dict:
 
 def _complete_value_info(q, warnings: list[str]):
     """Shape inference, then an ORT run for tensors still without value_info."""
-    import numpy as np
-    from onnx import helper
-
     q = _infer(q)
     known = set(_elem_types(q))
     missing = [t for n in q.graph.node for t in n.output if t and t not in known]

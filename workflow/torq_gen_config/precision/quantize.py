@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+from ..core.lazy import np, onnx
 from .calibration import (DEFAULT_CALIBRATION_SAMPLES, DEFAULT_CALIBRATION_SEED, _check_finite_samples,
                           _input_specs, _layer_samples)
 from .folding import _infer, fold_to_initializers
@@ -171,8 +172,6 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
 def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_format: str, per_channel: bool,
                     full_integer: bool, wrap_unquantized_io: bool, wrap_only=None):
     """:func:`quantize_model` without its logging guard and error wrapping."""
-    import numpy as np
-
     oq = _ort_quantization()
     QuantFormat, QuantType = oq.QuantFormat, oq.QuantType
 
@@ -223,8 +222,6 @@ def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_fo
                 use_external_data_format=big,
                 extra_options={"TensorQuantOverrides": overrides} if overrides else {},
             )
-            import onnx
-
             q = onnx.load(dst)
         except QuantizationError:
             raise
@@ -252,8 +249,6 @@ def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_fo
     final_types = _elem_types(q)
     for name, rec in io_quant.items():
         rec["io_dtype"] = _dtype_name(final_types.get(name))
-    import onnx
-
     try:
         onnx.checker.check_model(q)
     except Exception as e:
@@ -276,8 +271,6 @@ def _quantize_model(model, *, ranges: dict, samples: list[dict] | None, quant_fo
 
 
 def _save(model, path: str, external: bool) -> None:
-    import onnx
-
     if external:
         onnx.save_model(model, path, save_as_external_data=True, location=os.path.basename(path) + ".data")
     else:

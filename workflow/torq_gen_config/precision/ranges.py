@@ -5,6 +5,7 @@ per-tensor overrides when a layer is quantized alone.
 
 from __future__ import annotations
 
+from ..core.lazy import np, onnx, ort
 from ..model.graph import expose_outputs
 from .folding import fold_to_initializers
 from .ort_quantization import QuantizationError, _one_line
@@ -12,9 +13,6 @@ from .ort_quantization import QuantizationError, _one_line
 
 def _ort_session(model, extra_outputs: list[str]):
     """ORT CPU session (graph optimizations off) with ``extra_outputs`` added as graph outputs."""
-    import onnx
-    import onnxruntime as ort
-
     m = onnx.ModelProto()
     m.CopyFrom(model)
     expose_outputs(m, extra_outputs)
@@ -26,9 +24,7 @@ def _ort_session(model, extra_outputs: list[str]):
 
 def _float_tensors(model) -> list[str]:
     """Graph inputs and node outputs of float type (from value_info), in graph order."""
-    from onnx import TensorProto
-
-    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
     types = {}
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
         if vi.type.HasField("tensor_type"):
@@ -60,8 +56,6 @@ def tensor_ranges(model, samples: list[dict]) -> dict[str, list[float]]:
     Raises:
         QuantizationError: ORT cannot load or run the model on a sample.
     """
-    import numpy as np
-
     m = fold_to_initializers(model)
     names = _float_tensors(m)
     try:

@@ -4,11 +4,9 @@ FLOAT, so ONNX Runtime (no bf16 Conv on CPU) can compute bf16 references.
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
-from onnx import TensorProto
 
 from ..core.errors import ModelError
+from ..core.lazy import np, onnx
 from .onnx_graph import DTYPE_ATTRS, _from_array, _one_line, _to_array
 
 
@@ -48,11 +46,11 @@ def widen_bf16_to_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
 def _widen_type(tp: onnx.TypeProto) -> None:
     kind = tp.WhichOneof("value")
     if kind == "tensor_type":
-        if tp.tensor_type.elem_type == TensorProto.BFLOAT16:
-            tp.tensor_type.elem_type = TensorProto.FLOAT
+        if tp.tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
+            tp.tensor_type.elem_type = onnx.TensorProto.FLOAT
     elif kind == "sparse_tensor_type":
-        if tp.sparse_tensor_type.elem_type == TensorProto.BFLOAT16:
-            tp.sparse_tensor_type.elem_type = TensorProto.FLOAT
+        if tp.sparse_tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
+            tp.sparse_tensor_type.elem_type = onnx.TensorProto.FLOAT
     elif kind == "sequence_type":
         _widen_type(tp.sequence_type.elem_type)
     elif kind == "optional_type":
@@ -61,22 +59,23 @@ def _widen_type(tp: onnx.TypeProto) -> None:
         _widen_type(tp.map_type.value_type)
 
 
-def _widen_tensor(t: TensorProto) -> TensorProto:
-    if t.data_type != TensorProto.BFLOAT16:
+def _widen_tensor(t: onnx.TensorProto) -> onnx.TensorProto:
+    if t.data_type != onnx.TensorProto.BFLOAT16:
         return t
     return _from_array(_to_array(t).astype(np.float32), t.name)
 
 
 def _widen_node(n: onnx.NodeProto) -> None:
     for a in n.attribute:
-        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == TensorProto.BFLOAT16:
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == onnx.TensorProto.BFLOAT16:
             a.t.CopyFrom(_widen_tensor(a.t))
         elif a.type == onnx.AttributeProto.TENSORS:
             for t in a.tensors:
-                if t.data_type == TensorProto.BFLOAT16:
+                if t.data_type == onnx.TensorProto.BFLOAT16:
                     t.CopyFrom(_widen_tensor(t))
-        elif a.type == onnx.AttributeProto.INT and a.name in DTYPE_ATTRS + ("stash_type",) and a.i == TensorProto.BFLOAT16:
-            a.i = TensorProto.FLOAT
+        elif (a.type == onnx.AttributeProto.INT and a.name in DTYPE_ATTRS + ("stash_type",)
+              and a.i == onnx.TensorProto.BFLOAT16):
+            a.i = onnx.TensorProto.FLOAT
         elif a.type == onnx.AttributeProto.GRAPH:
             _widen_graph(a.g)
         elif a.type == onnx.AttributeProto.GRAPHS:
@@ -90,7 +89,7 @@ def _widen_graph(g: onnx.GraphProto) -> None:
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         _widen_type(vi.type)
     for i, t in enumerate(g.initializer):
-        if t.data_type == TensorProto.BFLOAT16:
+        if t.data_type == onnx.TensorProto.BFLOAT16:
             g.initializer[i].CopyFrom(_widen_tensor(t))
     for n in g.node:
         _widen_node(n)

@@ -19,13 +19,21 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import Any
 
+from ..compare import compare_on_model
 from ..core.fileio import damaged_work_file, load_npz, save_npz
+from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated_each
+from ..core.lazy import ml_dtypes, np, onnx
+from ..core.ort_io import numpy_dtype
 from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from ..core.external_data import load_model
-from .reference_run import has_bfloat16
+from .model_inputs import load_model_inputs
+from .model_run import run_model_by_node, run_summary
+from .reference_run import (ENGINES, ReferenceTimeout, engine_label, engine_version, has_bfloat16, run_reference,
+                            run_reference_file)
 from ..core.limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
 from ..core.limits import call_limit
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
@@ -71,12 +79,6 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         ``engine_version``, ``ort_version``, ``input_names``, ``output_names``,
         ``run_ms``, ``layer_inputs``, ``second``, ``engines_agreement``).
     """
-    import numpy as np
-
-    from ..compare import compare_on_model
-    from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated_each
-    from .reference_run import ENGINES, ReferenceTimeout, engine_label, engine_version, run_reference_file
-
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
     layer = load_model(layer_path, weights=False)
@@ -166,10 +168,6 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str]:
     """A layer's inputs from its ``inputs.npz`` if they fit its declared inputs, else
     ``(None, "generated: <why>")``."""
-    import numpy as np
-
-    from ..core.ort_io import numpy_dtype
-
     try:
         arrays, meta = load_layer_inputs(path, layer)
     except Exception as e:  # unreadable file: generate, and say so
@@ -209,8 +207,6 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
     Raises:
         Exception: whatever ONNX Runtime raises (callers record it).
     """
-    from .reference_run import run_reference
-
     return run_reference(model, feeds, output_names, engine="onnxruntime", timeout_s=timeout_s,
                          model_path=model_path, intra_op_num_threads=intra_op_num_threads)
 
@@ -225,12 +221,6 @@ def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> tupl
     where ``numpy.savez`` stored bfloat16 as raw ``|V2``) is read too. Either way an
     input the layer declares BFLOAT16 comes back as ml_dtypes.bfloat16.
     """
-    import zipfile
-
-    import ml_dtypes
-    import numpy as np
-    import onnx
-
     try:
         with np.load(Path(path), allow_pickle=False) as z:
             has_meta = "__meta__" in z.files
@@ -278,9 +268,6 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
     Raises:
         ModelError: ``model_inputs`` lacks an input of the model.
     """
-    from .model_inputs import load_model_inputs
-    from .model_run import run_model_by_node, run_summary
-
     model = load_model(prepared_path, weights=False)  # each node reads its weights from the store
     feeds, meta = load_model_inputs(model_inputs, model)
     source = f"whole-model run on {meta.get('source') or 'model inputs'}"

@@ -12,10 +12,17 @@ dtypes of the prepared model (bf16 / int32 after a conversion).
 
 from __future__ import annotations
 
+import ast
 import os
+import zipfile
 from pathlib import Path
 from ..core.errors import ModelError
 from ..core.fileio import load_npz, save_npz
+from ..core.lazy import helper, ml_dtypes, np, onnx
+from ..core.ort_io import numpy_dtype
+from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
+from ..model.graph import copy_proto
+from ..precision.bf16_rounding import round_to_bf16
 
 #: File name of the model's input values in the work directory.
 MODEL_INPUTS_FILE = "model_inputs.npz"
@@ -31,8 +38,6 @@ def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict
     Raises:
         ModelError: the file cannot be read.
     """
-    import numpy as np
-
 
     data = open_input_data(path)
     shapes = {}
@@ -67,9 +72,6 @@ def model_input_values(model: "onnx.ModelProto", settings: dict | None = None,  
     Raises:
         ModelError: unusable ``input_data`` (see :func:`load_input_data`).
     """
-    from ..model.graph import copy_proto
-    from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
-
     if any(vi.type.WhichOneof("value") != "tensor_type" for vi in model.graph.input):
         # sequence/optional inputs get no value: the layers that read them are not testable
         model = copy_proto(model)
@@ -86,9 +88,6 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
     """``feeds`` converted to the dtypes of ``model``'s graph inputs (after a bf16 or
     int32 conversion): floats to bfloat16 by round to nearest even, other types by
     ``astype``. Names ``model`` does not take are dropped."""
-    import numpy as np
-    from onnx import TensorProto, helper
-
     out = {}
     for vi in model.graph.input:
         if vi.name not in feeds:
@@ -97,13 +96,9 @@ def cast_to_model_inputs(feeds: dict, model: "onnx.ModelProto") -> dict:  # noqa
         et = vi.type.tensor_type.elem_type
         if isinstance(a, list) or not et:
             out[vi.name] = a
-        elif et == TensorProto.BFLOAT16:
-            from ..precision.bf16_rounding import round_to_bf16
-
+        elif et == onnx.TensorProto.BFLOAT16:
             out[vi.name] = a if getattr(a.dtype, "name", "") == "bfloat16" else round_to_bf16(np.asarray(a, np.float32))
         else:
-            from ..core.ort_io import numpy_dtype
-
             want = numpy_dtype(et)
             out[vi.name] = a if a.dtype == want else np.asarray(a).astype(want)
     return out
@@ -124,10 +119,6 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
         ModelError: the file lacks an input of ``model``, or holds one with another
             dtype or shape than ``model`` declares.
     """
-    import numpy as np
-
-    from ..core.ort_io import numpy_dtype
-
     arrays, meta = load_npz(Path(path))
     if model is None:
         return arrays, meta
@@ -166,10 +157,6 @@ def open_input_data(path: str | os.PathLike):
         ModelError: the file is missing or unreadable, or it is not an ``.npz`` archive
             (a single ``.npy`` array has no input names).
     """
-    import zipfile
-
-    import numpy as np
-
 
     try:
         is_zip = zipfile.is_zipfile(path)
@@ -208,9 +195,6 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
             input (or the reverse), an object array, or a non-float array for a
             bfloat16 input.
     """
-    import numpy as np
-    from onnx import TensorProto, helper
-
 
     data = open_input_data(path)
     feeds = {}
@@ -240,10 +224,9 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
                 want = "x".join("?" if d is None else str(d) for d in shape) or "a scalar"
                 raise ModelError(f"input data {path}: {vi.name!r} has shape {'x'.join(map(str, a.shape)) or 'scalar'}, "
                                  f"the model expects {want} (or N samples of it)")
-            if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            if vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16:
                 feeds[vi.name] = _input_data_to_bf16(a, vi.name, path)
                 continue
-            from ..core.ort_io import numpy_dtype
 
             want = numpy_dtype(vi.type.tensor_type.elem_type)
             if want.type.__module__.startswith("ml_dtypes"):  # float8, int4, ...: bit patterns or values
@@ -278,11 +261,6 @@ def _raw_npz_member(path, name: str):
     numpy writes but cannot read (``'<f1'`` of float8_e5m2): a uint8 array of its
     shape (the caller views it as the model's dtype), or None when it is not such a
     1-byte array (e.g. a pickled object array)."""
-    import ast
-    import zipfile
-
-    import numpy as np
-
     try:
         with zipfile.ZipFile(path) as z, z.open(f"{name}.npy") as f:
             version = np.lib.format.read_magic(f)
@@ -297,8 +275,6 @@ def _raw_npz_member(path, name: str):
 
 def _kind(dtype) -> str:
     """"float", "integer" or "bool" (or the numpy kind letter) of a dtype, for the input-data check."""
-    import numpy as np
-
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return "bool"
@@ -316,11 +292,6 @@ def _fits(shape: tuple, model_shape: tuple) -> bool:
 
 def _input_data_to_bf16(a: "np.ndarray", name: str, path) -> "np.ndarray":  # noqa: F821
     """A user's array for a bfloat16 input as ml_dtypes.bfloat16 (see :func:`load_input_data`)."""
-    import ml_dtypes
-    import numpy as np
-
-    from ..precision.bf16_rounding import round_to_bf16
-
     if a.dtype.name == "bfloat16":
         return a
     if a.dtype.kind == "V" and a.dtype.itemsize == 2 and a.dtype.fields is None:

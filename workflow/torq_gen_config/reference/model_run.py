@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..core.external_data import is_external
+from ..core.lazy import helper, np, numpy_helper, onnx
 from ..model.folding import ConstantValues, fold_constants
 from ..model.graph import copy_proto, node_inputs
 from .reference_run import ENGINES, ReferenceTimeout, engine_label, run_reference
@@ -39,9 +40,6 @@ def _nbytes(value) -> int:
 def observed_type(value) -> dict:
     """The type of a run-time value: ``{"kind": "tensor", "elem_type": int, "shape": [...]}``
     or ``{"kind": "sequence", "elem_type": int | 0, "shape": None}`` (a list of arrays)."""
-    import numpy as np
-    from onnx import helper
-
     if isinstance(value, list):
         et = 0
         if value:
@@ -58,8 +56,6 @@ def _type_map(model) -> dict:
 
 
 def _input_info(name: str, value):
-    from onnx import helper
-
     t = observed_type(value)
     if t["kind"] == "sequence":
         return helper.make_tensor_sequence_value_info(name, t["elem_type"] or 1, None)
@@ -70,8 +66,6 @@ def _output_info(name: str, types: dict):
     """The declared type of a node output for a one-node model: the model's type
     (the run tells the real shape; a declared shape that differs is only a warning
     for ONNX Runtime), untyped when unknown."""
-    import onnx
-
     vi = onnx.ValueInfoProto()
     vi.name = name
     tp = types.get(name)
@@ -89,8 +83,6 @@ def node_model(model, node, feeds: dict, constants: dict, types: dict):
     element types known in ``types`` (untyped when unknown). A constant held in a weight
     store (:meth:`~.model.folding.ConstantValues.proto`) is referred to, not copied: the
     engine reads it from there (:func:`~.reference_run.run_reference`)."""
-    from onnx import helper, numpy_helper
-
     ins = node_inputs(node)
     graph_inputs = [_input_info(t, feeds[t]) for t in ins if t in feeds]
     inits = []
@@ -111,8 +103,6 @@ def node_model(model, node, feeds: dict, constants: dict, types: dict):
 
 def _infer_output_types(m) -> None:
     """Fill in untyped outputs of a one-node model from onnx shape inference (in place)."""
-    import onnx
-
     if all(o.type.WhichOneof("value") is not None for o in m.graph.output):
         return
     try:

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Callable
 
+from ..core.lazy import np, onnx, ort
+from ..core.ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
 from ..model.graph import copy_proto
 from ..core.external_data import (
     ORT_FOLDER_OPTION,
@@ -33,6 +36,8 @@ from ..core.external_data import (
     model_tensors,
     session_options,
 )
+from ..precision.bf16_rounding import round_to_bf16
+from ..precision.widening import widen_bf16_to_fp32
 
 ENGINES = ("onnxruntime", "onnx")
 """Reference engine names (config ``reference``, ``--reference``)."""
@@ -46,10 +51,7 @@ def engine_version(engine: str) -> str | None:
     """The installed version of a reference engine (``onnxruntime`` or ``onnx``)."""
     try:
         if engine == "onnxruntime":
-            import onnxruntime
-
-            return onnxruntime.__version__
-        import onnx
+            return ort.__version__
 
         return onnx.__version__
     except Exception:  # pragma: no cover - both are dependencies
@@ -83,9 +85,6 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
         ValueError: an unknown engine.
         Exception: whatever the engine raises (callers record the message).
     """
-    import numpy as np
-    import onnx
-
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
     bf16 = has_bfloat16(model)
@@ -97,8 +96,6 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
             model = copy_proto(model)  # the engine gets the model from memory: its weights are read in
             load_weights(model)
     if bf16:
-        from ..precision.widening import widen_bf16_to_fp32
-
         types = {v.name: v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.output)
                  + list(model.graph.input)}
         model = widen_bf16_to_fp32(model)
@@ -112,8 +109,6 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
         outs = call_with_deadline(lambda: _run_onnx_reference(model, feeds, output_names), timeout_s,
                                   what=f"the ONNX reference implementation")
     if bf16:
-        from ..precision.bf16_rounding import round_to_bf16
-
         outs = [round_to_bf16(o) if types.get(n) == onnx.TensorProto.BFLOAT16 else o for o, n in zip(outs, output_names)]
     return outs
 
@@ -127,8 +122,6 @@ def run_reference_file(model_path: str, feeds: dict, output_names: list[str], en
     Raises:
         as :func:`run_reference`.
     """
-    import time
-
     model = load_model(model_path, weights=False)
     t0 = time.perf_counter()
     outs = run_reference(model, feeds, output_names, engine=engine, timeout_s=timeout_s, model_path=model_path,
@@ -138,8 +131,6 @@ def run_reference_file(model_path: str, feeds: dict, output_names: list[str], en
 
 def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
                      model_path, intra_op_num_threads: int | None, data_folder: str | None = None) -> list:
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if intra_op_num_threads is not None:
@@ -162,7 +153,6 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
         timer = threading.Timer(timeout_s, _terminate)
         timer.daemon = True
         timer.start()
-    from ..core.ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
 
     try:
         if timeout_s is None:
@@ -183,10 +173,7 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
 
 
 def _run_onnx_reference(model, feeds: dict, output_names: list[str]) -> list:
-    import numpy as np
-    from onnx.reference import ReferenceEvaluator
-
-    ev = ReferenceEvaluator(model)
+    ev = onnx.reference.ReferenceEvaluator(model)
     outs = ev.run(list(output_names), dict(feeds))
     return [o if isinstance(o, list) else np.asarray(o) for o in outs]
 
@@ -218,8 +205,6 @@ def call_with_deadline(fn: Callable[[], Any], timeout_s: float | None, *, what: 
 def has_bfloat16(model: "onnx.ModelProto") -> bool:  # noqa: F821
     """True when any graph input, output, value_info or initializer of ``model``
     (main graph) is BFLOAT16, or a node casts to it."""
-    import onnx
-
     bf = onnx.TensorProto.BFLOAT16
     g = model.graph
     if any(v.type.tensor_type.elem_type == bf for v in list(g.input) + list(g.output) + list(g.value_info)):

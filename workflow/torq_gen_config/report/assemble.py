@@ -5,7 +5,9 @@ provenance (rule ``aggregate_report``; :mod:`torq_gen_config.report.publish` wri
 from __future__ import annotations
 
 import os
+import platform
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 from .. import __version__
@@ -18,6 +20,7 @@ from ..core.layout import layer_result_file
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
 from ..model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
 from .build import build_op, check_report_settings, finish_report
+from .staleness import model_digest
 from .text import render_final_report_text
 
 __all__ = ["assemble_report", "build_provenance", "precision_section"]
@@ -174,8 +177,6 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
     """Versions, options and inputs that produced a report (JSON-safe): ``ort_versions``
     are the ONNX Runtime versions the layers' references were computed with,
     ``executor_tools`` each executor's tool record (the first of its results)."""
-    import platform
-
     versions = {"torq-gen-config": tool_version, "python": platform.python_version()}
     for mod in ("onnx", "onnxruntime", "numpy", "snakemake"):
         versions[mod] = _module_version(mod)
@@ -205,15 +206,11 @@ def build_provenance(*, info: dict, locations: dict, executors: list[dict], opti
 
 
 def _model_digest(path: str | None) -> str | None:
-    from .staleness import model_digest
-
     return model_digest(path) if path else None
 
 
 def _module_version(name: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(name)
     except Exception:
         return None

@@ -17,7 +17,9 @@ from typing import Any, Mapping
 
 from .. import REPORT_FORMAT_VERSION
 from ..compare import normalize_tolerance
+from ..config import SCHEMA_PATH
 from ..core.errors import ReportError
+from ..core.lazy import jsonschema, yaml
 from ..core.limits import NOTE_CHARS, SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from .cells import executor_names
 from ..core.statuses import STATUSES
@@ -341,11 +343,6 @@ def check_report(report: Any, source: str = "the report JSON") -> None:
     Raises:
         ReportError: the first problem, with its JSON path (e.g. ``executors: 'a' is not of type 'array'``).
     """
-    import jsonschema
-    import yaml
-
-    from ..config import SCHEMA_PATH
-
     with open(SCHEMA_PATH.with_name("report.schema.yaml"), encoding="utf-8") as f:
         schema = yaml.safe_load(f)
     errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(report), key=lambda e: list(e.absolute_path))

@@ -5,6 +5,7 @@ report JSON only; nothing is re-judged here."""
 
 from __future__ import annotations
 
+from html import escape
 from typing import Mapping
 
 from ..compare import shown_status
@@ -98,8 +99,6 @@ def cell_detail(layer_id: str, op: Mapping, executor: str) -> dict:
 
 def cell_hover(detail: Mapping) -> str:
     """One hover text (HTML with ``<br>``, already escaped) of a cell detail."""
-    from html import escape
-
     lines = [f"<b>{escape(detail['layer'])}</b> on <b>{escape(detail['executor'])}</b>: {escape(detail['status'])}"
              + (" (recommended)" if detail.get("recommended") else "")]
     if detail.get("summary"):

@@ -232,7 +232,7 @@ def full_model_stale(report: Mapping) -> str | None:
     """Why the report's full-model result is out of date (the same words as ``view``), or None."""
     if not report.get("full_model"):
         return None
-    from ..fullrun import stale_reason
+    from ..fullrun import stale_reason  # light: as in full_run_placement
 
     return stale_reason(report["full_model"], report.get("ops") or {})
 

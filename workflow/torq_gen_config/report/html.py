@@ -21,10 +21,14 @@ from html import escape
 from pathlib import Path
 from typing import Mapping
 
+from ..core.errors import ReportError
+from ..core.fileio import atomic_write_text, read_json
+from ..core.lazy import pio, plotly_offline
 from ..core.statuses import HTML_COLORS, HTML_TEXT_COLORS
 from ..fullrun.common import ELSEWHERE_NOTE, TWO_BACKENDS_NOTE
-from .build import discovery_report_of
+from .build import build_compiler_json, discovery_report_of
 from .cells import executor_names
+from .files import compiler_path_for_report, is_compiler_json, load_report
 from .graph import find_manifest, full_model_stale, graph_data, graph_html, graph_scripts
 from .plots import (
     error_stage_plot,
@@ -35,6 +39,7 @@ from .plots import (
     status_matrix,
     timing_boxes,
 )
+from .staleness import staleness
 
 #: ``id`` of the matrix figure's element (the click handler and the browser test use it).
 MATRIX_ID = "status-matrix"
@@ -105,8 +110,6 @@ def _pill(status: str) -> tuple[str, str]:
 
 
 def _figure(fig, div_id: str) -> str:
-    import plotly.io as pio
-
     return pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=div_id,
                        config={"displaylogo": False, "responsive": True})
 
@@ -300,8 +303,6 @@ def _provenance(report: Mapping, compiler: Mapping | None) -> str:
     for w in model.get("warnings") or []:
         rows.append(["model warning", w])
     if compiler is not None:
-        from .build import build_compiler_json
-
         n = len(compiler.get("op_assignments") or {})
         same = build_compiler_json(report).get("op_assignments") == compiler.get("op_assignments")
         rows.append(["compiler JSON", f"{n} op assignments; "
@@ -345,8 +346,6 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
     Returns:
         The HTML text (a few MB: plotly.js, about 4.5 MB, is inlined once).
     """
-    from plotly.offline import get_plotlyjs
-
     warnings = list(warnings or [])
     report = {**report, "discovery_report": discovery_report_of(report)}  # the counts its layers give
     stale = full_model_stale(report)
@@ -384,7 +383,7 @@ def render_html(report: Mapping, *, compiler: Mapping | None = None, warnings: l
     title = escape(f"torq-gen-config report: {report.get('model_name')}")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{title}</title><style>{_CSS}</style>"
-            f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>\n"
+            f"<script type=\"text/javascript\">{plotly_offline.get_plotlyjs()}</script></head><body>\n"
             + "\n".join(body)
             + f'\n<script type="application/json" id="cell-details">{details}</script>'
             + f"<script>{_CLICK_JS % {'matrix': MATRIX_ID}}</script>{graph_scripts(graph)}\n</body></html>\n")
@@ -398,8 +397,6 @@ def write_html(path: str | os.PathLike, report: Mapping, *, compiler: Mapping | 
     Raises:
         OSError: the directory cannot be written.
     """
-    from ..core.fileio import atomic_write_text
-
     atomic_write_text(path, render_html(report, compiler=compiler, warnings=warnings, manifest=manifest,
                                         manifest_error=manifest_error))
 
@@ -423,11 +420,6 @@ def write_report_html(report_path: str | os.PathLike, html_path: str | os.PathLi
             or fails the report schema. (An unreadable compiler JSON is a warning on the page.)
         OSError: the HTML file cannot be written.
     """
-    from ..core.errors import ReportError
-    from ..core.fileio import read_json
-    from .files import compiler_path_for_report, is_compiler_json, load_report
-    from .staleness import staleness
-
     report_path = Path(report_path)
     report = load_report(report_path)
     warnings = staleness(report_path, report, model_path)

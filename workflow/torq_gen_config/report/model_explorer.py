@@ -36,11 +36,11 @@ import shlex
 from pathlib import Path
 from typing import Mapping
 
-from onnx import AttributeProto
 
 from ..config import resolve_model_path
 from ..core.errors import ConfigError, OutputDirError, ReportError
 from ..core.fileio import atomic_write_files, json_bytes
+from ..core.lazy import onnx
 from ..model.prepare import load_model
 from ..core.statuses import HTML_COLORS
 from .cells import cell_status, executor_colors, executor_names
@@ -92,9 +92,9 @@ def _fix_names(graph, counter: collections.Counter) -> list[str]:
         used.add(name)
         ids.append(name)
         for a in node.attribute:
-            if a.type == AttributeProto.GRAPH:
+            if a.type == onnx.AttributeProto.GRAPH:
                 _fix_names(a.g, counter)
-            elif a.type == AttributeProto.GRAPHS:
+            elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
                     _fix_names(g, counter)
     return ids

@@ -10,11 +10,13 @@ report; timings of runs that ended in ``error`` are left out (as in the report's
 
 from __future__ import annotations
 
+from html import escape
 from typing import Mapping
 
+from ..core.lazy import go, plotly_subplots
 from ..core.statuses import DISPLAY_STATUSES, HTML_COLORS
 from .cells import cell_detail, cell_hover, cell_status, executor_names
-from .recommend import duration_ms, runtime_median_ms
+from .recommend import duration_ms, is_reference_fallback, runtime_median_ms
 
 #: Height of one layer row of the status matrix (px), and the page's font.
 ROW_PX = 16
@@ -34,8 +36,6 @@ def status_matrix(report: Mapping):
     order; a star marks the recommended executor. Hover shows the verdict line; the
     cell's ``customdata`` is ``"<row>|<column>"``, the key of its click detail in
     :func:`matrix_details`. None for a report without layers or executors."""
-    import plotly.graph_objects as go
-
     ops = report.get("ops") or {}
     names = executor_names(report)
     if not ops or not names:
@@ -87,10 +87,6 @@ def _row_label(layer_id: str, op: Mapping) -> str:
     """A matrix row label: the layer ID (escaped: plotly reads tick text as HTML), marked
     when its references disagree, or when it was judged against onnx's reference
     implementation because ONNX Runtime failed on it (no second opinion)."""
-    from html import escape
-
-    from .recommend import is_reference_fallback
-
     if (op.get("reference") or {}).get("dispute"):
         return f"{escape(layer_id)} \u26a0 dispute"
     if is_reference_fallback(op.get("reference")):
@@ -123,15 +119,13 @@ def op_type_counts(report: Mapping) -> dict[str, dict[str, dict[str, int]]]:
 def op_type_verdicts(report: Mapping):
     """Stacked horizontal bars, one panel per executor: per op type, the number of
     layers with each display status. None without layers."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     counts = op_type_counts(report)
     names = list(counts)
     types = sorted({t for per in counts.values() for t in per})
     if not names or not types:
         return None
-    fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, subplot_titles=names, horizontal_spacing=0.03)
+    fig = plotly_subplots.make_subplots(rows=1, cols=len(names), shared_yaxes=True, subplot_titles=names,
+                                        horizontal_spacing=0.03)
     present = {s for per in counts.values() for c in per.values() for s in c}
     for col, name in enumerate(names, start=1):
         for s in DISPLAY_STATUSES:
@@ -168,9 +162,6 @@ def timing_boxes(report: Mapping):
     """Box plots per executor (every layer a point, log scale, ms): compile time, the
     verification run's time, and, when measured (``--collect-timing``), the runtime
     median. None when no run has a time."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     names = executor_names(report)
     panels = [("compile_ms", "compile time (ms)"), ("run_ms", "verification run (ms, one run)"),
               ("runtime_median", "runtime median (ms, --collect-timing)")]
@@ -178,7 +169,8 @@ def timing_boxes(report: Mapping):
     panels = [(k, t) for k, t in panels if any(v for _, v in data[k].values())]
     if not panels:
         return None
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[t for _, t in panels], horizontal_spacing=0.06)
+    fig = plotly_subplots.make_subplots(rows=1, cols=len(panels), subplot_titles=[t for _, t in panels],
+                                        horizontal_spacing=0.06)
     palette = ["#1565c0", "#6a1b9a", "#00838f", "#ef6c00", "#4e342e", "#ad1457", "#558b2f", "#37474f"]
     for col, (key, _) in enumerate(panels, start=1):
         for i, name in enumerate(names):
@@ -229,8 +221,6 @@ def speedup_plot(report: Mapping):
     """Per layer (report order), the recommended executor's speed-up over each other
     executor (runtime median ratio, log scale; a line at 1). None without runtime
     measurements."""
-    import plotly.graph_objects as go
-
     rows = speedups(report)
     if not rows:
         return None
@@ -269,8 +259,6 @@ def error_stages(report: Mapping) -> dict[str, dict[str, int]]:
 def error_stage_plot(report: Mapping):
     """Stacked bars: per executor, its ``error`` verdicts by failure stage. None when
     there is no error."""
-    import plotly.graph_objects as go
-
     counts = error_stages(report)
     stages = sorted({s for per in counts.values() for s in per})
     if not stages:

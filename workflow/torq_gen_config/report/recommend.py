@@ -24,6 +24,7 @@ from typing import Mapping
 from ..compare import derive_status, normalize_tolerance, status_details
 from ..core.limits import MESSAGE_CHARS as _MESSAGE_MAX_CHARS
 from ..core.statuses import STATUSES
+from ..reference.reference_run import engine_label
 
 
 _RECOMMENDATION_ORDER = ("success", "difference", "unverified")
@@ -281,8 +282,6 @@ def reference_agreement(entry: Mapping, tolerance: Mapping) -> dict:
         neither list). Source: issue "a second reference"; the rule is the same
         comparison as the verdict (docs/comparison.md).
     """
-    from ..reference.reference_run import engine_label
-
     agrees, differs = [], []
     primary = entry.get("reference_used") or entry.get("reference_engine") or "onnxruntime"
     if entry.get("metrics") and entry.get("status") in ("success", "difference"):

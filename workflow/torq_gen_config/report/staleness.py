@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping
 from ..core.layout import OUTDATED_MARKER, REPORT_PREFIX, lock_file, work_dir
 from ..core.run_lock import running_holder
+from ..model.prepare import model_fingerprint
 
 
 def model_digest(path: str | os.PathLike) -> str | None:
@@ -28,7 +29,6 @@ def model_digest(path: str | os.PathLike) -> str | None:
         with open(p, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
-        from ..model.prepare import model_fingerprint
 
         for loc, _, _ in model_fingerprint(p)["external_data"]:
             with open(p.parent / loc, "rb") as f:

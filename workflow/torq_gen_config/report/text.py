@@ -15,7 +15,7 @@ from typing import Mapping
 from ..compare import shown_status
 from ..core.statuses import STATUSES
 from .recommend import is_reference_fallback
-from .summary import success_note
+from .summary import success_note, summarize, trust_lists
 
 __all__ = ["render_final_report_text", "trust_lines", "LAYER_COLUMN_MAX"]
 
@@ -51,8 +51,6 @@ def render_final_report_text(report: Mapping) -> str:
                     executors.append(name)
     discovery = report.get("discovery_report")
     if not discovery or "summary" not in discovery:
-        from .summary import summarize
-
         summary, critical = summarize(ops, executors)
     else:
         summary = discovery["summary"]
@@ -165,8 +163,6 @@ def trust_lines(report: Mapping) -> list[str]:
     values, layers not testable, reference failures, reference disputes and
     inconclusive checks (:func:`torq_gen_config.report.summary.trust_lists`). Ends with
     an empty line; empty for reports without provenance or such lists."""
-    from .summary import trust_lists
-
     prov = report.get("provenance") or {}
     lines: list[str] = []
     ref = prov.get("reference") or {}

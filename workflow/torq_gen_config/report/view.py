@@ -27,13 +27,12 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from ..core.errors import ReportError
 from ..core.fileio import read_json
+from ..core.keep_work import recorded_line
+from ..core.lazy import rich_box, rich_console, rich_table, rich_text
+from ..fullrun import render_full_model_text, stale_reason
 from .files import compiler_path_for_model, is_compiler_json, model_name_of, report_path_for_model
 from .build import check_report, discovery_report_of
 from .cells import executor_names
@@ -97,7 +96,7 @@ def load_view_json(path: str | os.PathLike) -> tuple[dict, str]:
 # --------------------------------------------------------------------------- summary
 
 
-def render_summary(report: Mapping, console: Console, source: str | os.PathLike | None = None) -> None:
+def render_summary(report: Mapping, console: rich_console.Console, source: str | os.PathLike | None = None) -> None:
     """The report summary: counts, timing, critical failures, per-layer table, tolerance.
     Counts come from the layers (:func:`~.build.discovery_report_of`), not the stored
     summary; without a ``model_name`` the name comes from ``source``'s file name."""
@@ -121,7 +120,6 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
     for ln in tool_lines(report):
         _line(console, ln)
     if isinstance(report.get("work_dir"), Mapping):  # reports written before it was recorded have none
-        from ..core.keep_work import recorded_line
 
         _line(console, recorded_line(report["work_dir"]))
     if summary.get("skipped_layers"):
@@ -131,7 +129,7 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
     _line(console, "STATUS COUNTS (layer x executor):", style="bold")
     counts = summary.get("status_counts") or {}
     for status in list(STATUSES) + [s for s in counts if s not in STATUSES]:
-        row = Text("  ")
+        row = rich_text.Text("  ")
         row.append(f"{status}:", style=TERMINAL_STYLES.get(status, ""))
         row.append(f" {counts.get(status, 0)}" + (success_note(summary) if status == "success" else ""))
         console.print(row)
@@ -151,7 +149,7 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
     timing = summary.get("timing_summary") or {}
     if timing:
         _line(console, "TIMING SUMMARY (ms; runs that did not end in error):", style="bold")
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table = rich_table.Table(box=rich_box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         table.add_column("Executor")
         for col in ("compile avg", "min", "max", "n", "run avg", "min", "max", "n"):
             table.add_column(col, justify="right")
@@ -159,11 +157,11 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
             stats = timing.get(name)
             if not stats:
                 continue
-            cells = [Text(name)]
+            cells = [rich_text.Text(name)]
             for key in ("compile_ms", "run_ms"):
                 s = stats.get(key) or {}
-                cells += [Text(_fmt_ms(s.get("avg_ms"))), Text(_fmt_ms(s.get("min_ms"))),
-                          Text(_fmt_ms(s.get("max_ms"))), Text(str(s.get("samples", "-")))]
+                cells += [rich_text.Text(_fmt_ms(s.get("avg_ms"))), rich_text.Text(_fmt_ms(s.get("min_ms"))),
+                          rich_text.Text(_fmt_ms(s.get("max_ms"))), rich_text.Text(str(s.get("samples", "-")))]
             table.add_row(*cells)
         _print_table(console, table)
         batched = sorted({name for op in (report.get("ops") or {}).values()
@@ -187,7 +185,7 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
 
     _line(console, "Per-Layer Status:", style="bold")
     with_override = any(op.get("tolerance_override") for op in ops.values())
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table = rich_table.Table(box=rich_box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("Layer", no_wrap=True, max_width=LAYER_COLUMN_MAX)
     for name in names:
         table.add_column(name, no_wrap=True, min_width=10)
@@ -196,20 +194,19 @@ def render_summary(report: Mapping, console: Console, source: str | os.PathLike 
         table.add_column("Tolerance override", no_wrap=True)
     for lid, op in ops.items():
         execs = op.get("executors") or {}
-        row = [Text(_cut(str(lid)))]
+        row = [rich_text.Text(_cut(str(lid)))]
         row += [_status_text((execs.get(n) or {}).get("status"), inconclusive=is_inconclusive(execs.get(n) or {}))
                 for n in names]
         row.append(_recommended_text(op))
         if with_override:
             override = op.get("tolerance_override")
-            row.append(Text(f"avg={override.get('fp_avg_tol'):g} max={override.get('fp_max_tol'):g}"
-                            if override else ""))
+            row.append(rich_text.Text(f"avg={override.get('fp_avg_tol'):g} max={override.get('fp_max_tol'):g}"
+                                      if override else ""))
         table.add_row(*row)
     _print_table(console, table)
     _line(console)
     _line(console, f"DEFAULT TOLERANCE: {_fmt_tol(report.get('default_tolerance'))}")
     if report.get("full_model"):  # the last `torq-gen-config run`
-        from ..fullrun import render_full_model_text, stale_reason
 
         _line(console)
         # OUT OF DATE by the one rule (fullrun.stale_reason; the HTML report uses it too)
@@ -259,7 +256,7 @@ def model_line(data: Mapping, source: str | os.PathLike | None) -> str:
     return f"{name} (name from the file name)" if from_file else name
 
 
-def render(data: Mapping, kind: str, console: Console, layer: str | None = None,
+def render(data: Mapping, kind: str, console: rich_console.Console, layer: str | None = None,
            source: str | os.PathLike | None = None) -> None:
     """Render a loaded JSON (:func:`load_view_json`, read from ``source``): compiler view,
     layer details or summary.

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rich.console import Console
-
+from ..core.lazy import rich_console
 from .view_format import _LOCATION_RE, _line
 
 
@@ -25,7 +24,7 @@ def sorted_assignments(op_assignments: Mapping[str, Any]) -> list[tuple[str, Any
     return sorted(pairs, key=key)
 
 
-def render_compiler(data: Mapping, console: Console, model: str | None = None) -> None:
+def render_compiler(data: Mapping, console: rich_console.Console, model: str | None = None) -> None:
     """A compiler JSON: total, distribution per executor, assignments by line:col.
     ``model``: the name to show (default: its ``model_name``)."""
     pairs = sorted_assignments(data.get("op_assignments") or {})

@@ -6,19 +6,15 @@ Text from the JSON is printed with markup off (:func:`_line`), never as rich mar
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from typing import Any, Mapping
 
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
-from rich.text import Text
-
+from ..core.lazy import rich_console, rich_measure, rich_table, rich_text
 from ..core.statuses import INCONCLUSIVE, SUCCESS, TERMINAL_STYLES
 from .recommend import is_reference_fallback
 from .text import LAYER_COLUMN_MAX
-
 
 
 _PLAIN_WIDTH = 200
@@ -27,21 +23,28 @@ _MESSAGE_LINE_CHARS = 200
 _LOCATION_RE = re.compile(r"^(\d+):(\d+)$")
 
 
-class _ViewConsole(Console):
-    """A rich Console whose closed pipe (`view | head`) reaches the CLI as BrokenPipeError
-    (rich's own handling exits with status 1; the CLI exits 0: the reader had enough)."""
+@functools.cache
+def _view_console_class() -> type:
+    """The view's Console class, made on first use (rich is loaded then: core/lazy.py)."""
 
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError("the reader closed the output")
+    class _ViewConsole(rich_console.Console):
+        """A rich Console whose closed pipe (`view | head`) reaches the CLI as BrokenPipeError
+        (rich's own handling exits with status 1; the CLI exits 0: the reader had enough)."""
+
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError("the reader closed the output")
+
+    return _ViewConsole
 
 
-def make_console(file=None, *, force_terminal: bool | None = None) -> Console:
+def make_console(file=None, *, force_terminal: bool | None = None) -> rich_console.Console:
     """A console for the view: colours on a terminal, plain text elsewhere.
 
     When the output is not a terminal (a file, a pipe, a test's buffer) the
     width is fixed wide (``COLUMNS`` when set, else 200) so tables are not
     wrapped at 80 columns.
     """
+    _ViewConsole = _view_console_class()
     console = _ViewConsole(file=file, force_terminal=force_terminal, highlight=False)
     if not console.is_terminal:
         width = _PLAIN_WIDTH
@@ -58,33 +61,33 @@ def _cut(text: str, width: int = LAYER_COLUMN_MAX) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _status_text(status: Any, inconclusive: bool = False) -> Text:
+def _status_text(status: Any, inconclusive: bool = False) -> rich_text.Text:
     if not status:
-        return Text("-")
+        return rich_text.Text("-")
     if status == SUCCESS and inconclusive:
-        return Text(INCONCLUSIVE, style=TERMINAL_STYLES[INCONCLUSIVE])
-    return Text(str(status), style=TERMINAL_STYLES.get(str(status), ""))
+        return rich_text.Text(INCONCLUSIVE, style=TERMINAL_STYLES[INCONCLUSIVE])
+    return rich_text.Text(str(status), style=TERMINAL_STYLES.get(str(status), ""))
 
 
-def _recommended_text(op: Mapping) -> Text:
+def _recommended_text(op: Mapping) -> rich_text.Text:
     rec = op.get("recommended_executor")
     user = op.get("recommendation_source") == "user"
     if rec is None and op.get("not_testable_reason") and not user:
-        return Text("(not testable)", style="magenta")
+        return rich_text.Text("(not testable)", style="magenta")
     if rec is None:
-        return Text("- (user)" if user else "-", style="bold" if user else "red")
+        return rich_text.Text("- (user)" if user else "-", style="bold" if user else "red")
     if user:
-        return Text(f"{rec} (user)", style="bold cyan")
+        return rich_text.Text(f"{rec} (user)", style="bold cyan")
     status = ((op.get("executors") or {}).get(rec) or {}).get("status")
     if status == "unverified":
-        return Text(f"{rec} (unverified)", style="magenta")
+        return rich_text.Text(f"{rec} (unverified)", style="magenta")
     if op.get("duplicate_of"):
-        return Text(f"{rec} (copied from {_cut(str(op['duplicate_of']), 30)})", style="dim")
+        return rich_text.Text(f"{rec} (copied from {_cut(str(op['duplicate_of']), 30)})", style="dim")
     if (op.get("reference") or {}).get("dispute"):
-        return Text(f"{rec} (references disagree)", style="yellow")
+        return rich_text.Text(f"{rec} (references disagree)", style="yellow")
     if is_reference_fallback(op.get("reference")):
-        return Text(f"{rec} (judged against onnx)", style="yellow")
-    return Text(str(rec))
+        return rich_text.Text(f"{rec} (judged against onnx)", style="yellow")
+    return rich_text.Text(str(rec))
 
 
 def _fmt_num(x: Any, spec: str = ".3g") -> str:
@@ -117,10 +120,10 @@ def _fmt_tol(tol: Mapping | None) -> str:
     return ", ".join(parts)
 
 
-def _print_table(console: Console, table: Table) -> None:
+def _print_table(console: rich_console.Console, table: rich_table.Table) -> None:
     """Print a table at its natural width, even on a narrower terminal (no cell
     is cut: the terminal wraps long lines instead)."""
-    needed = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    needed = rich_measure.Measurement.get(console, console.options.update(width=10_000), table).maximum
     if needed <= console.width:
         console.print(table)
         return
@@ -132,7 +135,7 @@ def _print_table(console: Console, table: Table) -> None:
         console.width = width
 
 
-def _line(console: Console, text: str = "", style: str | None = None) -> None:
+def _line(console: rich_console.Console, text: str = "", style: str | None = None) -> None:
     console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rich.console import Console
-from rich.text import Text
 
 from ..compare import REL_DIFF_THRESHOLDS, count_over_tolerance
+from ..core.lazy import rich_console, rich_text
+from ..reference.reference_run import engine_label
 from .layer_select import find_layer
 from .cells import executor_names
 from .recommend import is_inconclusive, is_reference_fallback, reference_used
@@ -55,7 +55,7 @@ def _nonfinite_equal_text(metrics: Mapping) -> str | None:
             "the finite ones")
 
 
-def render_layer(report: Mapping, layer: str, console: Console) -> None:
+def render_layer(report: Mapping, layer: str, console: rich_console.Console) -> None:
     """Details of one layer (exact ID, else case-insensitive).
 
     Raises:
@@ -84,7 +84,7 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         _line(console, f"Note:           {op['note']}")
     if op.get("mac_count") is not None:
         _line(console, f"MACs:           {_fmt_num(int(op['mac_count']))}")
-    rec = Text("Recommended:    ")
+    rec = rich_text.Text("Recommended:    ")
     rec.append_text(_recommended_text(op))
     if op.get("recommendation_source") == "user":
         rec.append("  (set by a person with 'edit')")
@@ -107,8 +107,6 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
         _line(console, f"Not testable:   {op['not_testable_reason'].removeprefix('not testable: ')}")
     ref = op.get("reference") or {}
     if ref:
-        from ..reference.reference_run import engine_label
-
         label = f"{engine_label(ref.get('engine') or 'onnxruntime')} {ref.get('engine_version') or ''}".strip()
         _line(console, f"Reference:      {label}: {ref.get('status')}"
                        + (f" - {_cut(str(ref.get('message') or ''), _MESSAGE_LINE_CHARS)}" if ref.get("message") else ""))
@@ -135,7 +133,7 @@ def render_layer(report: Mapping, layer: str, console: Console) -> None:
     for name in order:
         entry = execs[name] or {}
         _line(console)
-        head = Text(f"[{name}] ")
+        head = rich_text.Text(f"[{name}] ")
         head.append_text(_status_text(entry.get("status"), is_inconclusive(entry)))
         timing = entry.get("timing") or {}
         if timing.get("compile_ms") is not None or timing.get("run_ms") is not None:

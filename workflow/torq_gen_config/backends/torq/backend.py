@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from ...core.logs import append_record
 from ...core.tools import ToolNotFoundError, run_tool, tool_version
 from ..base import Backend, CompiledArtifact, RunWideOption, StageError, check_inputs, raise_for_tool_failure
+from ..iree_tools import compile_mlir_module
 from .tensors import read_output_bin, write_input_bin
 from .toolchain import FORCING_FLAGS, FUNCTION, MODULE_FILE, _hw_flags, _parse_options, find_torq_tool
+from .whole_model import TorqWholeModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -43,8 +45,6 @@ class TorqBackend(Backend):
     @classmethod
     def whole_model(cls) -> "WholeModel":
         """The whole-model compile with ``--torq-executor-map`` (:mod:`.whole_model`)."""
-        from .whole_model import TorqWholeModel
-
         return TorqWholeModel(cls)
 
     def __init__(self, name: str, options: dict | None):
@@ -123,8 +123,6 @@ class TorqBackend(Backend):
             ValueError: ``mlir_path`` is None.
             FileNotFoundError: ``mlir_path`` does not exist.
         """
-        from ..iree_tools import compile_mlir_module
-
         if mlir_path is None:
             raise ValueError(f"executor {self.name!r} (torq) needs the layer's MLIR file, got mlir_path=None")
         if not os.path.isfile(mlir_path):

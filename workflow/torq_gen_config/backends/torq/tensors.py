@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    import numpy as np
+from ...core.lazy import ml_dtypes, np
+
 
 # numpy dtype name -> IREE element type name (the --input=<shape>x<type> syntax).
 _IREE_TYPES = {
@@ -34,8 +34,6 @@ def iree_type_name(dtype: Any) -> str:
     Raises:
         ValueError: a dtype IREE's tools cannot exchange (strings, objects, complex, ...).
     """
-    import numpy as np
-
     name = np.dtype(dtype).name
     if name not in _IREE_TYPES:
         raise ValueError(f"dtype {name} has no IREE element type (supported: {', '.join(_IREE_TYPES)})")
@@ -53,8 +51,6 @@ def write_input_bin(arr: "np.ndarray", path: str | os.PathLike) -> str:
     Raises:
         ValueError: unsupported dtype.
     """
-    import numpy as np
-
     arr = np.asarray(arr)
     spec = input_spec(arr)
     if arr.dtype.byteorder == ">":
@@ -65,11 +61,7 @@ def write_input_bin(arr: "np.ndarray", path: str | os.PathLike) -> str:
 
 
 def _numpy_dtype(dtype: str):
-    import numpy as np
-
     if dtype == "bfloat16":
-        import ml_dtypes
-
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(dtype).newbyteorder("<")
 
@@ -90,8 +82,6 @@ def read_output_bin(path: str | os.PathLike, shape: Sequence[int | None], dtype:
         ValueError: unknown dtype, more than one dynamic dimension, or a file size
             that does not fit the shape.
     """
-    import numpy as np
-
     try:
         dt = _numpy_dtype(dtype)
     except TypeError:

@@ -7,6 +7,7 @@ command lines; ``docs/torq_backend.md`` for the forcing flags.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -52,8 +53,6 @@ REPO_ROOT = Path(__file__).resolve().parents[4]
 # ------------------------------------------------------------------ tool lookup
 def _torq_package_dir() -> str | None:
     """Directory of the installed ``torq`` package (found without importing it), or None."""
-    import importlib.util
-
     try:
         spec = importlib.util.find_spec("torq")
     except (ImportError, ValueError):

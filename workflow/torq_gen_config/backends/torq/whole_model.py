@@ -20,14 +20,18 @@ import copy
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .. import effective_executor
 from ...core.errors import ConfigError
 from ...core.fileio import file_digest
 from ...core.logs import append_record
 from ...core.tools import ToolNotFoundError, run_tool
+from ...mlir.importer import layer_location
 from ..base import CompiledArtifact, StageError, raise_for_tool_failure
+from ..iree_tools import parse_mlir_signature
 from ..whole_model import WholeModel
 from .toolchain import MODULE_FILE, _parse_options, full_model_compile_argv
 
@@ -54,8 +58,6 @@ def torq_options(executors: list[dict], compiler_options: Iterable[str] = (),
         ConfigError: invalid options, or executors that differ in one of the four
             options (the model is compiled once, with one set).
     """
-    from .. import effective_executor
-
     opts: dict | None = None
     first = None
     names: dict[str, str] = {}
@@ -87,10 +89,6 @@ def mlir_function(mlir_path: str | os.PathLike) -> tuple[str | None, dict | None
     Raises:
         OSError: the file cannot be read.
     """
-    import re
-
-    from ..iree_tools import parse_mlir_signature
-
     pat = re.compile(r'func\.func @("(?:[^"\\]|\\.)*"|[A-Za-z0-9_$.-]+)\(')
     with open(mlir_path, "r", encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -172,8 +170,6 @@ class TorqWholeModel(WholeModel):
         Raises:
             ConfigError: unknown executors, torq executors with different options.
         """
-        from ...mlir.importer import layer_location
-
         layers = manifest["layers"]
         by_name = {e["name"]: e for e in executors}
         locs = locations or {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from ...core.lazy import np
 from ..site import InputSite
 from ..tensor_types import _known
 from .helpers import _SPEC, _axis, _spatial_out
@@ -23,7 +24,6 @@ def _indices_along_axis(data_formal: str, spec_op: str, *, unique_if_no_reductio
         if unique_if_no_reduction and site.attr("reduction", "none") == "none" and site.shape \
                 and len(site.shape) == len(data) and site.shape[axis] <= d:
             # distinct indices along the axis: the spec leaves duplicates undefined without reduction
-            import numpy as np
 
             full = list(site.shape)
             full[axis] = d
@@ -41,8 +41,6 @@ def _indices_along_axis(data_formal: str, spec_op: str, *, unique_if_no_reductio
 
 def _gathernd_indices(unique: bool, spec_op: str):
     def rule(site: InputSite):
-        import numpy as np
-
         data = site.shape_of("data")
         if data is None or not site.shape:
             return None
@@ -120,8 +118,6 @@ def _maxunpool_indices(site: InputSite):
     """MaxUnpool ``I``: flat indices into the output (N, C, *out spatial) as MaxPool's
     ``Indices`` output: each element's index in its own (n, c) plane, distinct within a
     plane when the plane has room. Spec: https://onnx.ai/onnx/operators/onnx__MaxUnpool.html."""
-    import numpy as np
-
     x = site.shape_of("X")
     if not _known(x) or len(x) < 3 or tuple(site.shape) != tuple(x):
         return None
@@ -201,16 +197,12 @@ def _loop_trip_count(site: InputSite):
 def _true(site: InputSite):
     """Loop ``cond``: True (a False start runs no iteration, against declared scan shapes).
     Spec: https://onnx.ai/onnx/operators/onnx__Loop.html."""
-    import numpy as np
-
     return np.ones(site.shape, dtype=bool)
 
 
 def _false(site: InputSite):
     """Dropout ``training_mode``: False (inference: the output is deterministic; in training
     mode it is a random mask). Spec: https://onnx.ai/onnx/operators/onnx__Dropout.html."""
-    import numpy as np
-
     return np.zeros(site.shape, dtype=bool)
 
 
@@ -218,8 +210,6 @@ def _compress_condition(site: InputSite):
     """Compress ``condition`` (1-D bool): as many True values (among the first
     min(len, dim) entries) as the declared output has on ``axis`` (flattened input without
     ``axis``). Spec: https://onnx.ai/onnx/operators/onnx__Compress.html."""
-    import numpy as np
-
     data = site.shape_of("input")
     out = site.out_shape(0)
     if data is None or len(site.shape) != 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ...core.lazy import np
 from ..site import InputSite, Rule
 from ..tensor_types import _known
 from .helpers import _composition
@@ -21,8 +22,6 @@ def _nms_solution(site: InputSite) -> dict | None:
 
 
 def _solve_nms(site: InputSite) -> dict | None:
-    import numpy as np
-
     g, rng = site.gen, site.rng
     names = {f: site.input_name(f) for f in ("boxes", "scores", "max_output_boxes_per_class", "iou_threshold",
                                              "score_threshold")}
@@ -109,8 +108,6 @@ def _nms_boxes(site: InputSite):
     """NonMaxSuppression ``boxes`` [B, N, 4]: well-formed boxes in [0, 1): corners
     [y1, x1, y2, x2] with y1 < y2, x1 < x2 (center_point_box 0) or [x_c, y_c, w, h]
     with w, h > 0 (1). Spec: https://onnx.ai/onnx/operators/onnx__NonMaxSuppression.html."""
-    import numpy as np
-
     if not site.shape or site.shape[-1] != 4:
         return None
     lead = site.shape[:-1]

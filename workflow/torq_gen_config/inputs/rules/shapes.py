@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from ...core.lazy import np
 from ..site import InputSite
 from ..tensor_types import _is_int, _known, _match
 from .helpers import _axis, _composition, _factorize, _norm_axes
@@ -39,8 +40,6 @@ def _reshape_shape(site: InputSite):
 
 
 def _broadcast_ok(data, shape, out) -> bool:
-    import numpy as np
-
     try:
         b = np.broadcast_shapes(tuple(data), tuple(shape))
     except ValueError:
@@ -127,8 +126,6 @@ def _resize_scales(site: InputSite):
     https://onnx.ai/onnx/operators/onnx__Resize.html "output_dimension =
     floor(input_dimension * (roi_end - roi_start) * scale)"; roi is 0..1 except for
     tf_crop_and_resize, where the roi's extent is divided out."""
-    import numpy as np
-
     if site.node.op_type == "Resize" and site.input_name("sizes"):
         sizes = site.value_of("sizes")
         if sizes is None or sizes.size:  # sizes given: "Only one of 'scales' and 'sizes' can be specified"
@@ -186,8 +183,6 @@ def _resize_roi(site: InputSite):
     """Resize ``roi``: [starts..., ends...] normalized, starts in [0, 0.3), ends in [0.7, 1]
     (start < end). Spec: https://onnx.ai/onnx/operators/onnx__Resize.html (roi is read with
     coordinate_transformation_mode tf_crop_and_resize)."""
-    import numpy as np
-
     n = site.size // 2
     if n * 2 != site.size:
         return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from ...core.lazy import np
 from ..site import InputSite
 from ..tensor_types import _int_info, _is_int, _known
 from .helpers import _choose_axes, _norm_axes
@@ -34,8 +35,6 @@ def _slice_len(d: int, st: int, en: int, s: int) -> int:
 
 def _solve_slice(site: InputSite) -> dict | None:
     """Slice inputs giving the declared output: see :func:`_slice_inputs`."""
-    import numpy as np
-
     g = site.gen
     data = site.shape_of("data")
     if not _known(data):

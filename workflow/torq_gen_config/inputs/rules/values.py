@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ...core.lazy import np
 from ..site import InputSite
 from ..tensor_types import _is_float, _is_int, _known
 from .helpers import _SPEC
@@ -22,8 +23,6 @@ def _string_split_input(site: InputSite):
     when it is empty or absent: whitespace splitting), k = the declared substrings
     output's last dim (<= maxsplit + 1), so the output has the declared shape. Spec:
     https://onnx.ai/onnx/operators/onnx__StringSplit.html."""
-    import numpy as np
-
     out = site.out_shape(0)
     if out is None or len(out) != len(site.shape) + 1 or not out[-1]:
         return None
@@ -39,8 +38,6 @@ def _string_normalizer_input(site: InputSite):
     """StringNormalizer ``X``: short words, of which in - out (the declared output's count)
     are ``stopwords`` (removed by the op) and the others are not. Spec:
     https://onnx.ai/onnx/operators/onnx__StringNormalizer.html."""
-    import numpy as np
-
     stop = [w.decode() if isinstance(w, bytes) else w for w in (site.attr("stopwords") or [])]
     out = site.out_shape(0)
     if out is None or len(out) != len(site.shape) or out[-1] is None:
@@ -62,8 +59,6 @@ def _unique_input(site: InputSite):
     """Unique ``X``: exactly k distinct values (or slices along ``axis``), k = the declared
     ``Y``'s length there, each present at least once. Spec:
     https://onnx.ai/onnx/operators/onnx__Unique.html."""
-    import numpy as np
-
     out = site.out_shape(0)
     axis = site.attr("axis")
     if out is None:
@@ -99,8 +94,6 @@ def _nonzero_input(site: InputSite):
     """NonZero ``X``: exactly k non-zero elements, k = the declared output's dim 1 (the
     count of non-zero elements), the others zero. Spec:
     https://onnx.ai/onnx/operators/onnx__NonZero.html."""
-    import numpy as np
-
     out = site.out_shape(0)
     if out is None or len(out) != 2 or out[1] is None or out[1] > site.size:
         return None
@@ -132,8 +125,6 @@ def _dropout_ratio(site: InputSite):
 
 def _nonzero_divisor(spec_op: str):
     def rule(site: InputSite):
-        import numpy as np
-
         if not _is_int(site.dtype):
             return None
         v = site.data()
@@ -194,8 +185,6 @@ def _roi_align_rois(site: InputSite):
     """RoiAlign ``rois`` [num_rois, 4]: [x1, y1, x2, y2] inside the feature map in input
     coordinates (x1 <= x2 < W / spatial_scale). Spec:
     https://onnx.ai/onnx/operators/onnx__RoiAlign.html."""
-    import numpy as np
-
     x = site.shape_of("X")
     if not _known(x) or len(x) != 4 or len(site.shape) != 2 or site.shape[1] != 4:
         return None

@@ -12,12 +12,27 @@ import time
 from pathlib import Path
 
 from ...backends import capabilities
+from ...backends.parameters import describe, resolve_from
+from ...core.errors import ReportError
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
+from ...core.lazy import onnx
+from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
+from ...core.weight_store import FOLDED_RUN_FILE, STORE_FILE
+from ...discovery.batch_compile import ALONE, BATCH_FILE, MODULE_FILE
+from ... import fullrun
+from ...fullrun import (assignment_bytes, batch_dir, batch_members, make_assignment, make_plan, run_partitions,
+                        selection_digest, selection_from_compiler_json, selection_from_report)
 from ...fullrun.common import PARTITIONS_MODE
 from ...fullrun.common import MODULE_MODE
-from ...core.job_support import records_failure
-from ...core.logs import append_record
+from ...core.job_support import in_worker, records_failure
+from ...core.logs import append_record, append_to_shared_log
 from ...core.external_data import load_model
+from ...fullrun.module_mode import module_or_partitions
+from ...fullrun.module_run import compile_module_partition, run_module_plan
+from ...fullrun.plan import prune_plan_dirs
+from ...reference import compute_reference
+from ...reference.model_inputs import load_input_data, load_model_inputs
+from .quantize import quantized_input_ranges
 
 
 def full_assignment(input, output, params, log) -> None:
@@ -56,8 +71,6 @@ def compile_partition(input, output, params, log, wildcards) -> None:
     kept from an earlier run); untracked ``timeout_s``, ``log_file``, ``verbose``."""
     batch = None
     if params.batch:  # an input when this plan compiles the batch, else kept from an earlier run
-        from ...discovery.batch_compile import BATCH_FILE, MODULE_FILE
-        from ...fullrun import batch_dir
 
         d = batch_dir(Path(output.compiled).parent.parent.parent, params.executor["name"], params.batch)
         batch = {"module": str(d / MODULE_FILE), "info": str(d / BATCH_FILE)}
@@ -89,8 +102,6 @@ def run_full_model(input, output, params, log) -> None:
 
 def read_selection(report: str | None, compiler: str | None) -> dict | None:
     """The selection of the report JSON if it exists, else of the compiler JSON, else None."""
-    from ...fullrun import selection_from_compiler_json, selection_from_report
-
     if report and os.path.isfile(report):
         return selection_from_report(read_json(report, "report JSON"), source_file=os.path.basename(report))
     if compiler and os.path.isfile(compiler):
@@ -105,8 +116,6 @@ def selection_digest_of(report: str | None, compiler: str | None = None) -> str 
     assignment rule while a rewrite of the report that keeps them (``run`` adds
     its ``full_model`` section) does not.
     """
-    from ...fullrun import selection_digest
-
     try:
         return selection_digest(read_selection(report, compiler))
     except Exception:
@@ -115,8 +124,6 @@ def selection_digest_of(report: str | None, compiler: str | None = None) -> str 
 
 def partition_batch_members(plan: dict, batch_id: str) -> list[dict]:
     """The members of one compile batch of ``plan`` (:func:`torq_gen_config.fullrun.batch_members`)."""
-    from ...fullrun import batch_members
-
     return batch_members(plan, batch_id)
 
 
@@ -124,9 +131,6 @@ def partition_batch_members(plan: dict, batch_id: str) -> list[dict]:
 def assignment_job(*, report: str | None, compiler: str | None, assignment: str, log: str | None = None) -> None:
     """Rule ``full_assignment`` (Snakemake form): ``assignment.json`` from the report
     (else the compiler JSON), without extra run options."""
-    from ...core.errors import ReportError
-    from ...fullrun import assignment_bytes, make_assignment
-
     sel = read_selection(report, compiler)
     if sel is None:
         raise ReportError(f"no report JSON ({report}) or compiler JSON ({compiler}): run discovery first")
@@ -138,10 +142,6 @@ def assignment_job(*, report: str | None, compiler: str | None, assignment: str,
 def plan_job(*, timeout_s: float | None = None, **kwargs) -> dict:
     """Checkpoint ``plan_full_model``: :func:`_plan_job` in a supervised worker (it folds
     the model's constants with onnx's reference evaluator; :func:`~torq_gen_config.core.job_support.in_worker`)."""
-    from ...core.job_support import in_worker
-    from ...core.limits import model_job_limit
-    from ...core.limits import DEFAULT_TIMEOUT_S
-
     return in_worker(_plan_job, "the full-model partition plan", model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1),
                      **kwargs)
 
@@ -160,22 +160,16 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     (:func:`~torq_gen_config.backends.parameters.resolve_from`; the store beside it).
     ``run_mode`` (``auto``/``module``/``partitions``): a partitions plan may become a
     module plan (:func:`~torq_gen_config.fullrun.module_mode.module_or_partitions`); ``mode_reason`` says why."""
-    from ...fullrun import make_plan
-    from ...fullrun.plan import prune_plan_dirs
-
     t0 = time.perf_counter()
     doc = read_json(assignment, "full-model assignment")
     man = read_json(manifest, "layer manifest")
     locs = read_json(locations, "MLIR locations") if locations and os.path.isfile(locations) else None
     model = load_model(prepared, weights=False)  # partitions refer to the weight store
     parts_dir = Path(plan).parent / "partitions"
-    from ...core.weight_store import FOLDED_RUN_FILE, STORE_FILE
 
     folded_store = Path(prepared).parent / FOLDED_RUN_FILE  # beside the model's own external data
     resolved = None
     if parameters and prepare_info:
-        from ...backends.parameters import describe, resolve_from
-
         resolved = resolve_from(parameters, read_json(prepare_info, "preparation info"), executors)
         resolved["archives"] = [os.path.abspath(Path(prepare_info).parent / STORE_FILE), os.path.abspath(folded_store)]
         append_record(log, f"weights: {describe(resolved)}")
@@ -185,8 +179,6 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     result["prepared_model"] = prepared
     keep = {p["pid"] for p in result["partitions"]}
     if result.get("mode") == PARTITIONS_MODE:
-        from ...fullrun.module_mode import module_or_partitions
-
         result = module_or_partitions(result, run_mode=run_mode, model=model, manifest=man, locations=locs,
                                        assignment=doc, executors=executors, full_mlir=full_mlir,
                                        compiler_options=compiler_options, runtime_options=runtime_options,
@@ -225,15 +217,12 @@ def compile_partition_batch_job(*, executor: dict, members: list[dict], partitio
     """Rule ``compile_partition_batch``: :func:`torq_gen_config.fullrun.compile_partition_batch`
     (``module.vmfb``, ``batch.mlir``, ``batch.json`` in ``out_dir``); a failing member
     is left to its own ``compile_partition`` job, never raised."""
-    from ...discovery.batch_compile import ALONE
-    from ...fullrun import compile_partition_batch
-
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
     t0 = time.perf_counter()
-    rec = compile_partition_batch(executor=executor, members=members, partitions_dir=partitions_dir,
-                                  out_dir=out_dir, timeout_s=timeout_s, log_path=log)
+    rec = fullrun.compile_partition_batch(executor=executor, members=members, partitions_dir=partitions_dir,
+                                          out_dir=out_dir, timeout_s=timeout_s, log_path=log)
     alone = sum(m["status"] == ALONE for m in rec["members"])
     text = (f"[{executor['name']}] partition batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} "
             f"partitions compiled together ({rec['batch_ms'] / 1000:.1f} s, {len(rec['compiles'])} compiler run(s))"
@@ -253,23 +242,20 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
 
     A failure is recorded in ``compiled.json`` (``status: error``), not raised.
     """
-    from ...fullrun import compile_partition, compiled_from_batch
-
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
     work_dir = str(Path(compiled).parent)
     if executor.get("backend") == MODULE_MODE:  # the module of a module plan (model: its placement.json)
-        from ...fullrun.module_run import compile_module_partition
 
         res = compile_module_partition(pid=pid, side_file=model, work_dir=work_dir, timeout_s=timeout_s, log_path=log)
     elif batch:
-        res = compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
-                                  batch_info=batch["info"], batch_module=batch["module"], timeout_s=timeout_s,
-                                  log_path=log)
+        res = fullrun.compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
+                                          batch_info=batch["info"], batch_module=batch["module"], timeout_s=timeout_s,
+                                          log_path=log)
     else:
-        res = compile_partition(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
-                                timeout_s=timeout_s, log_path=log)
+        res = fullrun.compile_partition(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
+                                        timeout_s=timeout_s, log_path=log)
     write_json(compiled, res)
     cb = res.get("compile_batch") or {}
     if res["status"] == "ok" and cb.get("compile_ms_is"):
@@ -296,15 +282,8 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
     onnx's reference implementation only when ONNX Runtime fails, to stand in for it). With ``--quantize`` the model is the
     quantized one; its int8 inputs (``--full-integer``) do not match the float values
     and are generated over all int8 values."""
-    import onnx
-
-    from .quantize import quantized_input_ranges
-    from ...reference.model_inputs import load_model_inputs
-    from ...reference import compute_reference
-
     feeds, source = None, None
     if run_data:  # `run --input-data`: must fit the prepared model discovery tested
-        from ...reference.model_inputs import load_input_data
 
         model = onnx.load(prepared, load_external_data=False)
         feeds, source = load_input_data(run_data, model), f"run --input-data {run_data}"
@@ -326,8 +305,6 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
                        log: str | None = None, log_file: str | None = None, verbose: bool = False) -> dict:
     """Rule ``run_full_model``: run the partitions in order (a torq plan: the whole-model
     module once), compare, ``result.json``."""
-    from ...fullrun import run_partitions
-
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
@@ -375,8 +352,6 @@ def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict
     """A module plan run (:func:`torq_gen_config.fullrun.module_run.run_module_plan`); the
     fallback partitions are compiled here, one at a time, when the module fails or
     differs (a partition compiled by an earlier run is reused)."""
-    from ...fullrun.module_run import run_module_plan
-
     def compile_one(part: dict) -> dict:
         f = parts_dir / part["pid"] / "compiled.json"
         if f.is_file():
@@ -413,6 +388,4 @@ def _emit(text: str, log_file: str | None, title: str, log: str | None) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
     if log_file and log and os.path.isfile(log):
-        from ...core.logs import append_to_shared_log
-
         append_to_shared_log(log_file, title, Path(log).read_text())

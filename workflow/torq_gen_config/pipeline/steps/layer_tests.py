@@ -5,17 +5,23 @@ layer when its result file is asked for."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from ...core.errors import DamagedWorkFile
-from ...core.fileio import read_json, write_json
+from ...core.fileio import atomic_write_text, read_json, write_json
+from ...core.isolation import RunStopped
 from ...core.job_support import records_failure
+from ...core.keep_work import restore
 from ...core.layout import mark_outdated
 from ...compare import shown_status
 from ...core.logs import append_record, append_to_shared_log
 from ...core.progress import job_verdict
+from ...discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
+from ...discovery.layer_test import error_result, one_line_summary, run_layer_test, skipped_result
 from .markers import (
     SKIPPED_MARKER,
     TIMED_OUT_SUFFIX,
@@ -24,6 +30,7 @@ from .markers import (
     timed_out_under_smaller,
     was_skipped,
 )
+from .split import import_layer_job
 from .units import changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key
 from .quantize import quantize_failure
 
@@ -63,10 +70,6 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
 def _internal_error(e: Exception, *, layer: dict, executor: dict, result: str, tolerance: dict, log: str | None) -> None:
     """Record a bug of torq-gen-config on this (layer, executor) as an ``internal`` error
     verdict with the traceback (the other layers go on)."""
-    import traceback
-
-    from ...discovery.layer_test import error_result, one_line_summary
-
     message = f"torq-gen-config failed on this layer: {type(e).__name__}: {e}\n{traceback.format_exc()}"
     res = error_result(layer=layer, executor=executor, stage="internal", message=message, result_path=result,
                        tolerance=tolerance)
@@ -78,8 +81,6 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
                     import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
                     log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None,
                     batch: dict | None = None) -> None:
-    from ...discovery.layer_test import one_line_summary, run_layer_test, skipped_result
-
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
@@ -96,8 +97,6 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
         _log_batch_compile(log, batch["info"])
     failed = quantize_failure(layer_onnx)
     if failed:
-        from ...discovery.layer_test import error_result
-
         res = error_result(layer=layer, executor=executor, stage="quantize", message=failed, result_path=result,
                            tolerance=tolerance)
         job_verdict(shown_status(res), one_line_summary(res))
@@ -118,10 +117,6 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
 def _log_batch_compile(log: str | None, batch_file: str) -> None:
     """Note in the test's log how its batch's module was compiled (the command line is
     in the batch job's log; a layer's log should say how its module was made)."""
-    import shlex
-
-    from ...core.logs import append_record
-
     rec = read_json(batch_file, "compile batch")
     argv = (rec.get("artifact_info") or {}).get("argv")
     append_record(log, f"compile batch {Path(batch_file).parent.name} ({rec['compiled']} of {len(rec['members'])} "
@@ -135,12 +130,6 @@ def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, time
     (:func:`torq_gen_config.discovery.batch_compile.compile_batch`). A batch that cannot be
     compiled at all (the backend is unavailable, a bug) still writes its files with
     every layer marked to compile alone, so each layer's own test reports it."""
-    import traceback
-
-    from ...discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
-    from ...core.fileio import atomic_write_text, write_json
-    from ...core.isolation import RunStopped
-
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
@@ -315,8 +304,6 @@ def restore_mlir(mlir: str | None, model: str, timeout_s: float) -> bool:
     whether it was made again."""
     if not mlir:
         return False
-    from ...core.keep_work import restore
-    from .split import import_layer_job
 
     def make(tmp: str) -> None:
         status = os.path.join(os.path.dirname(tmp), f".{os.path.basename(tmp)}.import.tmp")

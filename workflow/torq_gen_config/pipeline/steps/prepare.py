@@ -9,13 +9,22 @@ import time
 from pathlib import Path
 
 from ...core.fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
+from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
 from ...core.layout import mark_outdated
+from ...core.lazy import onnx
 from ...core.logs import append_record
 from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ...core.errors import ConfigError
 from ...core.external_data import self_contained_bytes
 from ...core.weight_store import STORE_FILE, externalize
+from ...mlir import importer
+from ...model import prepare as model_prepare
+from ...model.graph import copy_proto
+from ...model.prepare import load_model
+from ...precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
+from ...reference.model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
+from ...reference.model_run import run_model_by_node, run_summary
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
@@ -53,11 +62,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
             writes nothing).
         ConfigError: an unknown subgraph name or a reversed range; bad input shapes.
     """
-    import onnx
-
-    from ...model.prepare import load_model, prepare_model
-    from ...reference.model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
-
     precision = precision or {}
     t0 = time.perf_counter()
     shapes = dict(input_shapes or {})
@@ -80,7 +84,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         if model_run_failed:
             return {"types": {}, "info": {"ran": False, "inputs": source, "error": model_run_failed,
                                           "unknown_to_static_inference": unknown[:200]}}
-        from ...reference.model_run import run_model_by_node, run_summary
 
         res = run_model_by_node(whole, feeds, timeout_s=timeout_s, keep=want)
         run_state["values"] = res.pop("values")
@@ -88,7 +91,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
         return {"types": types, "info": {"ran": True, "inputs": source, **run_summary(res),
                                          "unknown_to_static_inference": unknown[:200]}}
 
-    from ...precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 
     conversions = [(key, fn) for key, fn, on in (("bf16", convert_to_bf16, precision.get("auto_convert_bf16")),
                                                   ("int32", convert_int64_to_int32, precision.get("auto_convert_int32")))
@@ -96,8 +98,9 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     if conversions:  # bf16 and the int32 narrowing need opset 22 (precision.narrowing)
         target_opset = max(target_opset, BF16_OPSET)
     store = Path(prepared).parent / STORE_FILE
-    m, info = prepare_model(model, target_opset=target_opset, subgraph=subgraph, conversions=conversions,
-                            input_shapes=shapes, shape_sources=sources, observe=observe, store=store)
+    m, info = model_prepare.prepare_model(model, target_opset=target_opset, subgraph=subgraph,
+                                          conversions=conversions, input_shapes=shapes, shape_sources=sources,
+                                          observe=observe, store=store)
     if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
         Path(precision["save_bf16_model"]).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(precision["save_bf16_model"], self_contained_bytes(m))
@@ -143,8 +146,6 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
 
 def _only_inputs(model, names: list[str]):
     """A copy of ``model`` whose graph inputs are only ``names`` (to generate their values)."""
-    from ...model.graph import copy_proto
-
     m = copy_proto(model)
     keep = [copy_proto(vi) for vi in m.graph.input if vi.name in names]
     del m.graph.input[:]
@@ -211,12 +212,9 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, weights: 
     import: the layers then get no ``mlir_location``). ``weights``: the MLIR keeps the
     weights (an executor compiles it), else they are elided
     (:func:`~torq_gen_config.mlir.importer.import_full_model`)."""
-    from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ...mlir.importer import import_full_model
-
     limit = model_job_limit(timeout_s or DEFAULT_TIMEOUT_S, calls=1)
     try:
-        res = run_isolated(import_full_model, (prepared, mlir, weights), limit_s=limit,
+        res = run_isolated(importer.import_full_model, (prepared, mlir, weights), limit_s=limit,
                            what="the full-model MLIR import")
     except (WorkerTimeout, WorkerCrash) as e:
         atomic_write_text(mlir, "")

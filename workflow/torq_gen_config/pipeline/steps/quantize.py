@@ -8,11 +8,18 @@ import time
 from pathlib import Path
 
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
+from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
 from ...core.layout import mark_outdated
+from ...core.lazy import onnx
 from ...core.logs import append_record
 from ...core.limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
 from ...core.external_data import load_model
+from ...precision import quantize
+from ...precision.calibration import calibration_samples
+from ...precision.layer_mapping import map_layers_to_quantized, mapping_summary, quantized_tensor_names
+from ...precision.ort_quantization import QuantizationError
+from ...precision.ranges import tensor_ranges
 
 @records_failure
 def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
@@ -32,11 +39,6 @@ def _calibrate_job(*, prepared: str, ranges: str, samples: int, seed: int, float
     Raises:
         QuantizationError: bad calibration data, or ONNX Runtime cannot run the model.
     """
-    import onnx
-
-    from ...precision.calibration import calibration_samples
-    from ...precision.ranges import tensor_ranges
-
     t0 = time.perf_counter()
     model = onnx.load(prepared)
     data_samples = calibration_samples(model, n=samples, seed=seed, float_range=tuple(float_range), data_path=data)
@@ -72,18 +74,12 @@ def _quantize_full_model_job(*, prepared: str, ranges: str, quantized: str, info
         QuantizationError: quantization failed (the run stops with the reason; the
             original tool silently fell back to the float model).
     """
-    import onnx
-
-    from ...precision.calibration import calibration_samples
-    from ...precision.quantize import quantize_model
-
     t0 = time.perf_counter()
     model = onnx.load(prepared)
     rng = read_json(ranges, "calibration ranges")["ranges"]
     data_samples = calibration_samples(model, n=samples, seed=seed, float_range=tuple(float_range), data_path=data)
-    qmodel, qinfo = quantize_model(model, ranges=rng, samples=data_samples, **_quantize_settings(settings))
+    qmodel, qinfo = quantize.quantize_model(model, ranges=rng, samples=data_samples, **_quantize_settings(settings))
     write_bytes_if_changed(quantized, qmodel.SerializeToString(deterministic=True))
-    from ...precision.layer_mapping import quantized_tensor_names
 
     qinfo["quantized_tensors"] = quantized_tensor_names(qmodel)
     qinfo["quantize_s"] = round(time.perf_counter() - t0, 3)
@@ -100,8 +96,6 @@ def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
     """:func:`_quantize_layer_job` in a supervised worker; a hang or a crash of the
     quantizer is recorded like a failed quantization (the layer's tests report it at
     stage ``quantize``, the other layers go on)."""
-    from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
-
     try:
         run_isolated(_quantize_layer_job, kwargs=kwargs, limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
                      what="the quantization of the layer")
@@ -126,9 +120,6 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
     layer's tests record an ``error`` verdict at stage ``quantize``
     (:func:`quantize_failure`).
     """
-    from ...precision.ort_quantization import QuantizationError
-    from ...precision.quantize import quantize_model
-
     t0 = time.perf_counter()
     model = load_model(layer_onnx)
     rng = read_json(ranges, "calibration ranges")["ranges"]
@@ -140,8 +131,8 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
         if full.get("quantized_tensors") is not None:
             wrap_only = set(full["quantized_tensors"])
     try:
-        qmodel, qinfo = quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True,
-                                       wrap_only=wrap_only, **qsettings)
+        qmodel, qinfo = quantize.quantize_model(model, ranges=rng, samples=None, wrap_unquantized_io=True,
+                                                wrap_only=wrap_only, **qsettings)
     except QuantizationError as e:
         write_bytes_if_changed(quantized, model.SerializeToString(deterministic=True))
         write_json(info, {"status": "error", "message": str(e), "quant_format": qsettings["quant_format"]})
@@ -169,10 +160,6 @@ def quantize_failure(layer_onnx: str) -> str | None:
 def map_quantized_layers_job(*, manifest: str, quantized: str, mapped: str, log: str | None = None) -> None:
     """Rule ``map_quantized_layers``: the layers mapped onto the quantized model's
     nodes (:func:`torq_gen_config.precision.layer_mapping.map_layers_to_quantized`)."""
-    import onnx
-
-    from ...precision.layer_mapping import map_layers_to_quantized, mapping_summary
-
     man = read_json(manifest, "layer manifest")
     out = map_layers_to_quantized(man, onnx.load(quantized))
     write_json(mapped, out)
@@ -186,8 +173,6 @@ def quantized_input_ranges(layer_onnx: str, ranges: dict) -> dict[str, list[floa
     a float input its calibrated [min, max] (so values are not saturated, unlike the
     original tool's (-40, 40) inputs against a [-1, 1) calibration), an int8/uint8
     input (``--full-integer``) all values of its type."""
-    import onnx
-
     out = {}
     for vi in onnx.load(layer_onnx, load_external_data=False).graph.input:
         et = vi.type.tensor_type.elem_type

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ...backends.parameters import resolve_from
+from ...core.fileio import read_json
 from ...core.job_support import records_failure
 from ...core.keep_work import finish
 from ...core.layout import clear_outdated
@@ -54,9 +56,6 @@ def aggregate_report(input, output, params, log) -> dict:
     weights setting, resolved here with ``info``: the report's ``provenance.parameters``).
     Returns the report (dict).
     """
-    from ...backends.parameters import resolve_from
-    from ...core.fileio import read_json
-
     resolved = resolve_from(params.parameters, read_json(input.info, "preparation info"), params.executors)
     rep = aggregate_job(model_name=params.model_name, manifest=input.manifest, prepare_info=input.info,
                         locations=input.locations, results_root=os.path.dirname(input.manifest),

@@ -7,12 +7,17 @@ from __future__ import annotations
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
-from ...core.fileio import atomic_write_text, read_json, write_json
+from ...core.fileio import atomic_write_text, read_json, save_npz, write_json
+from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
 from ...core.layout import mark_outdated
 from ...core.logs import append_record
+from ...mlir.importer import import_layer
+from ...model import split as model_split
+from ...reference import compute_reference, propagate_layer_inputs
 from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
 from .quantize import quantize_layer_job, quantized_input_ranges
 from .units import drop_key, file_identity, is_current, make_key, record_key
@@ -45,20 +50,16 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
     Raises:
         ModelError: the model input values do not fit the model.
     """
-    from ...model.split import split_layers
-
     t0 = time.perf_counter()
     model = load_model(prepared, weights=False)  # the weights stay in the store: layers refer to them
     info = read_json(info_path, "preparation info")
-    man = split_layers(model, info, Path(manifest).parent, folded_store=Path(prepared).parent / FOLDED_FILE)
+    man = model_split.split_layers(model, info, Path(manifest).parent, folded_store=Path(prepared).parent / FOLDED_FILE)
     append_record(log, f"split into {len(man['layers'])} layers ({len(man['folded_nodes'])} constant nodes folded) "
                        f"in {time.perf_counter() - t0:.2f} s")
     print(f"split: {len(man['layers'])} layers, {len(man['folded_nodes'])} constant nodes folded"
           + (f", {sum(1 for x in man['layers'] if x.get('not_testable'))} not testable (unknown tensor types)"
              if any(x.get("not_testable") for x in man["layers"]) else ""), file=sys.stderr)
     if layer_inputs == "propagate" and model_inputs:
-        from ...reference import propagate_layer_inputs
-
         res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s,
                                      failed=model_run_failed)
         man["layer_inputs"] = res
@@ -91,11 +92,6 @@ def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inpu
     ``calibration``, see :func:`quantized_input_ranges`) and the outputs of both
     reference engines, ``engine`` first (:func:`~torq_gen_config.reference.compute_reference`),
     each bounded by ``timeout_s`` seconds."""
-    import traceback
-
-    from ...core.fileio import save_npz
-    from ...reference import compute_reference
-
     try:
         input_ranges = None
         if calibration:
@@ -123,9 +119,6 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
     importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
     timeout or crash), not raised: the layer's tests report it and the others go on.
     ``parameters``: the stored weights as IREE parameters (``parameters: external``)."""
-    from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
-    from ...mlir.importer import import_layer
-
     try:
         res = run_isolated(import_layer, (layer_onnx, mlir, parameters), limit_s=call_limit(timeout_s or DEFAULT_TIMEOUT_S),
                            what="the MLIR import of the layer")
@@ -176,8 +169,6 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     Raises:
         RuntimeError: a member failed (a bug; the message names the layers and errors).
     """
-    import traceback
-
     record, failed = [], []
     for m in members:
         slug = m["slug"]
