@@ -102,3 +102,38 @@ def test_every_stand_in_names_an_installed_module():
         if module.__name__.startswith("iree.") and importlib.util.find_spec("iree.compiler") is None:
             continue  # the IREE bindings are optional here
         assert importlib.util.find_spec(module.__name__) is not None, (name, module.__name__)
+
+
+def test_importing_every_module_loads_no_heavy_module():
+    """No module uses a heavy module at import time (a table keyed by ``onnx.TensorProto``
+    members, ``np.iinfo`` constants): Snakemake's parse of the rules, which imports the job
+    modules, loads none of them."""
+    modules = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).with_suffix("")
+        if "__pycache__" in rel.parts or rel.name == "__main__":
+            continue
+        modules.append(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
+    code = (f"import importlib, sys\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+            f"print('LOADED:' + ','.join(m for m in {HEAVY!r} if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "LOADED:"
+
+
+def test_constants_written_out_match_their_sources():
+    """The values written out to keep imports light are those of onnx and numpy."""
+    import ml_dtypes
+    import numpy as np
+    import onnx
+
+    from torq_gen_config.precision import bf16_rounding, narrowing, narrowing_plan
+
+    T = onnx.TensorProto
+    assert (narrowing_plan._FLOAT, narrowing_plan._INT32, narrowing_plan._INT64, narrowing_plan._UINT32,
+            narrowing_plan._UINT64, narrowing_plan._BFLOAT16) == (T.FLOAT, T.INT32, T.INT64, T.UINT32, T.UINT64,
+                                                                 T.BFLOAT16)
+    for mine, dtype in ((narrowing._I32, np.int32), (narrowing._I64, np.int64), (narrowing._U32, np.uint32),
+                        (narrowing._U64, np.uint64)):
+        assert (mine.min, mine.max) == (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    assert bf16_rounding._BF16_MAX == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)

@@ -40,6 +40,7 @@ Rules (seed: notes/reference_tool.md section 6; types: ONNX operator schemas via
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Any
 
 
@@ -57,10 +58,13 @@ BF16_OPSET = 22
 #: seed does): op_type -> input indices.
 KEEP_INT64_INPUTS: dict[str, tuple[int, ...]] = {"Slice": (1, 2, 3, 4)}
 
-_I32 = np.iinfo(np.int32)
-_I64 = np.iinfo(np.int64)
-_U32 = np.iinfo(np.uint32)
-_U64 = np.iinfo(np.uint64)
+# np.iinfo(np.int32) ... (their min and max), written out so that importing this module does not
+# load numpy (core/lazy.py; tests/unit/test_imports.py checks them)
+_IntRange = namedtuple("_IntRange", "min max")
+_I32 = _IntRange(-(2**31), 2**31 - 1)
+_I64 = _IntRange(-(2**63), 2**63 - 1)
+_U32 = _IntRange(0, 2**32 - 1)
+_U64 = _IntRange(0, 2**64 - 1)
 
 
 def convert_to_bf16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:

@@ -12,21 +12,24 @@ from ..core.lazy import onnx
 from .onnx_graph import DTYPE_ATTRS, _outer_refs, _subgraphs
 
 
+# onnx.TensorProto's element types (numbers fixed by the ONNX standard), written out so that
+# importing this module does not load onnx (core/lazy.py; tests/unit/test_imports.py checks them)
+_FLOAT, _INT32, _INT64, _UINT32, _UINT64, _BFLOAT16 = 1, 6, 7, 12, 13, 16
 _TYPE_STR = {
-    onnx.TensorProto.FLOAT: "tensor(float)",
-    onnx.TensorProto.BFLOAT16: "tensor(bfloat16)",
-    onnx.TensorProto.INT64: "tensor(int64)",
-    onnx.TensorProto.INT32: "tensor(int32)",
-    onnx.TensorProto.UINT64: "tensor(uint64)",
-    onnx.TensorProto.UINT32: "tensor(uint32)",
+    _FLOAT: "tensor(float)",
+    _BFLOAT16: "tensor(bfloat16)",
+    _INT64: "tensor(int64)",
+    _INT32: "tensor(int32)",
+    _UINT64: "tensor(uint64)",
+    _UINT32: "tensor(uint32)",
 }
 _SHORT = {
-    onnx.TensorProto.FLOAT: "fp32",
-    onnx.TensorProto.BFLOAT16: "bf16",
-    onnx.TensorProto.INT64: "int64",
-    onnx.TensorProto.INT32: "int32",
-    onnx.TensorProto.UINT64: "uint64",
-    onnx.TensorProto.UINT32: "uint32",
+    _FLOAT: "fp32",
+    _BFLOAT16: "bf16",
+    _INT64: "int64",
+    _INT32: "int32",
+    _UINT64: "uint64",
+    _UINT32: "uint32",
 }
 _NON_TENSOR = -1  # marker in the type map for sequence/optional/map values
 
