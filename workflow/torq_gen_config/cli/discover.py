@@ -133,7 +133,6 @@ def run(args: argparse.Namespace) -> int:
 
     def discovery(forcerun: list[str]) -> None:
         if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
-
             run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
                                              extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
                                                                                    else []) + (["-n"] if args.dry_run

@@ -260,18 +260,15 @@ def build_config(args: argparse.Namespace) -> dict:
         weights = {t.name for t in onnx_model.graph.initializer}  # opset < 9 models list them as inputs
         inputs_only.graph.input.extend(vi for vi in onnx_model.graph.input if vi.name not in weights)
     if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
-
         fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
     if config.get("input_data") and not (config["auto_convert_bf16"] or config["auto_convert_int32"]):
         # a missing name, a wrong shape or dtype kind is a one-line error now, not a failed
         # prepare job (with the conversions the model's input types change first: the job checks)
-
         load_input_data(config["input_data"], inputs_only)
 
     check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
     if config["quantize"] and config["calibration_data"]:
         # bad calibration data is a one-line error now, not a failed job later
-
         calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
     return config
 

@@ -250,7 +250,6 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     mode = check_selection(selection, config["executors"])  # else PARTITIONS_MODE: a whole-model mode (torq)
     check_runnable(selection, config, out / layout["work"])
     if config.get("run_mode") == "module":  # impossible: one line, exit 2, before anything runs
-
         decide_run_mode("module", list(named_executors(selection)) or [config["executors"][0]["name"]],
                         config["executors"])
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))

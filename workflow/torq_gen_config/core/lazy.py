@@ -80,6 +80,13 @@ def lazy_import(name: str) -> LazyModule:
     return LazyModule(name)
 
 
+def load(module: types.ModuleType) -> types.ModuleType:
+    """The real module behind a stand-in, imported now: for an import that must happen in a
+    given context (``onnxruntime.quantization`` inside the root-logger guard); a module that
+    is not a stand-in is returned as it is."""
+    return module._load() if isinstance(module, LazyModule) else module
+
+
 np = lazy_import("numpy")
 ml_dtypes = lazy_import("ml_dtypes")
 

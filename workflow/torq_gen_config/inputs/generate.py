@@ -44,7 +44,6 @@ class _Generator:
         return self.graph.constant(name)
 
     def generate(self, name: str) -> None:
-
         vi = self.inputs[name]
         shape = input_shape(vi)
         dtype = numpy_dtype(vi.type.tensor_type.elem_type)

@@ -148,7 +148,6 @@ def _run_locked(*, config, workdir: Path, cores, targets, forcerun, forceall, dr
                 allowed_rules=None, display=None, display_what="workflow", log_file=None) -> None:
     # a Snakemake lock left by a killed run is removed when the workflow is parsed
     # (rules/common.smk: run_lock.clear_stale_snakemake_locks)
-
     JOB_FAILURES.clear()
     execute(config=config, workdir=workdir, cores=cores, targets=targets, forcerun=forcerun, forceall=forceall,
             dryrun=dryrun, quiet=quiet, verbose=verbose, allowed_rules=allowed_rules, failures=JOB_FAILURES,

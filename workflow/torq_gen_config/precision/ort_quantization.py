@@ -17,7 +17,7 @@ import logging
 import threading
 
 from ..core.errors import ModelError
-from ..core.lazy import oq
+from ..core.lazy import load, oq
 from ..core.limits import DETAIL_CHARS
 
 
@@ -71,8 +71,7 @@ def _root_logger_guard():
 def _ort_quantization():
     """The ``onnxruntime.quantization`` module, imported with :func:`_root_logger_guard`."""
     with _root_logger_guard():
-        pass
-    return oq
+        return load(oq)
 
 
 def _one_line(e: BaseException) -> str:

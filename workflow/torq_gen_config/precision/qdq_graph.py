@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.lazy import helper, np, numpy_helper, onnx, oq
+from ..core.lazy import helper, np, numpy_helper, onnx
 from ..model.graph import node_inputs
 from .calibration import _input_specs
 from .folding import _infer
-from .ort_quantization import _one_line, _root_logger_guard
+from .ort_quantization import _one_line, _ort_quantization
 from .ranges import _ort_session
 
 
@@ -124,11 +124,9 @@ def _io_to_wrap(q) -> list[str]:
 def _scale_zp(lo: float, hi: float) -> tuple["np.ndarray", "np.ndarray"]:  # noqa: F821
     """int8 scale/zero point of ``[lo, hi]`` exactly as ORT computes activation params
     (``quant_utils.compute_scale_zp``, asymmetric, 0 included in the range)."""
-    with _root_logger_guard():
-        pass
-    qmin, qmax = oq.quant_utils.get_qmin_qmax_for_qType(onnx.TensorProto.INT8)
-    zp, scale = oq.quant_utils.compute_scale_zp(np.array(lo, dtype=np.float32), np.array(hi, dtype=np.float32),
-                                                qmin, qmax)
+    quant_utils = _ort_quantization().quant_utils  # imported inside the root-logger guard
+    qmin, qmax = quant_utils.get_qmin_qmax_for_qType(onnx.TensorProto.INT8)
+    zp, scale = quant_utils.compute_scale_zp(np.array(lo, dtype=np.float32), np.array(hi, dtype=np.float32), qmin, qmax)
     return np.asarray(scale, dtype=np.float32).reshape(()), np.asarray(zp, dtype=np.int8).reshape(())
 
 

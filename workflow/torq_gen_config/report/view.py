@@ -120,7 +120,6 @@ def render_summary(report: Mapping, console: rich_console.Console, source: str |
     for ln in tool_lines(report):
         _line(console, ln)
     if isinstance(report.get("work_dir"), Mapping):  # reports written before it was recorded have none
-
         _line(console, recorded_line(report["work_dir"]))
     if summary.get("skipped_layers"):
         _line(console, f"Layers skipped (not tested): {summary['skipped_layers']}")
@@ -207,7 +206,6 @@ def render_summary(report: Mapping, console: rich_console.Console, source: str |
     _line(console)
     _line(console, f"DEFAULT TOLERANCE: {_fmt_tol(report.get('default_tolerance'))}")
     if report.get("full_model"):  # the last `torq-gen-config run`
-
         _line(console)
         # OUT OF DATE by the one rule (fullrun.stale_reason; the HTML report uses it too)
         fm = {**report["full_model"], "stale": stale_reason(report["full_model"], report.get("ops") or {})}

@@ -24,7 +24,6 @@ def _indices_along_axis(data_formal: str, spec_op: str, *, unique_if_no_reductio
         if unique_if_no_reduction and site.attr("reduction", "none") == "none" and site.shape \
                 and len(site.shape) == len(data) and site.shape[axis] <= d:
             # distinct indices along the axis: the spec leaves duplicates undefined without reduction
-
             full = list(site.shape)
             full[axis] = d
             order = np.argsort(site.rng.random(full), axis=axis)

@@ -71,7 +71,6 @@ def compile_partition(input, output, params, log, wildcards) -> None:
     kept from an earlier run); untracked ``timeout_s``, ``log_file``, ``verbose``."""
     batch = None
     if params.batch:  # an input when this plan compiles the batch, else kept from an earlier run
-
         d = batch_dir(Path(output.compiled).parent.parent.parent, params.executor["name"], params.batch)
         batch = {"module": str(d / MODULE_FILE), "info": str(d / BATCH_FILE)}
     compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
@@ -247,7 +246,6 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
         Path(log).write_text("")
     work_dir = str(Path(compiled).parent)
     if executor.get("backend") == MODULE_MODE:  # the module of a module plan (model: its placement.json)
-
         res = compile_module_partition(pid=pid, side_file=model, work_dir=work_dir, timeout_s=timeout_s, log_path=log)
     elif batch:
         res = fullrun.compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
@@ -284,7 +282,6 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
     and are generated over all int8 values."""
     feeds, source = None, None
     if run_data:  # `run --input-data`: must fit the prepared model discovery tested
-
         model = onnx.load(prepared, load_external_data=False)
         feeds, source = load_input_data(run_data, model), f"run --input-data {run_data}"
     elif model_inputs:
