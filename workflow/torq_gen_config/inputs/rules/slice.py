@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from ...core.lazy import np
 from ..site import InputSite
 from ..tensor_types import _int_info, _is_int, _known
 from .helpers import _choose_axes, _norm_axes
