@@ -11,13 +11,12 @@ import copy
 import importlib.util
 import math
 import os
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from . import workflow_files
 from .core.errors import ConfigError
-from .core.lazy import jsonschema, onnx, yaml
+from .core.lazy import jsonschema, metadata, onnx, yaml
 
 # in a checkout or an installed wheel (torq_gen_config.workflow_files)
 SCHEMA_PATH = workflow_files.schema_dir() / "config.schema.yaml"
@@ -143,8 +142,8 @@ one (pyproject.toml): importing onnx to ask costs every Snakemake start about 0.
 def _onnx_max_opset() -> int | None:
     """The newest ONNX opset the installed onnx knows (None: onnx is not installed)."""
     try:
-        release = ".".join(version("onnx").split(".")[:2])
-    except PackageNotFoundError:  # pragma: no cover
+        release = ".".join(metadata.version("onnx").split(".")[:2])
+    except metadata.PackageNotFoundError:  # pragma: no cover
         return None
     if release in _ONNX_OPSETS:
         return _ONNX_OPSETS[release]

@@ -55,12 +55,11 @@ object arrays are not supported.
 from __future__ import annotations
 
 import os
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.lazy import ml_dtypes, np
+from ..core.lazy import metadata, ml_dtypes, np
 from ..core.tools import ToolNotFoundError, bounded_message, run_tool, tool_version
 from ..core.weight_store import PARAMETER_SCOPE
 from .base import Backend, CompiledArtifact, StageError, check_inputs, check_options, raise_for_tool_failure

@@ -4,7 +4,6 @@ lines of the onnxruntime backend. onnxruntime is imported only inside the functi
 
 from __future__ import annotations
 
-import difflib
 import os
 import threading
 import time
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core import ort_io
 from ..core.errors import ConfigError
-from ..core.lazy import ort
+from ..core.lazy import difflib, ort
 from ..core.logs import append_record
 from ..core.external_data import session_options
 from ..core.tools import bounded_message

@@ -10,8 +10,6 @@ import os
 from pathlib import Path
 
 from .. import workflow_files
-from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
-from ..conformance import cases, matrix, render, runner
 from ..core.errors import ConfigError
 
 
@@ -59,6 +57,9 @@ def _csv(text: str | None) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or resume) the conformance tests; print the summary. Returns the exit status (0)."""
+    from ..conformance import cases, matrix, render, runner
+    from ..config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
+
     if args.jobs is not None and args.jobs < 1:
         raise ConfigError("--jobs must be at least 1")
     if args.timeout <= 0:

@@ -19,12 +19,9 @@ from pathlib import Path
 
 from ..backends import run_wide_options
 from ..core.errors import ConfigError, ReportError, TorqGenConfigError
-from ..core.keep_work import measure, size_line
 from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
 from ..core.limits import DEFAULT_TIMEOUT_S
 from ..fullrun.reduce import parse_budget
-from ..pipeline.workflow_api import run_workflow, run_workflow_with_snakemake_args
-from ..report.publish import read_report_summary
 from .options import (
     add_execution_options,
     add_keep_work_option,
@@ -106,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     ``torq-gen-config run`` does), recorded in the subgraph's report. The status is
     then 1 when that test could not run (the discovery report is kept).
     """
+    from ..report.publish import read_report_summary
+    from ..pipeline.workflow_api import run_workflow
+
     resolve_execution_options(args)
     config = build_config(args)
     layout = output_layout(config)
@@ -133,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
 
     def discovery(forcerun: list[str]) -> None:
         if extra or args.profile:  # Snakemake's command-line layer reads the profile (plugin settings too)
+            from ..pipeline.workflow_api import run_workflow_with_snakemake_args
+
             run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores,
                                              extra_args=(targets or []) + extra + (["--forcerun", *forcerun] if forcerun
                                                                                    else []) + (["-n"] if args.dry_run
@@ -178,6 +180,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"Compiler JSON: {out / compiler_file(name)}")
     if layout["subgraph"]:
         print(f"Work files:    {out / layout['work']}")
+    from ..core.keep_work import measure, size_line
 
     print(size_line(measure(out / layout["work"], config["model"]), out / layout["work"], config["keep_work"]))
     return status

@@ -12,11 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 from ..core.errors import ConfigError
-from ..report.edit import UNSET, edit_report_file
-from ..report.files import load_report, resolve_report_path
-from ..report.layer_select import list_layers
-from ..report.staleness import staleness
-from ..report.summary import status_counts_line
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -89,6 +84,13 @@ def describe_change(change) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """List layers, or apply the edit and print what changed."""
+    from ..report.edit import UNSET, edit_report_file
+    from ..report.files import load_report, resolve_report_path
+    from ..report.layer_select import list_layers
+
+    from ..report.staleness import staleness
+    from ..report.summary import status_counts_line
+
     path = resolve_report_path(args.report, args.model, args.output_dir)
     report = load_report(path)
     for line in staleness(path, report, args.model):

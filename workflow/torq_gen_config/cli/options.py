@@ -10,20 +10,10 @@ from pathlib import Path
 
 from .. import workflow_files
 from ..backends import run_wide_options
-from ..config import (DEFAULT_CONFIG_PATH, check_save_bf16_path, load_config_file, parse_input_shapes,
-                      resolve_model_path, validate_config)
 from ..core.errors import ConfigError
 from ..core.layout import work_dir
 from ..core.lazy import onnx
 from ..core.weight_store import FOLDED_FILE, STORE_FILE
-from ..model.prepare import load_model
-from ..model.subgraph import report_name
-from ..model.symbolic_dims import fix_symbolic_dims
-from ..pipeline import cluster
-from ..pipeline.cluster import is_local
-from ..precision.calibration import calibration_samples
-from ..reference.model_inputs import load_input_data, open_input_data
-from ..workflow_files import resolve_preset
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
@@ -105,17 +95,19 @@ def resolve_execution_options(args: argparse.Namespace) -> None:
     Raises:
         ConfigError: -j below 1, or the profile cannot be used.
     """
+    from ..pipeline.cluster import check_profile, import_slurm_plugin_without_probe, is_local
+
     if args.cores is not None and args.cores < 1:
         raise ConfigError("--jobs must be at least 1")
     executor = "local"
     if getattr(args, "profile", None):
         # profiles/slurm is also found from another directory, or in an installed wheel
-        args.profile = str(resolve_preset(args.profile))
-        executor = cluster.check_profile(args.profile)
+        args.profile = str(workflow_files.resolve_preset(args.profile))
+        executor = check_profile(args.profile)
     elif args.cores is None:
         args.cores = os.cpu_count() or 1
     if is_local(executor):  # the slurm plugin's `scontrol show config` at import: not for a local run
-        cluster.import_slurm_plugin_without_probe()
+        import_slurm_plugin_without_probe()
 
 
 def add_precision_options(p: argparse.ArgumentParser) -> None:
@@ -165,6 +157,9 @@ def build_config(args: argparse.Namespace) -> dict:
         ConfigError: an invalid config file or option value.
         ModelError: the model is missing, unreadable or not ONNX.
     """
+    from ..config import DEFAULT_CONFIG_PATH, load_config_file, resolve_model_path, validate_config
+    from ..model.prepare import load_model
+
     absent = workflow_files.missing()
     if absent:
         raise ConfigError(absent)
@@ -193,6 +188,7 @@ def build_config(args: argparse.Namespace) -> dict:
         data = Path(args.input_data).expanduser().resolve()
         if not data.is_file():
             raise ConfigError(f"--input-data {data}: no such file")
+        from ..reference.model_inputs import open_input_data
 
         open_input_data(data).close()  # not an .npz: say so before the workflow starts
         config["input_data"] = str(data)
@@ -260,15 +256,23 @@ def build_config(args: argparse.Namespace) -> dict:
         weights = {t.name for t in onnx_model.graph.initializer}  # opset < 9 models list them as inputs
         inputs_only.graph.input.extend(vi for vi in onnx_model.graph.input if vi.name not in weights)
     if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
+        from ..config import parse_input_shapes
+        from ..model.symbolic_dims import fix_symbolic_dims
+
         fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
     if config.get("input_data") and not (config["auto_convert_bf16"] or config["auto_convert_int32"]):
         # a missing name, a wrong shape or dtype kind is a one-line error now, not a failed
         # prepare job (with the conversions the model's input types change first: the job checks)
+        from ..reference.model_inputs import load_input_data
+
         load_input_data(config["input_data"], inputs_only)
+    from ..config import check_save_bf16_path
 
     check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
     if config["quantize"] and config["calibration_data"]:
         # bad calibration data is a one-line error now, not a failed job later
+        from ..precision.calibration import calibration_samples
+
         calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
     return config
 
@@ -285,6 +289,8 @@ def output_layout(config: dict) -> dict:
         ConfigError: a subgraph name is unknown (the message lists near matches), the
             range is reversed, or only one end is given.
     """
+    from ..model.subgraph import report_name
+
     name, sub = report_name(config)
     return {"name": name, "work": work_dir(name), "subgraph": sub}
 

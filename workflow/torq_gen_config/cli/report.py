@@ -14,9 +14,6 @@ import shlex
 import sys
 
 from ..core.errors import ConfigError
-from ..report.files import resolve_report_path
-from ..report.html import write_report_html
-from ..report.model_explorer import write_model_explorer
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -64,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     fails before anything is written), then the command that shows them. Returns 0 (bad
     input raises a TorqGenConfigError: exit status 2)."""
 
+    from ..report.html import write_report_html
 
     path = _report_path(args)
     overlays = _write_model_explorer(path, args) if args.model_explorer else None
@@ -82,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 def _report_path(args: argparse.Namespace):
     """The report JSON: REPORT_JSON, or found from --model and --output-dir. Both only with
     --model-explorer: then --model is the model file for the overlays (moved or renamed)."""
+    from ..report.files import resolve_report_path
+
     if args.report and args.model:
         if not args.model_explorer:
             raise ConfigError("give either a report JSON path or --model/--output-dir, not both (--model goes with "
@@ -92,4 +92,6 @@ def _report_path(args: argparse.Namespace):
 
 def _write_model_explorer(path, args: argparse.Namespace):
     """Write the Model Explorer overlays: (files, staleness warnings, model path)."""
+    from ..report.model_explorer import write_model_explorer
+
     return write_model_explorer(path, args.model_explorer, model_path=args.model)

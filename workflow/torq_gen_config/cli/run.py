@@ -33,11 +33,8 @@ import sys
 from pathlib import Path
 
 from ..backends import capabilities, executor_with_tool_options, run_wide_overrides, unavailable_executors
-from ..compare import normalize_tolerance
-from ..config import check_precision_matches, parse_input_shapes
 from ..core import run_lock
 from ..core.errors import ConfigError, ReportError
-from ..core.keep_work import size_line
 from ..core.lazy import onnx, yaml
 from ..core.limits import DEFAULT_TIMEOUT_S
 from ..core.layout import (
@@ -55,18 +52,10 @@ from ..core.layout import (
 from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
 from ..fullrun import (PARTITIONS_MODE, RUN_RULES, assignment_bytes, check_selection, full_model_section,
                        make_assignment, render_full_model_text, selection_from_compiler_json, selection_from_report)
-from ..fullrun.module_mode import REGION_OPS, decide_run_mode, region_conflicts, region_keys_of
 from ..fullrun.plan import missing_debug_ir, missing_side_file
 from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of, parse_budget
 from ..fullrun.report_section import reduced_lines
-from ..fullrun.reproducer import raw_commands, reproducer_compiler_json, save_reduced, write_reduced
 from ..fullrun.selection import named_executors
-from ..mlir.placement import keys_matching_no_op
-from ..pipeline.steps.report import finish_work_dir
-from ..pipeline.workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
-from ..report.build import check_report
-from ..report.publish import publish_report
-from ..report.staleness import staleness
 from .options import (add_execution_options, add_keep_work_option, add_model_options, add_reduce_options, build_config,
                       output_layout, repair_rules, resolve_execution_options, subgraph_flags)
 
@@ -122,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output_dir).expanduser().resolve()
     report_path = out / report_file(layout["name"])
     if report_path.is_file():
+        from ..report.build import check_report
+        from ..report.staleness import staleness
+
         recorded = read_json(report_path, "report JSON")
         check_report(recorded, str(report_path))
         stale = staleness(report_path, recorded, args.model)
@@ -166,6 +158,8 @@ def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, 
     config = dict(config)
     given_shapes = list(getattr(args, "input_shapes", None) or [])
     if given_shapes:
+        from ..config import parse_input_shapes
+
         fixed = ((report.get("provenance") or {}).get("model") or {}).get("fixed_dims") or []
         set_by_discovery = {(d["input"], d["axis"]): d.get("to", 1) for d in fixed}
         for name, shape in parse_input_shapes(given_shapes).items():
@@ -214,6 +208,11 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     Raises:
         ReportError, ConfigError: no report or compiler JSON, an unknown executor, ...
     """
+    from ..compare import normalize_tolerance
+    from ..config import check_precision_matches
+    from ..report.publish import publish_report
+    from ..pipeline.workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
+
     name = layout["name"]
     report_path = out / report_file(name)
     compiler_path = out / compiler_file(name)
@@ -250,6 +249,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     mode = check_selection(selection, config["executors"])  # else PARTITIONS_MODE: a whole-model mode (torq)
     check_runnable(selection, config, out / layout["work"])
     if config.get("run_mode") == "module":  # impossible: one line, exit 2, before anything runs
+        from ..fullrun.module_mode import decide_run_mode
+
         decide_run_mode("module", list(named_executors(selection)) or [config["executors"][0]["name"]],
                         config["executors"])
     write_bytes_if_changed(out / assignment_file, assignment_bytes(make_assignment(selection, debug_ir=debug_ir)))
@@ -294,6 +295,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
             pid = (section.get("module") or {}).get("pid")
             print(f"Debug IR:      {debug_ir}/" + (f"{pid} (README.txt)" if pid and section.get("mode") == "module"
                                                     else "<partition id>"))
+        from ..core.keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
     # a module that failed or differed is a finding even when its partitions pass
@@ -310,6 +312,8 @@ def check_runnable(selection: dict, config: dict, work: Path) -> None:
     Raises:
         ReportError: one line naming the executor and its reason, or the key.
     """
+    from ..mlir.placement import keys_matching_no_op
+
     named = named_executors(selection)
     defs = [executor_with_tool_options(e, config.get("compiler_options") or [], config.get("runtime_options") or [],
                                        run_wide_overrides(config))
@@ -321,6 +325,8 @@ def check_runnable(selection: dict, config: dict, work: Path) -> None:
     keys = list((selection.get("locations") or {}))
     mlir = work / "full.mlir"
     if keys and mlir.is_file() and config.get("run_mode") == "module":
+        from ..fullrun.module_mode import REGION_OPS, region_conflicts, region_keys_of
+
         text = mlir.read_text(encoding="utf-8", errors="replace")
         if any(f'"onnx.{op}"' in text for op in REGION_OPS):
             conflicts = region_conflicts(region_keys_of(mlir), selection["locations"])
@@ -340,6 +346,8 @@ def finish_work(config: dict, out: Path, layout: dict) -> dict:
     """The report's ``work_dir`` section at the end of a run, after the clean-up of
     ``--keep-work minimal`` (:func:`torq_gen_config.pipeline.steps.report.finish_work_dir`), under
     the run lock (another run working there now: nothing is removed)."""
+    from ..pipeline.steps.report import finish_work_dir
+
     lock = out / lock_file(layout["name"])
     try:
         run_lock.acquire(lock, what=f"{out} for {layout['name']}")
@@ -394,6 +402,9 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
 
 
 def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, cores: int, budget) -> dict:
+    from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
+    from ..report.publish import publish_report
+
     full = out / layout["work"] / FULL_DIR
     plan = read_json(full / PLAN_FILE, "full-model plan")
     if plan.get("mode") == "module":  # its partitions: the same assignment as a chain
@@ -454,6 +465,9 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
         WorkflowFailed: the preparation or import failed; ValueError: see
             :func:`~torq_gen_config.fullrun.reproducer.reproducer_compiler_json`.
     """
+    from ..fullrun.reproducer import reproducer_compiler_json
+    from ..pipeline.workflow_api import run_workflow
+
     cfg = {k: v for k, v in config.items() if k not in ("subgraph_from", "subgraph_to", "run_input_data")}
     cfg.update({"model": str(red_dir / "model.onnx"), "input_data": str(red_dir / "inputs.npz"),
                 "auto_convert_bf16": False, "auto_convert_int32": False, "quantize": False})

@@ -8,9 +8,6 @@ from __future__ import annotations
 import argparse
 import sys
 from ..core.errors import ConfigError
-from ..report.staleness import staleness
-from ..report.view import load_view_json, render, resolve_view_path
-from ..report.view_format import make_console
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -41,6 +38,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, console=None) -> int:
     """Show the JSON. ``console``: a rich Console to print to (tests); default stdout."""
+    from ..report.view import load_view_json, render, resolve_view_path
+    from ..report.view_format import make_console
+
     json_path, layer = args.json_path, args.layer
     if args.model:
         if layer is not None:
@@ -53,6 +53,8 @@ def run(args: argparse.Namespace, console=None) -> int:
     if note:
         print(note, file=sys.stderr)
     if kind == "report":
+        from ..report.staleness import staleness
+
         for line in staleness(path, data, args.model):
             print(f"warning: {line}", file=sys.stderr)
     render(data, kind, console, layer=layer, source=path)

@@ -3,14 +3,13 @@ their inputs and expected outputs, and what decides a test's result (its fingerp
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import random
 import re
 import warnings
 from dataclasses import dataclass, field
 
-from ..core.lazy import np, numpy_helper, onnx, onnx_node_tests
+from ..core.lazy import difflib, np, numpy_helper, onnx, onnx_node_tests
 
 #: rtol/atol of a test case without its own (every onnx 1.23 node test carries 1e-3 / 1e-7)
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-3, 1e-5

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import hashlib
-import importlib.metadata
 import io
 import json
 import signal
@@ -24,7 +23,7 @@ from ..core import run_lock
 from ..core.errors import ConfigError
 from ..core.fileio import atomic_write_text, write_bytes_if_changed, write_json
 from ..core.layout import lock_file
-from ..core.lazy import np
+from ..core.lazy import metadata, np
 from ..core.tools import kill_all_tools
 from . import cases as node_cases
 from .discovery import (discover_command, discover_env, first_line, read_discovery, refusal_message, reports_in,
@@ -75,8 +74,8 @@ def versions() -> dict:
     out = {}
     for dist in ("torq-gen-config", "onnx", "onnxruntime", "iree-base-compiler", "iree-base-runtime"):
         try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
             out[dist] = None
     out["python"] = ".".join(map(str, sys.version_info[:3]))
     return out

@@ -15,13 +15,12 @@ import io
 import json
 import os
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from .errors import DamagedWorkFile, ReportError
 from .isolation import check_running
-from .lazy import ml_dtypes, np
+from .lazy import ml_dtypes, np, zipfile
 
 # Files get the usual permissions (0666 minus the umask), not mkstemp's 0600. Read once
 # at import, in the main thread (os.umask cannot be read without setting it).

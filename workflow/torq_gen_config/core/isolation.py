@@ -33,7 +33,6 @@ import threading
 import time
 import traceback
 import types
-from multiprocessing import forkserver, resource_tracker
 from typing import Any, Callable
 
 from .errors import TorqGenConfigError
@@ -101,6 +100,8 @@ def _release_inherited_fds() -> None:
     multiprocessing hands every child: while a worker holds them, neither helper
     process sees the run end (and the forkserver's exit is what kills the workers)."""
     try:
+        from multiprocessing import forkserver, resource_tracker  # another Python's internals: may be absent
+
         for owner, attr in ((forkserver._forkserver, "_forkserver_alive_fd"),
                             (resource_tracker._resource_tracker, "_fd")):
             fd = getattr(owner, attr, None)

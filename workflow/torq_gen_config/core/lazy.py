@@ -11,7 +11,9 @@ every job's start), none of which needs ONNX, ONNX Runtime, NumPy or the IREE bi
 Through here: numpy, ml_dtypes; onnx (and its helper, numpy_helper, version_converter, reference,
 defs, node tests); onnxruntime (and its quantization); the IREE compiler's Python bindings (ir, the
 dialects, the ONNX importer) and runtime; plotly; rich's display classes; Snakemake's API, settings,
-scheduler and logging; jsonschema, referencing, yaml, filelock, protobuf's DecodeError. No module
+scheduler and logging; jsonschema, referencing, yaml, filelock, protobuf's DecodeError; of the
+standard library, the few modules that cost ``--help`` milliseconds (importlib.metadata,
+importlib.resources, platform, zipfile, difflib). No module
 of the package imports these directly. A module that uses one at import time (a table of
 ``onnx.TensorProto`` members, a class derived from a rich class) loads it then: keep such uses out
 of the modules that ``--help`` imports (tests/unit/test_imports.py).
@@ -137,3 +139,10 @@ referencing = lazy_import("referencing")
 yaml = lazy_import("yaml")
 filelock = lazy_import("filelock")
 protobuf_message = lazy_import("google.protobuf.message")
+
+# standard library modules that cost --help milliseconds (importlib.metadata brings email, zipfile, csv)
+difflib = lazy_import("difflib")
+metadata = lazy_import("importlib.metadata")
+platform = lazy_import("platform")
+resources = lazy_import("importlib.resources")
+zipfile = lazy_import("zipfile")

@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -34,7 +33,7 @@ from ..backends import effective_executor
 from ..core.errors import ConfigError
 from ..core.fileio import file_digest, write_bytes_if_changed
 from ..core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
-from ..core.lazy import ir
+from ..core.lazy import ir, metadata
 from ..mlir.placement import location_key, parse_module
 from .common import MODULE_MODE, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import compile_definition

@@ -27,13 +27,12 @@ errors, with near matches, for unknown names and reversed ranges.
 
 from __future__ import annotations
 
-import difflib
 import os
 from typing import Any
 
 from ..config import model_name, resolve_model_path
 from ..core.errors import ConfigError, ModelError
-from ..core.lazy import np, onnx, protobuf_message
+from ..core.lazy import difflib, np, onnx, protobuf_message
 from .extract import extract_model
 from .folding import static_shapes as _static_shapes
 from .graph import node_attr, node_inputs, tensor_consumers, user_node_table, value_types

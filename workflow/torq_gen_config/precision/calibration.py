@@ -5,10 +5,9 @@ defaults) or read from a user ``.npz`` file, checked against the model's inputs.
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 
-from ..core.lazy import helper, np
+from ..core.lazy import helper, np, zipfile
 from ..inputs import make_inputs
 from .folding import _infer
 from .ort_quantization import QuantizationError, _one_line

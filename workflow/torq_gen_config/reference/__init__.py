@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from ..compare import compare_on_model
 from ..core.fileio import damaged_work_file, load_npz, save_npz
 from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated_each
-from ..core.lazy import ml_dtypes, np, onnx
+from ..core.lazy import ml_dtypes, np, onnx, zipfile
 from ..core.ort_io import numpy_dtype
 from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from ..core.external_data import load_model

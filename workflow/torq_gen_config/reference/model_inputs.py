@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import ast
 import os
-import zipfile
 from pathlib import Path
 from ..core.errors import ModelError
 from ..core.fileio import load_npz, save_npz
-from ..core.lazy import ml_dtypes, np, onnx
+from ..core.lazy import ml_dtypes, np, onnx, zipfile
 from ..core.ort_io import numpy_dtype
 from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from ..model.graph import copy_proto

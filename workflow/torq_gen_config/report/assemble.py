@@ -5,9 +5,7 @@ provenance (rule ``aggregate_report``; :mod:`torq_gen_config.report.publish` wri
 from __future__ import annotations
 
 import os
-import platform
 import time
-from importlib.metadata import version
 from pathlib import Path
 
 from .. import __version__
@@ -17,6 +15,7 @@ from ..config import PRECISION_KEYS
 from ..core.errors import ReportError
 from ..core.fileio import damaged_work_file, read_json
 from ..core.layout import layer_result_file
+from ..core.lazy import metadata, platform
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
 from ..model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
 from .build import build_op, check_report_settings, finish_report
@@ -211,7 +210,7 @@ def _model_digest(path: str | None) -> str | None:
 
 def _module_version(name: str) -> str | None:
     try:
-        return version(name)
+        return metadata.version(name)
     except Exception:
         return None
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import json
 from collections import Counter
 from html import escape
-from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
 from ..core.layout import work_dir
+from ..core.lazy import resources
 from ..core.statuses import DISPLAY_STATUSES, HTML_COLORS, SEVERITY, worst
 from .cells import cell_status, executor_colors, executor_names
 

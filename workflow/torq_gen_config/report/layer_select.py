@@ -3,11 +3,11 @@ with close matches when nothing matches, and the ``edit --list`` rows."""
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 from typing import Mapping
 
 from ..core.errors import ConfigError, ReportError
+from ..core.lazy import difflib
 
 ALL_LAYERS = "ALL"
 """``--layer`` value that matches every layer."""
