@@ -17,13 +17,10 @@ from torq_gen_config.backends import BACKEND_KINDS, NEEDS_MLIR, executor_with_to
 from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
 from torq_gen_config.core.errors import ConfigError
-from torq_gen_config.fullrun import (
-    compile_partition,
-    make_assignment,
-    make_plan,
-    run_partitions,
-    selection_from_report,
-)
+from torq_gen_config.fullrun.compile import compile_partition
+from torq_gen_config.fullrun.selection import make_assignment, selection_from_report
+from torq_gen_config.fullrun.plan import make_plan
+from torq_gen_config.fullrun.execute import run_partitions
 from torq_gen_config.discovery.layer_test import run_layer_test
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers

@@ -13,20 +13,18 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 
 from torq_gen_config.discovery.batch_compile import ALONE, COMPILED, IMPORT_FAILED
-from torq_gen_config.fullrun import (
+from torq_gen_config.fullrun.batches import (
     batch_dir,
     batch_members,
-    compile_partition,
     compile_partition_batch,
     compiled_from_batch,
-    make_assignment,
-    make_plan,
     plan_partition_batches,
-    render_full_model_text,
-    full_model_section,
-    run_partitions,
-    selection_from_report,
 )
+from torq_gen_config.fullrun.compile import compile_partition
+from torq_gen_config.fullrun.selection import make_assignment, selection_from_report
+from torq_gen_config.fullrun.plan import make_plan
+from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
+from torq_gen_config.fullrun.execute import run_partitions
 from torq_gen_config.mlir.merge import merge_modules, parse_layer_module
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers

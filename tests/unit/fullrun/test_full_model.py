@@ -12,21 +12,18 @@ from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
 from torq_gen_config.core.errors import ConfigError, ReportError
-from torq_gen_config.fullrun import (
-    TEXT_MARKER,
-    build_partition_model,
+from torq_gen_config.fullrun.report_section import TEXT_MARKER, full_model_section, with_full_model_text
+from torq_gen_config.fullrun.partition import build_partition_model, partition_runs
+from torq_gen_config.fullrun.selection import (
     check_selection,
-    compile_partition,
-    full_model_section,
     make_assignment,
-    make_plan,
-    partition_runs,
     resolve_assignment,
-    run_partitions,
     selection_from_compiler_json,
     selection_from_report,
-    with_full_model_text,
 )
+from torq_gen_config.fullrun.compile import compile_partition
+from torq_gen_config.fullrun.plan import make_plan
+from torq_gen_config.fullrun.execute import run_partitions
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.folding import fold_constants
 from torq_gen_config.model.split import split_layers

@@ -12,11 +12,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from torq_gen_config.fullrun import (
-    full_model_section,
-    module_bisect,
-    render_full_model_text,
-)
+from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
+from torq_gen_config.fullrun import module_bisect
 from torq_gen_config.fullrun.module_bisect import (
     NOTE_FUSION,
     candidate_ops,

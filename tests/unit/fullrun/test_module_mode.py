@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from torq_gen_config.core.errors import ConfigError
-from torq_gen_config.fullrun import full_model_section, render_full_model_text
+from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
 from torq_gen_config.fullrun.module_mode import (
     decide_run_mode,
     module_fingerprint,

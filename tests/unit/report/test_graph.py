@@ -135,7 +135,7 @@ def test_full_model_placement_of_a_moved_layer_is_out_of_date(report):
     uses (fullrun.stale_reason), and the page says OUT OF DATE where `view` does."""
     import io
 
-    from torq_gen_config.fullrun import stale_reason
+    from torq_gen_config.fullrun.report_section import stale_reason
     from torq_gen_config.report.view import render_summary
     from torq_gen_config.report.view_format import make_console
 

@@ -10,7 +10,7 @@ import pytest
 from sample_report import make_report
 
 from torq_gen_config.core.fileio import json_bytes
-from torq_gen_config.fullrun import stale_reason
+from torq_gen_config.fullrun.report_section import stale_reason
 from torq_gen_config.report.build import build_compiler_json
 from torq_gen_config.report.publish import publish_report
 

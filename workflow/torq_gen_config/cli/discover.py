@@ -21,7 +21,6 @@ from ..backends import run_wide_options
 from ..core.errors import ConfigError, ReportError, TorqGenConfigError
 from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
 from ..core.limits import DEFAULT_TIMEOUT_S
-from ..fullrun.reduce import parse_budget
 from .options import (
     add_execution_options,
     add_keep_work_option,
@@ -103,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
     ``torq-gen-config run`` does), recorded in the subgraph's report. The status is
     then 1 when that test could not run (the discovery report is kept).
     """
-    from ..report.publish import read_report_summary
+    from ..fullrun.reduce import parse_budget
     from ..pipeline.workflow_api import run_workflow
+    from ..report.publish import read_report_summary
 
     resolve_execution_options(args)
     config = build_config(args)

@@ -50,10 +50,16 @@ from ..core.layout import (
     work_dir,
 )
 from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
-from ..fullrun import (PARTITIONS_MODE, RUN_RULES, assignment_bytes, check_selection, full_model_section,
-                       make_assignment, render_full_model_text, selection_from_compiler_json, selection_from_report)
+from ..fullrun.common import PARTITIONS_MODE, RUN_RULES
+from ..fullrun.selection import (
+    assignment_bytes,
+    check_selection,
+    make_assignment,
+    selection_from_compiler_json,
+    selection_from_report,
+)
+from ..fullrun.report_section import full_model_section, render_full_model_text
 from ..fullrun.plan import missing_debug_ir, missing_side_file
-from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of, parse_budget
 from ..fullrun.report_section import reduced_lines
 from ..fullrun.selection import named_executors
 from .options import (add_execution_options, add_keep_work_option, add_model_options, add_reduce_options, build_config,
@@ -105,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the full model (in subgraph mode, the subgraph); print its comparison.
     Returns the exit status (0/1; bad input raises a TorqGenConfigError, which the
     command turns into status 2)."""
+    from ..fullrun.reduce import parse_budget
+
     resolve_execution_options(args)
     config = build_config(args)
     layout = output_layout(config)
@@ -402,6 +410,7 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
 
 
 def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, cores: int, budget) -> dict:
+    from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of
     from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
     from ..report.publish import publish_report
 

@@ -410,7 +410,7 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     A report with a full-model result keeps its comparison at the end of
     ``final_report_text`` ("--- Full Model Comparison ---"); when a layer the run
     placed is now recommended on another executor, the section gets ``stale`` (the
-    reason, :func:`~torq_gen_config.fullrun.stale_reason`) and the text says OUT OF DATE.
+    reason, :func:`~torq_gen_config.fullrun.report_section.stale_reason`) and the text says OUT OF DATE.
     """
     if rederive:
         report["discovery_report"] = discovery_report_of(report)
@@ -421,7 +421,7 @@ def render_report(report: dict, *, full_model: Mapping | None = None, rederive: 
     if report.get("full_model"):
         # imported only here: editing a report without a full-model result imports no
         # backend (tests/unit/report/test_edit.py)
-        from ..fullrun import stale_reason, with_full_model_text
+        from ..fullrun.report_section import stale_reason, with_full_model_text
 
         section = report["full_model"]
         section.pop("stale", None)

@@ -87,14 +87,14 @@ def full_run_placement(report: Mapping) -> dict[str, dict]:
     ``full_model`` (``torq-gen-config run``); empty without one. After a one-module run
     (``full_model.placement``) also ``ran_on`` (executors its dispatches ran on, read
     back) and ``placement`` (``as assigned`` / ``elsewhere`` / ``no kernel``). A layer whose assignment
-    changed since that run (:func:`~torq_gen_config.fullrun.stale_layers`, the rule
+    changed since that run (:func:`~torq_gen_config.fullrun.report_section.stale_layers`, the rule
     ``view`` uses for "OUT OF DATE") also has ``stale: True``, ``stale_reason`` and ``now``
     (the executor recommended now): its placement is not the current assignment's."""
     fm = report.get("full_model") or {}
     if not fm:
         return {}
     # imported only here: a report without a full-model result imports no backend
-    from ..fullrun import stale_layers
+    from ..fullrun.report_section import stale_layers
 
     status = fm.get("status")
     executors = (fm.get("assignment") or {}).get("layer_executors") or {}
@@ -232,7 +232,7 @@ def full_model_stale(report: Mapping) -> str | None:
     """Why the report's full-model result is out of date (the same words as ``view``), or None."""
     if not report.get("full_model"):
         return None
-    from ..fullrun import stale_reason  # light: as in full_run_placement
+    from ..fullrun.report_section import stale_reason  # light: as in full_run_placement
 
     return stale_reason(report["full_model"], report.get("ops") or {})
 

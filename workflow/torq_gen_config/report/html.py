@@ -216,7 +216,7 @@ def _full_model(report: Mapping) -> str:
     status = fm.get("status") or "?"
     # the rule `view` uses (fullrun.stale_layers): imported only here, a report without a
     # full-model result imports no backend
-    from ..fullrun import stale_layers
+    from ..fullrun.report_section import stale_layers
 
     stale = full_model_stale(report)
     if stale:

@@ -32,7 +32,7 @@ from ..core.errors import ReportError
 from ..core.fileio import read_json
 from ..core.keep_work import recorded_line
 from ..core.lazy import rich_box, rich_console, rich_table, rich_text
-from ..fullrun import render_full_model_text, stale_reason
+from ..fullrun.report_section import render_full_model_text, stale_reason
 from .files import compiler_path_for_model, is_compiler_json, model_name_of, report_path_for_model
 from .build import check_report, discovery_report_of
 from .cells import executor_names

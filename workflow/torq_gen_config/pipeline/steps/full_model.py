@@ -19,9 +19,17 @@ from ...core.lazy import onnx
 from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ...core.weight_store import FOLDED_RUN_FILE, STORE_FILE
 from ...discovery.batch_compile import ALONE, BATCH_FILE, MODULE_FILE
-from ... import fullrun
-from ...fullrun import (assignment_bytes, batch_dir, batch_members, make_assignment, make_plan, run_partitions,
-                        selection_digest, selection_from_compiler_json, selection_from_report)
+from ...fullrun import batches as fullrun_batches, compile as fullrun_compile
+from ...fullrun.selection import (
+    assignment_bytes,
+    make_assignment,
+    selection_digest,
+    selection_from_compiler_json,
+    selection_from_report,
+)
+from ...fullrun.batches import batch_dir, batch_members
+from ...fullrun.plan import make_plan
+from ...fullrun.execute import run_partitions
 from ...fullrun.common import PARTITIONS_MODE
 from ...fullrun.common import MODULE_MODE
 from ...core.job_support import in_worker, records_failure
@@ -122,7 +130,7 @@ def selection_digest_of(report: str | None, compiler: str | None = None) -> str 
 
 
 def partition_batch_members(plan: dict, batch_id: str) -> list[dict]:
-    """The members of one compile batch of ``plan`` (:func:`torq_gen_config.fullrun.batch_members`)."""
+    """The members of one compile batch of ``plan`` (:func:`torq_gen_config.fullrun.batches.batch_members`)."""
     return batch_members(plan, batch_id)
 
 
@@ -213,14 +221,14 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
 @records_failure
 def compile_partition_batch_job(*, executor: dict, members: list[dict], partitions_dir: str, out_dir: str,
                                 timeout_s: float, log: str | None = None, log_file: str | None = None) -> dict:
-    """Rule ``compile_partition_batch``: :func:`torq_gen_config.fullrun.compile_partition_batch`
+    """Rule ``compile_partition_batch``: :func:`torq_gen_config.fullrun.batches.compile_partition_batch`
     (``module.vmfb``, ``batch.mlir``, ``batch.json`` in ``out_dir``); a failing member
     is left to its own ``compile_partition`` job, never raised."""
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
     t0 = time.perf_counter()
-    rec = fullrun.compile_partition_batch(executor=executor, members=members, partitions_dir=partitions_dir,
+    rec = fullrun_batches.compile_partition_batch(executor=executor, members=members, partitions_dir=partitions_dir,
                                           out_dir=out_dir, timeout_s=timeout_s, log_path=log)
     alone = sum(m["status"] == ALONE for m in rec["members"])
     text = (f"[{executor['name']}] partition batch {Path(out_dir).name}: {rec['compiled']} of {len(members)} "
@@ -237,7 +245,7 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
     """Rule ``compile_partition``: import (if needed) and compile one partition; with
     ``batch`` (``{"module", "info"}``: its compile batch's files) the partition's
     function in the batch's module, or, when the batch left it out, compiled alone
-    (:func:`torq_gen_config.fullrun.compiled_from_batch`).
+    (:func:`torq_gen_config.fullrun.batches.compiled_from_batch`).
 
     A failure is recorded in ``compiled.json`` (``status: error``), not raised.
     """
@@ -248,11 +256,11 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
     if executor.get("backend") == MODULE_MODE:  # the module of a module plan (model: its placement.json)
         res = compile_module_partition(pid=pid, side_file=model, work_dir=work_dir, timeout_s=timeout_s, log_path=log)
     elif batch:
-        res = fullrun.compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
+        res = fullrun_batches.compiled_from_batch(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
                                           batch_info=batch["info"], batch_module=batch["module"], timeout_s=timeout_s,
                                           log_path=log)
     else:
-        res = fullrun.compile_partition(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
+        res = fullrun_compile.compile_partition(pid=pid, model_path=model, executor=executor, work_dir=work_dir,
                                         timeout_s=timeout_s, log_path=log)
     write_json(compiled, res)
     cb = res.get("compile_batch") or {}
