@@ -61,25 +61,19 @@ else:
     # One run per discovery: the same OS lock as the command line (torq_gen_config.core.run_lock),
     # taken when the jobs start (not for dry runs), so both forms exclude each other.
     onstart:
-        try:
-            run_lock.acquire(RUN_LOCK, what=f"{OUT} for {MODEL_NAME}")
-        except run_lock.RunLocked as e:
-            raise WorkflowError(str(e))
-        isolation.install_stop_handlers()  # again: the scheduler has put its own SIGTERM handler in place
-        if os.path.isdir(WORK):  # what writers killed mid-write (kill -9) left; no writer is alive now
-            remove_temporary_files(WORK)
+        start_run()
 
 
     onsuccess:
-        run_lock.release(RUN_LOCK)
+        run_lock.release(ctx.run_lock)
 
 
     onerror:
-        run_lock.release(RUN_LOCK)
+        run_lock.release(ctx.run_lock)
 
 
     rule all:
         input:
-            final_outputs(),
+            ctx.final_outputs,
         default_target: True
         localrule: True

@@ -8,7 +8,7 @@
 # --torq-executor-map, run_full_model runs that module once.
 # docs/full_model_run.md describes the files; the logic is in
 # torq_gen_config.fullrun, the steps in torq_gen_config.pipeline.steps.full_model; the
-# paths (FULL_*) and input functions are in rules/common.smk.
+# paths (ctx.full_*) are in torq_gen_config.pipeline.context, its input functions (get.*) too.
 
 
 # Snakemake form only (`torq-gen-config run` writes assignment.json itself, with its
@@ -21,23 +21,23 @@
 rule full_assignment:
     localrule: True
     input:
-        compiler=COMPILER_JSON,
+        compiler=ctx.compiler_json,
     output:
-        assignment=FULL_ASSIGNMENT,
+        assignment=ctx.full_assignment,
     params:
-        digest=assignment_digest,
-        report=REPORT,
+        digest=get.assignment_digest,
+        report=ctx.report,
     log:
-        os.path.join(LOGS, "full_assignment.log"),
+        ctx.log("full_assignment.log"),
     run:
         steps.full_model.full_assignment(input, output, params, log)
 
 
 checkpoint plan_full_model:
     input:
-        assignment=FULL_ASSIGNMENT,
-        model=run_model(),
-        manifest=run_manifest(),
+        assignment=ctx.full_assignment,
+        model=ctx.run_model,
+        manifest=ctx.run_manifest,
         locations=rules.import_full_model.output.locations,
         mlir=rules.import_full_model.output.mlir,
         # the stored weights' size: parameters: auto is resolved with it
@@ -45,26 +45,25 @@ checkpoint plan_full_model:
         # the partition models refer to the weight store: a removed store is made again
         weights=rules.prepare_model.output.weights,
     output:
-        plan=FULL_PLAN,
+        plan=ctx.full_plan,
     params:
         # the archives' absolute paths are in the external-mode run flags: a moved output
         # directory plans (and runs) again
-        store=os.path.abspath(os.path.join(WORK, "weights.irpa")),
+        store=os.path.abspath(ctx.work_file("weights.irpa")),
         # run-wide backend settings (torq_hw, ...) applied as in discovery (compiler/runtime
         # options are applied by the plan itself)
-        executors=[backends.executor_with_tool_options(e, [], [], backends.run_wide_overrides(config))
-                   for e in EXECUTORS.values()],
+        executors=ctx.plan_executors,
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],
         compile_batch=config["compile_batch"],
         # auto | module | partitions (fullrun/module_mode.py): one IREE module or a chain
         run_mode=config.get("run_mode", "auto"),
-        precision=LAYER_PRECISION,
+        precision=ctx.layer_precision,
         # weights inline or as IREE parameters (docs/parameters.md), resolved in the job
-        parameters=PARAMETER_SETTINGS,
-        timeout_s=TIMEOUT,
+        parameters=ctx.parameter_settings,
+        timeout_s=ctx.timeout,
     log:
-        os.path.join(LOGS, "plan_full_model.log"),
+        ctx.log("plan_full_model.log"),
     run:
         steps.full_model.plan_full_model(input, output, params, log)
 
@@ -76,17 +75,17 @@ checkpoint plan_full_model:
 # batch left it out.
 rule compile_partition_batch:
     input:
-        models=get_partition_batch_models,
+        models=get.partition_batch_models,
     output:
-        module=os.path.join(PART_BATCHES, "{executor}", "{batch}", "module.vmfb"),
-        info=os.path.join(PART_BATCHES, "{executor}", "{batch}", "batch.json"),
+        module=os.path.join(ctx.part_batches, "{executor}", "{batch}", "module.vmfb"),
+        info=os.path.join(ctx.part_batches, "{executor}", "{batch}", "batch.json"),
     params:
-        executor=get_partition_batch_def,
-        members=get_partition_batch_members,
-        timeout_s=TIMEOUT,
+        executor=get.partition_batch_def,
+        members=get.partition_batch_members,
+        timeout_s=ctx.timeout,
         log_file=untracked(config["log_file"] or None),
     log:
-        os.path.join(LOGS, "compile_partition_batch", "{executor}.{batch}.log"),
+        ctx.log("compile_partition_batch", "{executor}.{batch}.log"),
     threads: 1
     priority: 20  # the longest jobs, each waited for by its members
     run:
@@ -95,17 +94,17 @@ rule compile_partition_batch:
 
 rule compile_partition:
     input:
-        unpack(get_partition_inputs),
+        unpack(get.partition_inputs),
     output:
-        compiled=os.path.join(PARTS, "{pid}", "compiled.json"),
+        compiled=os.path.join(ctx.parts, "{pid}", "compiled.json"),
     params:
-        executor=get_compile_def,
-        batch=get_partition_batch,
-        timeout_s=TIMEOUT,
+        executor=get.compile_def,
+        batch=get.partition_batch,
+        timeout_s=ctx.timeout,
         log_file=untracked(config["log_file"] or None),
         verbose=untracked(config["verbose"]),
     log:
-        os.path.join(LOGS, "compile_partition", "{pid}.log"),
+        ctx.log("compile_partition", "{pid}.log"),
     threads: 1
     run:
         steps.full_model.compile_partition(input, output, params, log, wildcards)
@@ -115,38 +114,38 @@ rule compile_partition:
 # inputs given to `run` (run_input_data)
 rule full_reference:
     input:
-        model=run_model(),
-        model_inputs=MODEL_INPUTS,
-        run_data=run_input_data(),
+        model=ctx.run_model,
+        model_inputs=ctx.model_inputs,
+        run_data=ctx.run_input_data,
     output:
-        reference=FULL_REFERENCE,
+        reference=ctx.full_reference,
     params:
         inputs=config["inputs"],
         engine=config["reference"],
-        run_data=file_fingerprint(run_input_data()[0]) if run_input_data() else None,
-        precision=LAYER_PRECISION,
-        quantized=QUANTIZE,
-        timeout_s=TIMEOUT,
+        run_data=ctx.run_data_fingerprint,
+        precision=ctx.layer_precision,
+        quantized=ctx.quantize,
+        timeout_s=ctx.timeout,
     log:
-        os.path.join(LOGS, "full_reference.log"),
+        ctx.log("full_reference.log"),
     run:
         steps.full_model.full_reference(input, output, params, log)
 
 
 rule run_full_model:
     input:
-        plan=FULL_PLAN,
-        compiled=all_compiled,
-        reference=FULL_REFERENCE,
+        plan=ctx.full_plan,
+        compiled=get.all_compiled,
+        reference=ctx.full_reference,
     output:
-        result=FULL_RESULT,
+        result=ctx.full_result,
     params:
         tolerance=untracked(config["tolerance"]),
-        timeout_s=TIMEOUT,
+        timeout_s=ctx.timeout,
         log_file=untracked(config["log_file"] or None),
         verbose=untracked(config["verbose"]),
     log:
-        os.path.join(LOGS, "run_full_model.log"),
+        ctx.log("run_full_model.log"),
     run:
         steps.full_model.run_full_model(input, output, params, log)
 
@@ -154,4 +153,4 @@ rule run_full_model:
 rule full_model:
     localrule: True
     input:
-        FULL_RESULT,
+        ctx.full_result,

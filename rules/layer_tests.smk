@@ -9,13 +9,13 @@
 
 rule test_unit:
     input:
-        unpack(get_unit_test_inputs),
+        unpack(get.unit_test_inputs),
     output:
-        result=os.path.join(UNITS, "{unit}", "{executor}.json"),
+        result=os.path.join(ctx.units, "{unit}", "{executor}.json"),
     params:
-        **UNIT_TEST_PARAMS,
+        **get.unit_test_params(),
     log:
-        os.path.join(LOGS, "test_unit", "{unit}.{executor}.log"),
+        ctx.log("test_unit", "{unit}.{executor}.log"),
     threads: 1
     run:
         steps.layer_tests.test_unit(input, output, params, log)
@@ -26,14 +26,14 @@ rule test_unit:
 # compile batch if that is out of date and tests this layer only.
 rule test_layer:
     input:
-        unpack(get_layer_test_inputs),
+        unpack(get.layer_test_inputs),
     output:
-        result=os.path.join(LAYERS, "{layer}", "{executor}", "result.json"),
+        result=os.path.join(ctx.layers, "{layer}", "{executor}", "result.json"),
     params:
-        **UNIT_TEST_PARAMS,
-        unit_record=lambda wildcards: untracked(os.path.join(UNITS, unit_of(wildcards.layer), f"{wildcards.executor}.json")),
+        **get.unit_test_params(),
+        unit_record=lambda wildcards: untracked(os.path.join(ctx.units, unit_of(wildcards.layer), f"{wildcards.executor}.json")),
     log:
-        os.path.join(LOGS, "test_layer", "{layer}.{executor}.log"),
+        ctx.log("test_layer", "{layer}.{executor}.log"),
     threads: 1
     run:
         steps.layer_tests.test_layer(input, output, params, log)

@@ -5,29 +5,29 @@
 # ones, in subgraph mode the values of the subgraph's inputs in a whole-model run.
 rule prepare_model:
     input:
-        model=MODEL_PATH,
-        data=input_data_file(),
+        model=ctx.model_path,
+        data=ctx.input_data,
     output:
-        model=os.path.join(WORK, "prepared.onnx"),
-        weights=os.path.join(WORK, "weights.irpa"),
-        info=os.path.join(WORK, "prepare.json"),
-        model_inputs=MODEL_INPUTS,
+        model=ctx.work_file("prepared.onnx"),
+        weights=ctx.work_file("weights.irpa"),
+        info=ctx.work_file("prepare.json"),
+        model_inputs=ctx.model_inputs,
     params:
         target_opset=config["target_opset"],
         # which file (and external weights) this is: another model in the same output
         # directory, even an older file, reruns everything (mtime alone would miss it)
-        model=model_fingerprint(MODEL_PATH),
-        precision=CONVERSION,
+        model=ctx.model_fingerprint,
+        precision=ctx.conversion,
         inputs=config["inputs"],
-        input_shapes=INPUT_SHAPES,
-        input_data=INPUT_DATA_FINGERPRINT,
+        input_shapes=ctx.input_shapes,
+        input_data=ctx.input_data_fingerprint,
         # subgraph mode: prepare_model cuts out the subgraph; the range is untracked,
         # its node indices are part of the output paths (WORK)
-        subgraph=untracked(subgraph_range()),
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
+        subgraph=untracked(ctx.subgraph_range),
+        timeout_s=ctx.timeout,
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "prepare_model.log"),
+        ctx.log("prepare_model.log"),
     run:
         steps.prepare.prepare_model(input, output, params, log)
 
@@ -35,18 +35,18 @@ rule prepare_model:
 # with quantize: the quantized full model (its nodes are what the compiler sees)
 rule import_full_model:
     input:
-        model=run_model(),
+        model=ctx.run_model,
     output:
-        mlir=os.path.join(WORK, "full.mlir"),
-        locations=os.path.join(WORK, "locations.json"),
+        mlir=ctx.work_file("full.mlir"),
+        locations=ctx.work_file("locations.json"),
     params:
         # switching quantize changes the input file (maybe to an older one)
-        precision=LAYER_PRECISION,
+        precision=ctx.layer_precision,
         # the weights stay in full.mlir only when an executor compiles the whole model from it
-        weights=any(backends.capabilities(e["backend"]).whole_model() is not None for e in EXECUTORS.values()),
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
+        weights=ctx.full_mlir_weights,
+        timeout_s=ctx.timeout,
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "import_full_model.log"),
+        ctx.log("import_full_model.log"),
     run:
         steps.prepare.import_full_model(input, output, params, log)

@@ -9,19 +9,19 @@
 rule calibrate_model:
     input:
         model=rules.prepare_model.output.model,
-        data=calibration_data_file(),
+        data=ctx.calibration_data,
     output:
-        ranges=os.path.join(QUANT, "calibration.json"),
+        ranges=os.path.join(ctx.quant, "calibration.json"),
     params:
         samples=config["calibration_samples"],
         seed=config["inputs"]["seed"],
         float_range=config["inputs"]["float_range"],
         # dropping the file is no input change Snakemake sees: the path is a param
-        data=calibration_data_file(),
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
+        data=ctx.calibration_data,
+        timeout_s=ctx.timeout,
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "calibrate_model.log"),
+        ctx.log("calibrate_model.log"),
     run:
         steps.quantize.calibrate_model(input, output, params, log)
 
@@ -30,33 +30,33 @@ rule quantize_full_model:
     input:
         model=rules.prepare_model.output.model,
         ranges=rules.calibrate_model.output.ranges,
-        data=calibration_data_file(),
+        data=ctx.calibration_data,
     output:
-        model=os.path.join(QUANT, "quantized.onnx"),
-        info=os.path.join(QUANT, "quantize.json"),
+        model=os.path.join(ctx.quant, "quantized.onnx"),
+        info=os.path.join(ctx.quant, "quantize.json"),
     params:
-        settings=QUANT_SETTINGS,
+        settings=ctx.quant_settings,
         samples=config["calibration_samples"],
         seed=config["inputs"]["seed"],
         float_range=config["inputs"]["float_range"],
-        data=calibration_data_file(),
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
+        data=ctx.calibration_data,
+        timeout_s=ctx.timeout,
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "quantize_full_model.log"),
+        ctx.log("quantize_full_model.log"),
     run:
         steps.quantize.quantize_full_model(input, output, params, log)
 
 
 rule map_quantized_layers:
     input:
-        manifest=os.path.join(LAYERS, "manifest.json"),
+        manifest=os.path.join(ctx.layers, "manifest.json"),
         model=rules.quantize_full_model.output.model,
     output:
-        manifest=os.path.join(QUANT, "manifest.json"),
+        manifest=os.path.join(ctx.quant, "manifest.json"),
     params:
-        outdated=REPORT_OUTDATED,
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "map_quantized_layers.log"),
+        ctx.log("map_quantized_layers.log"),
     run:
         steps.quantize.map_quantized_layers(input, output, params, log)

@@ -6,35 +6,34 @@
 rule aggregate_report:
     localrule: True
     input:
-        manifest=os.path.join(LAYERS, "manifest.json"),
+        manifest=os.path.join(ctx.layers, "manifest.json"),
         info=rules.prepare_model.output.info,
         locations=rules.import_full_model.output.locations,
-        units=all_unit_results,
-        quant=quantize_report_inputs,
-        user_choices=user_choices_input,
+        units=get.all_unit_results,
+        quant=get.quantize_report_inputs,
+        user_choices=get.user_choices_input,
     output:
-        report=REPORT,
-        compiler=COMPILER_JSON,
+        report=ctx.report,
+        compiler=ctx.compiler_json,
         # written by publish_report after the report; last, so Snakemake's touch of the
         # outputs leaves it not older than the report (report/publish.py)
-        summary=os.path.join(WORK, "report_summary.json"),
+        summary=ctx.work_file("report_summary.json"),
     params:
-        model_name=MODEL_NAME,
-        executors=[canonical(e) for e in EXECUTORS.values()],
-        unavailable=[{"name": n, "backend": CONFIGURED_EXECUTORS[n]["backend"], "reason": r}
-                     for n, r in UNAVAILABLE.items()],
+        model_name=ctx.model_name,
+        executors=ctx.executor_defs,
+        unavailable=ctx.unavailable_defs,
         tolerance=config["tolerance"],
-        options=run_options(),
+        options=ctx.run_options(),
         skip_ops=config["skip_ops"],
         dedup_layers=config["dedup_layers"],
         recommend_by_timing=config["recommend_by_timing"],
         # weights inline or as IREE parameters (docs/parameters.md): the report says which and why
-        parameters=PARAMETER_SETTINGS,
-        outdated=REPORT_OUTDATED,
+        parameters=ctx.parameter_settings,
+        outdated=ctx.report_outdated,
         # minimal: the finished run's intermediates removed (torq_gen_config.core.keep_work); a
         # change reruns this job, which removes them (or keeps what is made from now on)
         keep_work=config["keep_work"],
     log:
-        os.path.join(LOGS, "aggregate_report.log"),
+        ctx.log("aggregate_report.log"),
     run:
         steps.report.aggregate_report(input, output, params, log)

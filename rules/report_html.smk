@@ -4,16 +4,13 @@
 # Flagged for `snakemake --report` (caption: rules/captions/html_report.rst).
 
 
-HTML_REPORT = os.path.normpath(os.path.join(OUT, layout.html_report_file(MODEL_NAME)))
-
-
 rule report_html:
     input:
-        report=REPORT,
-        compiler=COMPILER_JSON,
+        report=ctx.report,
+        compiler=ctx.compiler_json,
     output:
-        html=report(HTML_REPORT, caption="captions/html_report.rst", category="Discovery"),
+        html=report(ctx.html_report, caption="captions/html_report.rst", category="Discovery"),
     log:
-        os.path.join(LOGS, "report_html.log"),
+        ctx.log("report_html.log"),
     run:
         steps.report_html.report_html(input, output, params, log)

@@ -11,16 +11,16 @@ checkpoint split_layers:
         # the layer models refer to the weight store: a removed store is made again
         weights=rules.prepare_model.output.weights,
         info=rules.prepare_model.output.info,
-        model_inputs=MODEL_INPUTS,
+        model_inputs=ctx.model_inputs,
     output:
-        manifest=os.path.join(LAYERS, "manifest.json"),
-        folded=os.path.join(WORK, "folded.irpa"),
+        manifest=os.path.join(ctx.layers, "manifest.json"),
+        folded=ctx.work_file("folded.irpa"),
     params:
         layer_inputs=config["layer_inputs"],
-        timeout_s=TIMEOUT,
-        outdated=REPORT_OUTDATED,
+        timeout_s=ctx.timeout,
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "split_layers.log"),
+        ctx.log("split_layers.log"),
     run:
         steps.split.split_layers(input, output, params, log)
 
@@ -32,29 +32,29 @@ checkpoint split_layers:
 # beside the layer's model; a member whose files are up to date (its key) is kept.
 rule prepare_unit:
     input:
-        unpack(get_prepare_inputs),
+        unpack(get.prepare_inputs),
     output:
-        prepared=os.path.join(UNITS, "{unit}", "prepared.json"),
+        prepared=os.path.join(ctx.units, "{unit}", "prepared.json"),
     params:
         unit=lambda wildcards: wildcards.unit,
-        members=get_unit_members,
-        files=get_prepare_files,
+        members=get.unit_members,
+        files=get.prepare_files,
         inputs=config["inputs"],
         layer_inputs=config["layer_inputs"],
         engine=config["reference"],
-        precision=LAYER_PRECISION,
-        quantize=QUANT_SETTINGS,
-        import_mlir=IMPORT_MLIR,
+        precision=ctx.layer_precision,
+        quantize=ctx.quant_settings,
+        import_mlir=ctx.import_mlir,
         # inline or external weights (docs/parameters.md): another mode imports the layers again
-        parameters=parameters_mode,
-        rerun=get_prepare_rerun,
-        timeout_s=TIMEOUT,
-        layers_dir=untracked(LAYERS),
-        logs_dir=untracked(LOGS),
-        force=lambda wildcards: untracked(forced("prepare_unit")),
-        outdated=REPORT_OUTDATED,
+        parameters=get.parameters_mode,
+        rerun=get.prepare_rerun,
+        timeout_s=ctx.timeout,
+        layers_dir=untracked(ctx.layers),
+        logs_dir=untracked(ctx.logs),
+        force=lambda wildcards: untracked(get.forced("prepare_unit")),
+        outdated=ctx.report_outdated,
     log:
-        os.path.join(LOGS, "prepare_unit", "{unit}.log"),
+        ctx.log("prepare_unit", "{unit}.log"),
     threads: 1
     # before the tests that are ready too: each unit's tests wait for all of its members
     priority: 10

@@ -11,7 +11,6 @@ from pathlib import Path
 from .. import workflow_files
 from ..backends import run_wide_options
 from ..core.errors import ConfigError
-from ..core.layout import work_dir
 from ..core.lazy import onnx
 from ..core.weight_store import FOLDED_FILE, STORE_FILE
 
@@ -278,7 +277,8 @@ def build_config(args: argparse.Namespace) -> dict:
 
 
 def output_layout(config: dict) -> dict:
-    """Names of the outputs of a (validated) config, as ``rules/common.smk`` makes them.
+    """Names of the outputs of a (validated) config, as the workflow's run context makes them
+    (:func:`torq_gen_config.pipeline.context.run_names`).
 
     Returns:
         ``{"name": <model>[_subgraph_<f>_<t>], "work": its work directory
@@ -289,10 +289,10 @@ def output_layout(config: dict) -> dict:
         ConfigError: a subgraph name is unknown (the message lists near matches), the
             range is reversed, or only one end is given.
     """
-    from ..model.subgraph import report_name
+    from ..pipeline.context import run_names
 
-    name, sub = report_name(config)
-    return {"name": name, "work": work_dir(name), "subgraph": sub}
+    names = run_names(config)
+    return {"name": names.name, "work": names.work, "subgraph": names.subgraph}
 
 
 def subgraph_flags(layout: dict) -> str:
