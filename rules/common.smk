@@ -10,12 +10,13 @@ from snakemake.exceptions import WorkflowError
 from snakemake_interface_executor_plugins.settings import ExecMode
 
 from torq_gen_config.config import validate_config
-from torq_gen_config.core import isolation, run_lock
+from torq_gen_config.core import isolation, layout, run_lock
 from torq_gen_config.core.errors import TorqGenConfigError
 from torq_gen_config.core.fileio import remove_temporary_files
+from torq_gen_config.discovery import batch_compile
 from torq_gen_config.pipeline import steps
 from torq_gen_config.pipeline.context import RunContext
-from torq_gen_config.pipeline.steps import untracked
+from torq_gen_config.pipeline.steps import units, untracked
 import torq_gen_config.pipeline.steps.full_model
 import torq_gen_config.pipeline.steps.layer_tests
 import torq_gen_config.pipeline.steps.prepare

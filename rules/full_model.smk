@@ -49,7 +49,7 @@ checkpoint plan_full_model:
     params:
         # the archives' absolute paths are in the external-mode run flags: a moved output
         # directory plans (and runs) again
-        store=os.path.abspath(ctx.work_file("weights.irpa")),
+        store=os.path.abspath(ctx.weights),
         # run-wide backend settings (torq_hw, ...) applied as in discovery (compiler/runtime
         # options are applied by the plan itself)
         executors=ctx.plan_executors,
@@ -77,8 +77,8 @@ rule compile_partition_batch:
     input:
         models=get.partition_batch_models,
     output:
-        module=os.path.join(ctx.part_batches, "{executor}", "{batch}", "module.vmfb"),
-        info=os.path.join(ctx.part_batches, "{executor}", "{batch}", "batch.json"),
+        module=os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.MODULE_FILE),
+        info=os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.BATCH_FILE),
     params:
         executor=get.partition_batch_def,
         members=get.partition_batch_members,
@@ -96,7 +96,7 @@ rule compile_partition:
     input:
         unpack(get.partition_inputs),
     output:
-        compiled=os.path.join(ctx.parts, "{pid}", "compiled.json"),
+        compiled=os.path.join(ctx.parts, "{pid}", layout.COMPILED_FILE),
     params:
         executor=get.compile_def,
         batch=get.partition_batch,

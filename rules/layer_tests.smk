@@ -28,7 +28,7 @@ rule test_layer:
     input:
         unpack(get.layer_test_inputs),
     output:
-        result=os.path.join(ctx.layers, "{layer}", "{executor}", "result.json"),
+        result=layout.layer_result_file(ctx.layers, "{layer}", "{executor}"),
     params:
         **get.unit_test_params(),
         unit_record=lambda wildcards: untracked(os.path.join(ctx.units, unit_of(wildcards.layer), f"{wildcards.executor}.json")),

@@ -8,9 +8,9 @@ rule prepare_model:
         model=ctx.model_path,
         data=ctx.input_data,
     output:
-        model=ctx.work_file("prepared.onnx"),
-        weights=ctx.work_file("weights.irpa"),
-        info=ctx.work_file("prepare.json"),
+        model=ctx.prepared_model,
+        weights=ctx.weights,
+        info=ctx.prepare_info,
         model_inputs=ctx.model_inputs,
     params:
         target_opset=config["target_opset"],
@@ -37,8 +37,8 @@ rule import_full_model:
     input:
         model=ctx.run_model,
     output:
-        mlir=ctx.work_file("full.mlir"),
-        locations=ctx.work_file("locations.json"),
+        mlir=ctx.full_mlir,
+        locations=ctx.locations,
     params:
         # switching quantize changes the input file (maybe to an older one)
         precision=ctx.layer_precision,

@@ -11,7 +11,7 @@ rule calibrate_model:
         model=rules.prepare_model.output.model,
         data=ctx.calibration_data,
     output:
-        ranges=os.path.join(ctx.quant, "calibration.json"),
+        ranges=ctx.calibration,
     params:
         samples=config["calibration_samples"],
         seed=config["inputs"]["seed"],
@@ -32,8 +32,8 @@ rule quantize_full_model:
         ranges=rules.calibrate_model.output.ranges,
         data=ctx.calibration_data,
     output:
-        model=os.path.join(ctx.quant, "quantized.onnx"),
-        info=os.path.join(ctx.quant, "quantize.json"),
+        model=ctx.quantized_model,
+        info=ctx.quantize_info,
     params:
         settings=ctx.quant_settings,
         samples=config["calibration_samples"],
@@ -50,10 +50,10 @@ rule quantize_full_model:
 
 rule map_quantized_layers:
     input:
-        manifest=os.path.join(ctx.layers, "manifest.json"),
+        manifest=ctx.manifest,
         model=rules.quantize_full_model.output.model,
     output:
-        manifest=os.path.join(ctx.quant, "manifest.json"),
+        manifest=ctx.quant_manifest,
     params:
         outdated=ctx.report_outdated,
     log:

@@ -6,7 +6,7 @@
 rule aggregate_report:
     localrule: True
     input:
-        manifest=os.path.join(ctx.layers, "manifest.json"),
+        manifest=ctx.manifest,
         info=rules.prepare_model.output.info,
         locations=rules.import_full_model.output.locations,
         units=get.all_unit_results,
@@ -17,7 +17,7 @@ rule aggregate_report:
         compiler=ctx.compiler_json,
         # written by publish_report after the report; last, so Snakemake's touch of the
         # outputs leaves it not older than the report (report/publish.py)
-        summary=ctx.work_file("report_summary.json"),
+        summary=ctx.report_summary,
     params:
         model_name=ctx.model_name,
         executors=ctx.executor_defs,

@@ -13,8 +13,8 @@ checkpoint split_layers:
         info=rules.prepare_model.output.info,
         model_inputs=ctx.model_inputs,
     output:
-        manifest=os.path.join(ctx.layers, "manifest.json"),
-        folded=ctx.work_file("folded.irpa"),
+        manifest=ctx.manifest,
+        folded=ctx.folded,
     params:
         layer_inputs=config["layer_inputs"],
         timeout_s=ctx.timeout,
@@ -34,7 +34,7 @@ rule prepare_unit:
     input:
         unpack(get.prepare_inputs),
     output:
-        prepared=os.path.join(ctx.units, "{unit}", "prepared.json"),
+        prepared=os.path.join(ctx.units, "{unit}", units.PREPARED_FILE),
     params:
         unit=lambda wildcards: wildcards.unit,
         members=get.unit_members,

@@ -43,7 +43,7 @@ def test_flags_reach_the_config(tmp_path):
 
 
 def test_the_job_keys_carry_the_tool_options(tmp_path):
-    """What rules/common.smk's get_executor makes of the config: the per-job param that
+    """What the run context's executor param (pipeline/context.py, RunInputs.executor) makes of the config: the per-job param that
     decides which (layer, executor) jobs rerun."""
     cfg = build_config(_parse("--model", _model(tmp_path), "--runtime-option=--r", "--compiler-option=--c",
                               "--torq-hw", "SL2610"))

@@ -13,10 +13,8 @@ from torq_gen_config.cli.options import output_layout
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
 from torq_gen_config.core import layout
 from torq_gen_config.core.errors import ConfigError
-from torq_gen_config.discovery import batch_compile
 from torq_gen_config.pipeline.context import RunContext, run_names
-from torq_gen_config.pipeline.steps import Untracked, units
-from torq_gen_config.reference.model_inputs import MODEL_INPUTS_FILE
+from torq_gen_config.pipeline.steps import Untracked
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,9 +38,17 @@ def test_built_from_a_config_dict_with_the_layout_paths(tmp_path):
     assert ctx.report_outdated == os.path.join(work, layout.OUTDATED_MARKER)
     assert (ctx.layers, ctx.logs, ctx.quant) == tuple(os.path.join(work, d) for d in (
         layout.LAYERS_DIR, layout.LOGS_DIR, layout.QUANT_DIR))
-    assert ctx.units == os.path.join(work, units.UNITS_DIR)
-    assert ctx.batches == os.path.join(work, batch_compile.BATCHES_DIR)
-    assert ctx.model_inputs == os.path.join(work, MODEL_INPUTS_FILE)
+    assert (ctx.units, ctx.batches) == (os.path.join(work, layout.UNITS_DIR), os.path.join(work, layout.BATCHES_DIR))
+    for field, file in (("prepared_model", layout.PREPARED_MODEL_FILE), ("prepare_info", layout.PREPARE_INFO_FILE),
+                        ("model_inputs", layout.MODEL_INPUTS_FILE), ("full_mlir", layout.FULL_MLIR_FILE),
+                        ("locations", layout.LOCATIONS_FILE), ("report_summary", layout.REPORT_SUMMARY_FILE)):
+        assert getattr(ctx, field) == os.path.join(work, file)
+    assert ctx.manifest == os.path.join(ctx.layers, layout.MANIFEST_FILE)
+    assert (ctx.calibration, ctx.quantized_model, ctx.quantize_info, ctx.quant_manifest) == tuple(
+        os.path.join(ctx.quant, f) for f in (layout.CALIBRATION_FILE, layout.QUANTIZED_MODEL_FILE,
+                                             layout.QUANTIZE_INFO_FILE, layout.MANIFEST_FILE))
+    assert ctx.part_batches == os.path.join(work, layout.FULL_DIR, layout.BATCHES_DIR)
+    assert (ctx.run_model, ctx.run_manifest) == (ctx.prepared_model, ctx.manifest)
     for field, file in (("full_assignment", layout.ASSIGNMENT_FILE), ("full_plan", layout.PLAN_FILE),
                         ("full_reference", layout.REFERENCE_FILE), ("full_result", layout.RESULT_FILE)):
         assert getattr(ctx, field) == os.path.join(out, layout.full_run_file(name, file))

@@ -38,7 +38,7 @@ from typing import Callable, Iterable
 
 from .external_data import model_tensors
 from .fileio import file_digest, read_json, write_json
-from .layout import COMPILED_FILE, LAYERS_DIR, MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
+from .layout import BATCHES_DIR, COMPILED_FILE, FULL_DIR, LAYERS_DIR, MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, UNITS_DIR
 from .lazy import onnx, rich_filesize
 
 #: the record of what the clean-up removed, in the work directory (schema keep_work)
@@ -121,7 +121,7 @@ def _successes(work: Path) -> set[tuple[str, str]]:
     """The (layer slug, executor) pairs whose verdict is ``success``, from the units'
     records (``units/<unit>/<executor>.json``: one read per unit, not per layer)."""
     found: set[tuple[str, str]] = set()
-    for rec_path in sorted((work / "units").glob("*/*.json")):
+    for rec_path in sorted((work / UNITS_DIR).glob("*/*.json")):
         if rec_path.name == "prepared.json":
             continue
         try:
@@ -156,7 +156,7 @@ def _select(work: Path, entries: list[tuple[tuple[str, ...], os.DirEntry]]) -> l
     reduce_parts: dict[str, list[Path]] = {}
     for parts, e in entries:
         n, name = len(parts), parts[-1]
-        if parts[0] == "batches" and n == 4 and (name == "batch.mlir" or name.endswith(".vmfb")):
+        if parts[0] == BATCHES_DIR and n == 4 and (name == "batch.mlir" or name.endswith(".vmfb")):
             out.append(Path(e.path))
         elif parts[0] == "layers" and n == 3 and name == "model.mlir":
             if e.stat(follow_symlinks=False).st_size > 0:  # an import that failed left it empty
@@ -164,7 +164,7 @@ def _select(work: Path, entries: list[tuple[tuple[str, ...], os.DirEntry]]) -> l
         elif parts[0] == "layers" and n == 4 and (name.endswith(".vmfb") or (
                 (parts[1], parts[2]) in success and any(fnmatch.fnmatchcase(name, p) for p in RUN_IO))):
             out.append(Path(e.path))
-        elif parts[:2] == ("full", "batches") and n == 5 and name == "batch.mlir":
+        elif parts[:2] == (FULL_DIR, BATCHES_DIR) and n == 5 and name == "batch.mlir":
             out.append(Path(e.path))
         elif parts[:2] == ("full", "partitions") and n == 4 and name in ("module.vmfb", "model.mlir"):
             partitions.setdefault(parts[2], []).append(Path(e.path))

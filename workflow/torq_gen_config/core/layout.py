@@ -26,6 +26,17 @@ REPORT_PREFIX = "torq_gen_config_"
 #: Folders of a work directory: the layers (one folder per layer slug, then one per
 #: executor), the job logs, the quantized model, the full-model run.
 LAYERS_DIR, LOGS_DIR, QUANT_DIR, FULL_DIR = "layers", "logs", "quant", "full"
+#: Files of a work directory: the prepared model with its preparation record and the
+#: model's input values, its MLIR and node -> line:col map, the split's layer manifest
+#: (in LAYERS_DIR; with quantize also in QUANT_DIR), the report's summary; with quantize
+#: (in QUANT_DIR) the calibration ranges, the quantized model and its record.
+PREPARED_MODEL_FILE, PREPARE_INFO_FILE, MODEL_INPUTS_FILE = "prepared.onnx", "prepare.json", "model_inputs.npz"
+FULL_MLIR_FILE, LOCATIONS_FILE, MANIFEST_FILE = "full.mlir", "locations.json", "manifest.json"
+REPORT_SUMMARY_FILE = "report_summary.json"
+CALIBRATION_FILE, QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE = "calibration.json", "quantized.onnx", "quantize.json"
+#: Folders of a work directory: the units of work (pipeline/steps/units.py) and the
+#: compile batches (of the layers; in FULL_DIR, of the partitions).
+UNITS_DIR, BATCHES_DIR = "units", "batches"
 #: Files of a (layer, executor) verdict and of the full-model run (in FULL_DIR).
 RESULT_FILE = "result.json"
 ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", "plan.json", "reference.npz", "partitions"

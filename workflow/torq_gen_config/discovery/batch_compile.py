@@ -41,7 +41,6 @@ from ..core.logs import append_record
 from ..mlir.merge import MergeError, function_name, functions_at, merge_modules, parse_layer_module
 
 BATCH_SCHEMA = "torq-gen-config/compile-batch/1"
-BATCHES_DIR = "batches"
 BATCH_FILE = "batch.json"
 MERGED_FILE = "batch.mlir"
 MODULE_FILE = "module.vmfb"

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Mapping
 
 from ..backends import capabilities
-from ..core.logs import append_record
-from ..discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, BATCHES_DIR, MODULE_FILE, compile_batch, member_artifact, plan_batches
 from ..core.fileio import atomic_write_text, read_json, write_json
+from ..core.layout import BATCHES_DIR
+from ..core.logs import append_record
+from ..discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch, member_artifact, plan_batches
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, PARTITION_MODEL, _layer_span, _round
 from .compile import compile_partition, import_partition, safe_describe
 

@@ -18,7 +18,7 @@ from ..core.external_data import model_bytes
 from ..core.weight_store import store_folded
 from ..model.folding import fold_constants
 from ..model.graph import node_inputs, tensor_consumers, value_types
-from ..discovery.batch_compile import BATCHES_DIR
+from ..core.layout import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches
 from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs

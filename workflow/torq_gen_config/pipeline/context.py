@@ -27,11 +27,11 @@ from ..config import PRECISION_KEYS, check_save_bf16_path, model_name, parse_inp
 from ..core import layout, run_lock
 from ..core.errors import ConfigError, ReportError
 from ..core.fileio import damaged_work_file, file_fingerprint, read_json
+from ..core.weight_store import FOLDED_FILE, STORE_FILE
 from ..discovery import batch_compile
 from ..model import tested_layers as layer_test_plan
 from ..model.prepare import model_fingerprint
 from ..model.subgraph import CLI_LABELS, CONFIG_KEYS as SUBGRAPH_KEYS, report_name
-from ..reference.model_inputs import MODEL_INPUTS_FILE
 from .steps import Untracked, untracked
 from .steps import full_model as full_model_steps
 from .steps import units
@@ -103,7 +103,19 @@ class RunContext:
     parts: str
     part_batches: str
     #: files of the work directory
+    prepared_model: str
+    prepare_info: str
     model_inputs: str
+    weights: str
+    folded: str
+    full_mlir: str
+    locations: str
+    manifest: str
+    report_summary: str
+    calibration: str
+    quantized_model: str
+    quantize_info: str
+    quant_manifest: str
     full_assignment: str
     full_plan: str
     full_reference: str
@@ -152,7 +164,7 @@ class RunContext:
         names = run_names(config, model_path, labels=SUBGRAPH_KEYS)
         name = names.name
         work = os.path.normpath(os.path.join(out, names.work))
-        full = os.path.join(work, layout.FULL_DIR)
+        full, quant = os.path.join(work, layout.FULL_DIR), os.path.join(work, layout.QUANT_DIR)
         configured = {e["name"]: e for e in config["executors"] if e["name"] not in config["skip_executors"]}
         unavailable = backends.unavailable_executors(
             [backends.executor_with_tool_options(e, config["compiler_options"], config["runtime_options"],
@@ -175,10 +187,20 @@ class RunContext:
             run_lock=os.path.join(out, layout.lock_file(name)),
             report_outdated=os.path.join(work, layout.OUTDATED_MARKER),
             layers=os.path.join(work, layout.LAYERS_DIR), logs=os.path.join(work, layout.LOGS_DIR),
-            quant=os.path.join(work, layout.QUANT_DIR), units=os.path.join(work, units.UNITS_DIR),
-            batches=os.path.join(work, batch_compile.BATCHES_DIR), full=full,
-            parts=os.path.join(full, layout.PARTITIONS_DIR), part_batches=os.path.join(full, batch_compile.BATCHES_DIR),
-            model_inputs=os.path.join(work, MODEL_INPUTS_FILE),
+            quant=quant, units=os.path.join(work, layout.UNITS_DIR),
+            batches=os.path.join(work, layout.BATCHES_DIR), full=full,
+            parts=os.path.join(full, layout.PARTITIONS_DIR), part_batches=os.path.join(full, layout.BATCHES_DIR),
+            prepared_model=os.path.join(work, layout.PREPARED_MODEL_FILE),
+            prepare_info=os.path.join(work, layout.PREPARE_INFO_FILE),
+            model_inputs=os.path.join(work, layout.MODEL_INPUTS_FILE),
+            weights=os.path.join(work, STORE_FILE), folded=os.path.join(work, FOLDED_FILE),
+            full_mlir=os.path.join(work, layout.FULL_MLIR_FILE), locations=os.path.join(work, layout.LOCATIONS_FILE),
+            manifest=os.path.join(work, layout.LAYERS_DIR, layout.MANIFEST_FILE),
+            report_summary=os.path.join(work, layout.REPORT_SUMMARY_FILE),
+            calibration=os.path.join(quant, layout.CALIBRATION_FILE),
+            quantized_model=os.path.join(quant, layout.QUANTIZED_MODEL_FILE),
+            quantize_info=os.path.join(quant, layout.QUANTIZE_INFO_FILE),
+            quant_manifest=os.path.join(quant, layout.MANIFEST_FILE),
             full_assignment=os.path.join(full, layout.ASSIGNMENT_FILE), full_plan=os.path.join(full, layout.PLAN_FILE),
             full_reference=os.path.join(full, layout.REFERENCE_FILE), full_result=os.path.join(full, layout.RESULT_FILE),
             weight_archives=tuple(weights_mode.archives(work)),
@@ -198,10 +220,6 @@ class RunContext:
     @property
     def quantize(self) -> bool:
         return self.quant_settings is not None
-
-    def work_file(self, name: str) -> str:
-        """A file of the work directory (``prepared.onnx``, ``weights.irpa``, ...)."""
-        return os.path.join(self.work, name)
 
     def log(self, *parts: str) -> str:
         """A job's log file under the work directory's logs."""
@@ -240,13 +258,13 @@ class RunContext:
     def run_model(self) -> str:
         """The model that `run` partitions and the locations describe: the prepared
         model, or with quantize the quantized full model."""
-        return os.path.join(self.quant, "quantized.onnx") if self.quantize else self.work_file("prepared.onnx")
+        return self.quantized_model if self.quantize else self.prepared_model
 
     @property
     def run_manifest(self) -> str:
         """The layers over run_model's nodes: the split's manifest, or with quantize the
         layers mapped onto the quantized model (rule map_quantized_layers)."""
-        return os.path.join(self.quant if self.quantize else self.layers, "manifest.json")
+        return self.quant_manifest if self.quantize else self.manifest
 
     # ------------------------------------------------------------ the params
     def model_fingerprint(self, wildcards=None) -> Any:
@@ -401,7 +419,7 @@ class RunInputs:
         unit = self.layer_units(known)[1].get(slug)
         if unit is None:
             why = ("not a tested layer (skip_ops, dedup_layers or not testable)" if slug in self.manifest_layers()
-                   else f"not in {self.ctx.layers}/manifest.json")
+                   else f"not in {self.ctx.manifest}")
             raise WorkflowError(f"unknown layer {slug!r}: {why}")
         return unit
 
@@ -415,7 +433,7 @@ class RunInputs:
         unit = self.unit(wildcards, known)
         slugs = self.layer_units(known)[0].get(unit)
         if slugs is None:
-            raise WorkflowError(f"unknown unit {unit!r}: the tested layers of {self.ctx.layers}/manifest.json make "
+            raise WorkflowError(f"unknown unit {unit!r}: the tested layers of {self.ctx.manifest} make "
                                 f"{len(self.layer_units()[0])} unit(s)")
         return slugs
 
@@ -442,7 +460,7 @@ class RunInputs:
     def resolved_parameters(self) -> dict:
         """The weights mode (backends.parameters.resolve: mode, reason, ...), cached per
         prepare.json mtime; only for jobs after the split checkpoint (prepare.json is there)."""
-        path = self.ctx.work_file("prepare.json")
+        path = self.ctx.prepare_info
         executors = list(self.ctx.executors.values())
         if not os.path.isfile(path):  # removed: the preparation runs again, and the jobs after it see it
             return weights_mode.resolve_from(self.ctx.parameter_settings, {}, executors)
@@ -509,11 +527,10 @@ class RunInputs:
         self.unit_slugs(wildcards, known=False)  # the checkpoint, before the params read the manifest
         ctx = self.ctx
         # the archives the layer models refer to (a removed one is made again by its job)
-        inputs = {"manifest": os.path.join(ctx.layers, "manifest.json"), "weights": ctx.work_file("weights.irpa"),
-                  "folded": ctx.work_file("folded.irpa")}
+        inputs = {"manifest": ctx.manifest, "weights": ctx.weights, "folded": ctx.folded}
         if ctx.quantize:
-            inputs["ranges"] = os.path.join(ctx.quant, "calibration.json")
-            inputs["full"] = os.path.join(ctx.quant, "quantize.json")
+            inputs["ranges"] = ctx.calibration
+            inputs["full"] = ctx.quantize_info
         return inputs
 
     def prepare_files(self, wildcards) -> dict:
@@ -584,11 +601,11 @@ class RunInputs:
         for s in self.unit_slugs(wildcards):
             d = os.path.join(self.ctx.layers, s, wildcards.executor)
             tokens = [skipped_rerun_token(d, self.ctx.config["skip_mode"]),
-                      timeout_rerun_token(os.path.join(d, "result.json"), timeout_s)]
+                      timeout_rerun_token(os.path.join(d, layout.RESULT_FILE), timeout_s)]
             if any(tokens):
                 out[s] = tokens
         for b in self.unit_batches(wildcards) or []:
-            token = timeout_rerun_token(os.path.join(self.ctx.batches, wildcards.executor, b["id"], "batch.json"),
+            token = timeout_rerun_token(os.path.join(self.ctx.batches, wildcards.executor, b["id"], batch_compile.BATCH_FILE),
                                         timeout_s)
             if token:
                 out[b["id"]] = token
@@ -701,7 +718,7 @@ class RunInputs:
         its MLIR) and the full model's quantization info; else nothing."""
         if not self.ctx.quantize:
             return []
-        return [os.path.join(self.ctx.quant, "manifest.json"), os.path.join(self.ctx.quant, "quantize.json")]
+        return [self.ctx.quant_manifest, self.ctx.quantize_info]
 
     def user_choices_input(self, wildcards) -> list[str]:
         """The user's overrides (written by `edit`), as a list (empty when there are none)."""
@@ -739,7 +756,8 @@ class RunInputs:
         for b in self.full_plan(whole=True).get("compile_batches") or []:
             if b["id"] == part.get("compile_batch") and b["executor"] == part["executor"] and not b.get("kept"):
                 d = os.path.join(self.ctx.part_batches, b["executor"], b["id"])
-                inputs.update(batch_module=os.path.join(d, "module.vmfb"), batch_info=os.path.join(d, "batch.json"))
+                inputs.update(batch_module=os.path.join(d, batch_compile.MODULE_FILE),
+                              batch_info=os.path.join(d, batch_compile.BATCH_FILE))
         return inputs
 
     def partition_batch(self, wildcards) -> str | None:
@@ -778,8 +796,8 @@ class RunInputs:
         """compiled.json of every partition of the plan (known once the checkpoint ran)."""
         plan = self.full_plan(whole=True)
         if plan.get("module"):  # module mode: the chain is compiled only when the module fails or differs
-            return [os.path.join(self.ctx.parts, plan["module"]["pid"], "compiled.json")]
-        return [os.path.join(self.ctx.parts, pid, "compiled.json") for pid in self.full_plan()]
+            return [os.path.join(self.ctx.parts, plan["module"]["pid"], layout.COMPILED_FILE)]
+        return [os.path.join(self.ctx.parts, pid, layout.COMPILED_FILE) for pid in self.full_plan()]
 
     def assignment_digest(self, wildcards) -> str:
         """What the report assigns (a param: an edit of the report that changes the

@@ -6,7 +6,7 @@ the user's ``--input-data`` arrays, else op-aware generated values (seeded,
 :func:`torq_gen_config.inputs.make_inputs`). In subgraph mode the subgraph's
 inputs are the values those tensors have in a run of the whole model. They are
 written once, by the preparation, to ``work/model_inputs.npz``
-(:data:`MODEL_INPUTS_FILE`), keyed by the prepared model's input names, with the
+(:data:`torq_gen_config.core.layout.MODEL_INPUTS_FILE`), keyed by the prepared model's input names, with the
 dtypes of the prepared model (bf16 / int32 after a conversion).
 """
 
@@ -24,7 +24,6 @@ from ..model.graph import copy_proto
 from ..precision.bf16_rounding import round_to_bf16
 
 #: File name of the model's input values in the work directory.
-MODEL_INPUTS_FILE = "model_inputs.npz"
 
 
 def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[str, list[int]]:  # noqa: F821

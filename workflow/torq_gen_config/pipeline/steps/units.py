@@ -32,7 +32,6 @@ from ...core.keep_work import cleaned_identity
 #: layers per unit, rounded up to a whole number of compile batches (:func:`unit_size`)
 UNIT_LAYERS = 32
 #: work/<model>/units/<unit id>/: the units' own records (prepared.json, <executor>.json)
-UNITS_DIR = "units"
 PREPARED_FILE = "prepared.json"
 #: suffix of the key file beside a per-layer output (:func:`record_key`)
 KEY_SUFFIX = ".key"
