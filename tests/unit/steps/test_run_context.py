@@ -8,9 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-
 from torq_gen_config.cli.options import output_layout
-from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
+from torq_gen_config.config import (
+    DEFAULT_CONFIG_PATH,
+    load_config_file,
+    validate_config,
+)
 from torq_gen_config.core import layout
 from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.pipeline.context import RunContext, run_names

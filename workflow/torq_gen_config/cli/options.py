@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import workflow_files
 from ..backends import run_wide_options
 from ..core.errors import ConfigError
+from ..core.layout import LAYERS_DIR, MANIFEST_FILE, PREPARED_MODEL_FILE
 from ..core.lazy import onnx
 from ..core.weight_store import FOLDED_FILE, STORE_FILE
 
@@ -142,9 +143,9 @@ def repair_rules(work: Path) -> dict[str, str]:
     it: Snakemake would not make them again (an existing output over a missing
     intermediate is up to date to it), so the caller forces that rule."""
     found = {}
-    if (work / "prepared.onnx").is_file() and not (work / STORE_FILE).is_file():
+    if (work / PREPARED_MODEL_FILE).is_file() and not (work / STORE_FILE).is_file():
         found[STORE_FILE] = "prepare_model"
-    if (work / "layers" / "manifest.json").is_file() and not (work / FOLDED_FILE).is_file():
+    if (work / LAYERS_DIR / MANIFEST_FILE).is_file() and not (work / FOLDED_FILE).is_file():
         found[FOLDED_FILE] = "split_layers"
     return found
 

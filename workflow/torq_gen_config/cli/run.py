@@ -40,7 +40,13 @@ from ..core.limits import DEFAULT_TIMEOUT_S
 from ..core.layout import (
     ASSIGNMENT_FILE,
     FULL_DIR,
+    FULL_MLIR_FILE,
+    LAYERS_DIR,
+    LOCATIONS_FILE,
+    MANIFEST_FILE,
     PLAN_FILE,
+    PREPARED_MODEL_FILE,
+    QUANTIZED_MODEL_FILE,
     RESULT_FILE,
     compiler_file,
     full_run_file,
@@ -331,7 +337,7 @@ def check_runnable(selection: dict, config: dict, work: Path) -> None:
                           f"(e.g. to {named[name][0]}), which cannot run on this machine: {why}; assign those "
                           "layers to another executor (torq-gen-config edit --layer ... --executor ...)")
     keys = list((selection.get("locations") or {}))
-    mlir = work / "full.mlir"
+    mlir = work / FULL_MLIR_FILE
     if keys and mlir.is_file() and config.get("run_mode") == "module":
         from ..fullrun.module_mode import REGION_OPS, region_conflicts, region_keys_of
 
@@ -424,7 +430,7 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
     prepared = plan["prepared_model"]
     # plans written before the manifest was recorded: the split's, or the quantized model's
     manifest_path = plan.get("manifest") or str(Path(prepared).parent / (
-        "manifest.json" if Path(prepared).name == "quantized.onnx" else "layers/manifest.json"))
+        MANIFEST_FILE if Path(prepared).name == QUANTIZED_MODEL_FILE else f"{LAYERS_DIR}/{MANIFEST_FILE}"))
     name = layout["name"]
     target = outcome_of(section)
     print(f"--reduce: searching for the smallest subgraph that fails like this: {target.summary}", file=sys.stderr)
@@ -481,10 +487,10 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
     cfg.update({"model": str(red_dir / "model.onnx"), "input_data": str(red_dir / "inputs.npz"),
                 "auto_convert_bf16": False, "auto_convert_int32": False, "quantize": False})
     work = work_dir("model")
-    run_workflow(config=cfg, workdir=red_dir, cores=cores, targets=[f"{work}/locations.json"],
+    run_workflow(config=cfg, workdir=red_dir, cores=cores, targets=[f"{work}/{LOCATIONS_FILE}"],
                  allowed_rules=["prepare_model", "import_full_model"], quiet=True, display="lines")
-    prepared = onnx.load(str(red_dir / work / "prepared.onnx"), load_external_data=False)
-    doc = reproducer_compiler_json(reducer, found, read_json(red_dir / work / "locations.json", "MLIR locations"),
+    prepared = onnx.load(str(red_dir / work / PREPARED_MODEL_FILE), load_external_data=False)
+    doc = reproducer_compiler_json(reducer, found, read_json(red_dir / work / LOCATIONS_FILE, "MLIR locations"),
                                    prepared)
     write_json(red_dir / compiler_file("model"), doc)
 

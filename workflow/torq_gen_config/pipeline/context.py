@@ -15,15 +15,22 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from snakemake.exceptions import WorkflowError
 
 from .. import backends
 from ..backends import NEEDS_MLIR
 from ..backends import parameters as weights_mode
-from ..config import PRECISION_KEYS, check_save_bf16_path, model_name, parse_input_shapes, resolve_model_path
+from ..config import (
+    PRECISION_KEYS,
+    check_save_bf16_path,
+    model_name,
+    parse_input_shapes,
+    resolve_model_path,
+)
 from ..core import layout, run_lock
 from ..core.errors import ConfigError, ReportError
 from ..core.fileio import damaged_work_file, file_fingerprint, read_json
@@ -31,10 +38,10 @@ from ..core.weight_store import FOLDED_FILE, STORE_FILE
 from ..discovery import batch_compile
 from ..model import tested_layers as layer_test_plan
 from ..model.prepare import model_fingerprint
-from ..model.subgraph import CLI_LABELS, CONFIG_KEYS as SUBGRAPH_KEYS, report_name
-from .steps import Untracked, untracked
+from ..model.subgraph import CLI_LABELS, report_name
+from ..model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS
+from .steps import Untracked, units, untracked
 from .steps import full_model as full_model_steps
-from .steps import units
 from .steps.markers import skipped_rerun_token, timeout_rerun_token
 
 #: A unit's drift when nothing changed outside the workflow (and before any unit record).
@@ -138,7 +145,7 @@ class RunContext:
     timeout: Untracked
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], *, probe: bool = True) -> "RunContext":
+    def from_config(cls, config: Mapping[str, Any], *, probe: bool = True) -> RunContext:
         """The context of a validated config (:func:`torq_gen_config.config.validate_config`).
         ``probe``: ask which executors' devices this machine lacks (once per process per
         definition: the DAG has no jobs for them); without, every configured one is used.
@@ -343,7 +350,7 @@ class RunContext:
             run_lock.check_free(self.run_lock, what=f"{self.out} for {self.model_name}")
             run_lock.clear_stale_snakemake_locks(cwd, self.out)
 
-    def inputs(self, checkpoints: Any, workflow: Any) -> "RunInputs":
+    def inputs(self, checkpoints: Any, workflow: Any) -> RunInputs:
         """The input and param functions of the rules, over the Snakefile's ``checkpoints``."""
         return RunInputs(self, checkpoints, workflow)
 
@@ -425,7 +432,8 @@ class RunInputs:
 
     def unit(self, wildcards, known: bool = True) -> str:
         """The unit of a unit job (wildcard unit) or of a one-layer job (wildcard layer)."""
-        return wildcards.unit if "unit" in wildcards.keys() else self.unit_of(wildcards.layer, known)
+        # Wildcards is a list: `in` alone would look at the values
+        return wildcards.unit if "unit" in wildcards.keys() else self.unit_of(wildcards.layer, known)  # noqa: SIM118
 
     def unit_slugs(self, wildcards, known: bool = True) -> list[str]:
         """The unit's members; ``known`` (params): see manifest_layers. Input functions
@@ -689,7 +697,7 @@ class RunInputs:
     def unit_test_params(self) -> dict:
         """The params of rules test_unit and test_layer (rules/layer_tests.smk)."""
         ctx, c = self.ctx, self.ctx.config
-        return dict(
+        return dict(  # noqa: C408 (keyword names, as in a rule's params)
             unit=self.unit,
             members=self.unit_members,
             executor=self.executor,
