@@ -31,7 +31,7 @@ rule test_layer:
         result=layout.layer_result_file(ctx.layers, "{layer}", "{executor}"),
     params:
         **get.unit_test_params(),
-        unit_record=lambda wildcards: untracked(os.path.join(ctx.units, unit_of(wildcards.layer), f"{wildcards.executor}.json")),
+        unit_record=get.unit_record,
     log:
         ctx.log("test_layer", "{layer}.{executor}.log"),
     threads: 1
