@@ -19,8 +19,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from snakemake.exceptions import WorkflowError
-
 from .. import backends
 from ..backends import NEEDS_MLIR
 from ..backends import parameters as weights_mode
@@ -34,6 +32,7 @@ from ..config import (
 from ..core import layout, run_lock
 from ..core.errors import ConfigError, ReportError
 from ..core.fileio import damaged_work_file, file_fingerprint, read_json
+from ..core.lazy import snakemake_exceptions
 from ..core.weight_store import FOLDED_FILE, STORE_FILE
 from ..discovery import batch_compile
 from ..model import tested_layers as layer_test_plan
@@ -396,7 +395,7 @@ class RunInputs:
                 layers = read_json(path, "layer manifest")["layers"]
             except (ReportError, KeyError, TypeError) as e:  # damaged outside the workflow: made again next run
                 layout.mark_outdated(self.ctx.report_outdated)  # the CLI's next discover forces the report (and the split)
-                raise WorkflowError(str(damaged_work_file(path, e, redo="split the model anew"))) from None
+                raise snakemake_exceptions.WorkflowError(str(damaged_work_file(path, e, redo="split the model anew"))) from None
             self._manifest.clear()
             self._manifest[key] = {la["slug"]: la for la in layers}
         return self._manifest[key]
@@ -427,7 +426,7 @@ class RunInputs:
         if unit is None:
             why = ("not a tested layer (skip_ops, dedup_layers or not testable)" if slug in self.manifest_layers()
                    else f"not in {self.ctx.manifest}")
-            raise WorkflowError(f"unknown layer {slug!r}: {why}")
+            raise snakemake_exceptions.WorkflowError(f"unknown layer {slug!r}: {why}")
         return unit
 
     def unit(self, wildcards, known: bool = True) -> str:
@@ -441,7 +440,7 @@ class RunInputs:
         unit = self.unit(wildcards, known)
         slugs = self.layer_units(known)[0].get(unit)
         if slugs is None:
-            raise WorkflowError(f"unknown unit {unit!r}: the tested layers of {self.ctx.manifest} make "
+            raise snakemake_exceptions.WorkflowError(f"unknown unit {unit!r}: the tested layers of {self.ctx.manifest} make "
                                 f"{len(self.layer_units()[0])} unit(s)")
         return slugs
 
@@ -752,7 +751,7 @@ class RunInputs:
         of the plan checkpoint)."""
         plan = self.full_plan()
         if wildcards.pid not in plan:
-            raise WorkflowError(f"unknown partition {wildcards.pid!r}: not in {self.ctx.full_plan}")
+            raise snakemake_exceptions.WorkflowError(f"unknown partition {wildcards.pid!r}: not in {self.ctx.full_plan}")
         return os.path.join(self.ctx.parts, wildcards.pid, os.path.basename(plan[wildcards.pid]["model"]))
 
     def partition_inputs(self, wildcards) -> dict:
@@ -777,7 +776,7 @@ class RunInputs:
         for b in self.full_plan(whole=True).get("compile_batches") or []:
             if b["id"] == wildcards.batch and b["executor"] == wildcards.executor:
                 return b
-        raise WorkflowError(f"unknown partition batch {wildcards.batch!r} of executor {wildcards.executor!r}: "
+        raise snakemake_exceptions.WorkflowError(f"unknown partition batch {wildcards.batch!r} of executor {wildcards.executor!r}: "
                             f"not in {self.ctx.full_plan}")
 
     def partition_batch_models(self, wildcards) -> list[str]:
