@@ -28,6 +28,24 @@ LIGHT = ONNX_DIR / "backend" / "test" / "data" / "light"
 SQUEEZENET = LIGHT / "light_squeezenet.onnx"
 
 
+# the longest test modules (minutes each on 2 cores; the SLURM one mostly waits on the
+# cluster), started first: with one module per xdist worker (pyproject.toml addopts) the
+# last module to start sets the suite's end, and a long one started last runs alone
+LONGEST_FIRST = ("workflow/test_slurm_e2e.py", "workflow/test_e2e.py", "workflow/test_batch_incremental_e2e.py",
+                 "workflow/test_readme.py", "workflow/test_units_e2e.py", "workflow/test_precision_e2e.py",
+                 "workflow/test_faults_e2e.py", "workflow/test_parameters_e2e.py", "workflow/test_run_module_e2e.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Runs the modules of :data:`LONGEST_FIRST` first, in that order; every module's
+    tests stay together and in their order (a stable sort, the same on every worker)."""
+    def rank(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, m in enumerate(LONGEST_FIRST) if path.endswith(m)), len(LONGEST_FIRST))
+
+    items.sort(key=rank)
+
+
 @pytest.fixture(scope="session")
 def squeezenet_path() -> Path:
     """onnx's light_squeezenet (SqueezeNet 1.0 structure, opset 9, 105 nodes, 66 layers)."""
