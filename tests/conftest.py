@@ -29,11 +29,11 @@ SQUEEZENET = LIGHT / "light_squeezenet.onnx"
 
 
 # the longest test modules (minutes each on 2 cores; the SLURM one mostly waits on the
-# cluster), started first: with one module per xdist worker (pyproject.toml addopts) the
-# last module to start sets the suite's end, and a long one started last runs alone
-LONGEST_FIRST = ("workflow/test_slurm_e2e.py", "workflow/test_e2e.py", "workflow/test_batch_incremental_e2e.py",
-                 "workflow/test_readme.py", "workflow/test_units_e2e.py", "workflow/test_precision_e2e.py",
-                 "workflow/test_faults_e2e.py", "workflow/test_parameters_e2e.py", "workflow/test_run_module_e2e.py")
+# cluster), started first, longest first (pyproject.toml: --no-loadscope-reorder keeps this
+# order): with one module per xdist worker, a long module started last runs alone at the end
+LONGEST_FIRST = tuple(f"workflow/test_{m}.py" for m in (
+    "slurm_e2e", "e2e", "readme", "units_e2e", "precision_e2e", "faults_e2e", "parameters_e2e",
+    "batch_incremental_e2e", "run_module_e2e", "compile_batches_e2e", "run_e2e", "reduce_e2e", "run_batches_e2e"))
 
 
 def pytest_collection_modifyitems(config, items):

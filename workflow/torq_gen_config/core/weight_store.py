@@ -32,7 +32,6 @@ from .external_data import (
     is_external,
     load_tensor,
     model_tensors,
-    resolve_locations,
     set_external_entries,
 )
 from .lazy import np, numpy_helper, onnx, rt

@@ -6,7 +6,7 @@ from typing import Mapping
 
 from ..backends import capabilities
 from ..compare import count_over_tolerance, derive_status, normalize_tolerance
-from .common import ELSEWHERE_NOTE, MODULE_MODE, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span
+from .common import MODULE_MODE, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span
 from .selection import _executor_name
 
 #: Marker of the full-model part of ``final_report_text``.
