@@ -16,7 +16,8 @@ from torq_gen_config.config import (
 )
 from torq_gen_config.core import layout
 from torq_gen_config.core.errors import ConfigError
-from torq_gen_config.pipeline.context import RunContext, run_names
+from torq_gen_config.model.subgraph import run_names
+from torq_gen_config.pipeline.context import RunContext
 from torq_gen_config.pipeline.steps import Untracked
 
 REPO = Path(__file__).resolve().parents[3]

@@ -279,7 +279,7 @@ def build_config(args: argparse.Namespace) -> dict:
 
 def output_layout(config: dict) -> dict:
     """Names of the outputs of a (validated) config, as the workflow's run context makes them
-    (:func:`torq_gen_config.pipeline.context.run_names`).
+    (:func:`torq_gen_config.model.subgraph.run_names`).
 
     Returns:
         ``{"name": <model>[_subgraph_<f>_<t>], "work": its work directory
@@ -290,7 +290,7 @@ def output_layout(config: dict) -> dict:
         ConfigError: a subgraph name is unknown (the message lists near matches), the
             range is reversed, or only one end is given.
     """
-    from ..pipeline.context import run_names
+    from ..model.subgraph import run_names
 
     names = run_names(config)
     return {"name": names.name, "work": names.work, "subgraph": names.subgraph}

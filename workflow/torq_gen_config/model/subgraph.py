@@ -28,10 +28,12 @@ errors, with near matches, for unknown names and reversed ranges.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import model_name, resolve_model_path
 from ..core.errors import ConfigError, ModelError
+from ..core.layout import work_dir
 from ..core.lazy import difflib, np, onnx, protobuf_message
 from .extract import extract_model
 from .folding import static_shapes as _static_shapes
@@ -293,3 +295,25 @@ def extract_subgraph(model, origin: list[int], first: int, last: int) -> tuple[A
     outside = sorted({origin[j] for j in order if j not in range_set})
     info = {"inputs": inputs, "outputs": outputs, "outside_constant_nodes": outside, "num_nodes": len(order)}
     return sub, sub_origin, info
+
+
+@dataclass(frozen=True)
+class RunNames:
+    """The names a run's files are keyed by: ``name`` (the model's stem, plus the subgraph
+    suffix), its work directory relative to the output directory, and the subgraph (or None)."""
+
+    name: str
+    work: str
+    subgraph: dict | None
+
+
+def run_names(config: dict, model_path: str | os.PathLike | None = None,
+              labels: tuple[str, str] = CLI_LABELS) -> RunNames:
+    """The :class:`RunNames` of a config (the one rule for the Snakefile, the CLI and the
+    workflow runner: :func:`report_name`).
+
+    Raises:
+        ConfigError, ModelError: as :func:`report_name`.
+    """
+    name, sub = report_name(config, model_path, labels=labels)
+    return RunNames(name, work_dir(name), sub)

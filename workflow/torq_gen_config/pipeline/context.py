@@ -4,7 +4,8 @@
 output and work directories (from :mod:`torq_gen_config.core.layout`), the executors
 (configured, unavailable on this machine, used), the precision settings, the compile
 batches and the limits. ``rules/common.smk`` builds it once per parse and the rules wire
-its fields; the command line names its files with the same rule (:func:`run_names`).
+its fields; the command line names its files with the same rule
+(:func:`torq_gen_config.model.subgraph.run_names`).
 
 :class:`RunInputs` holds what needs the DAG: the input and param functions of the rules
 after the split and plan checkpoints (the ``checkpoints`` object of the Snakefile is
@@ -37,7 +38,7 @@ from ..core.weight_store import FOLDED_FILE, STORE_FILE
 from ..discovery import batch_compile
 from ..model import tested_layers as layer_test_plan
 from ..model.prepare import model_fingerprint
-from ..model.subgraph import CLI_LABELS, report_name
+from ..model.subgraph import run_names
 from ..model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS
 from .steps import Untracked, units, untracked
 from .steps import full_model as full_model_steps
@@ -45,28 +46,6 @@ from .steps.markers import skipped_rerun_token, timeout_rerun_token
 
 #: A unit's drift when nothing changed outside the workflow (and before any unit record).
 NO_DRIFT = {"prepared": [], "results": {}}
-
-
-@dataclass(frozen=True)
-class RunNames:
-    """The names a run's files are keyed by: ``name`` (the model's stem, plus the subgraph
-    suffix), its work directory relative to the output directory, and the subgraph (or None)."""
-
-    name: str
-    work: str
-    subgraph: dict | None
-
-
-def run_names(config: Mapping, model_path: str | os.PathLike | None = None,
-              labels: tuple[str, str] = CLI_LABELS) -> RunNames:
-    """The :class:`RunNames` of a config (the one rule for the Snakefile, the CLI and the
-    workflow runner: :func:`torq_gen_config.model.subgraph.report_name`).
-
-    Raises:
-        ConfigError, ModelError: as :func:`~torq_gen_config.model.subgraph.report_name`.
-    """
-    name, sub = report_name(config, model_path, labels=labels)
-    return RunNames(name, layout.work_dir(name), sub)
 
 
 def canonical(value: Any) -> Any:

@@ -31,6 +31,7 @@ from ..core.layout import lock_file
 from ..core.lazy import (snakemake_api, snakemake_cli, snakemake_exceptions, snakemake_greedy, snakemake_logging,
                          snakemake_settings, yaml)
 from ..core.progress import ProgressDisplay, display_mode
+from ..model.subgraph import run_names
 from .cluster import is_local, job_failure_lines, read_profile
 
 # the checkout's, or the copy in an installed wheel (torq_gen_config.workflow_files)
@@ -284,8 +285,6 @@ def profile_argv(settings: dict, *, quiet: bool) -> list[str]:
 
 def _report_name(config: dict) -> str:
     """The report name of a config: the model's stem, plus the subgraph suffix."""
-    from .context import run_names  # context loads Snakemake and the backends: not at import
-
     try:
         return run_names(config).name
     except TorqGenConfigError:  # reported by the workflow itself, with its context

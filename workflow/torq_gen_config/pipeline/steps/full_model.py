@@ -28,16 +28,14 @@ from ...fullrun.selection import (
     selection_from_report,
 )
 from ...fullrun.batches import batch_dir, batch_members
-from ...fullrun.plan import make_plan
+from ...fullrun.plan import make_plan, prune_plan_dirs
 from ...fullrun.execute import run_partitions
-from ...fullrun.common import PARTITIONS_MODE
-from ...fullrun.common import MODULE_MODE
+from ...fullrun.common import MODULE_MODE, PARTITIONS_MODE
 from ...core.job_support import in_worker, records_failure
 from ...core.logs import append_record, append_to_shared_log
 from ...core.external_data import load_model
 from ...fullrun.module_mode import module_or_partitions
 from ...fullrun.module_run import compile_module_partition, run_module_plan
-from ...fullrun.plan import prune_plan_dirs
 from ...reference import compute_reference
 from ...reference.model_inputs import load_input_data, load_model_inputs
 from .quantize import quantized_input_ranges
