@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from filelock import FileLock
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
@@ -34,6 +36,13 @@ SQUEEZENET = LIGHT / "light_squeezenet.onnx"
 LONGEST_FIRST = tuple(f"workflow/test_{m}.py" for m in (
     "slurm_e2e", "e2e", "readme", "units_e2e", "precision_e2e", "faults_e2e", "parameters_e2e",
     "batch_incremental_e2e", "run_module_e2e", "compile_batches_e2e", "run_e2e", "reduce_e2e", "run_batches_e2e"))
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker more than the usable cores. The end-to-end tests spend part of
+    their time waiting (tool start-up, timeouts they provoke, the SLURM queue): measured on 2
+    cores, two workers kept the CPUs ~70% busy."""
+    return len(os.sched_getaffinity(0)) + 1
 
 
 def pytest_collection_modifyitems(config, items):
@@ -162,13 +171,27 @@ def squeezenet_discovery(tmp_path_factory):
     (``discover --model SQUEEZENET --output-dir OUT -j 2 -q``, ~45 s on 2 cores), shared by
     the tests that read its outputs (tests/workflow: test_e2e, test_promises_e2e,
     test_units_e2e, test_reduce_e2e, test_output_schemas), instead of one discovery each.
+    Under pytest-xdist the workers share it too: the first that needs it makes it under a
+    file lock in the run's common temporary directory, the others wait and read its record.
     Returns ``(out, completed)``.
     READ ONLY: a test that changes or reruns anything works on ``copy_discovery(out, ...)``.
     Its files' digest is checked at the end of the session, so a test that writes into it
     fails there instead of passing on another's changes."""
-    out = tmp_path_factory.mktemp("squeezenet_discovery") / "out"
-    r = run_cli("discover", "--model", SQUEEZENET, "--output-dir", out, "-j", "2", "-q")
-    assert r.returncode == 0, r.stderr[-3000:]
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the workers' common directory of this run
+    home = root / "squeezenet_discovery"
+    out, record = home / "out", home / "completed.json"
+    with FileLock(str(root / "squeezenet_discovery.lock")):
+        if record.exists():
+            r = subprocess.CompletedProcess(**json.loads(record.read_text()))
+        else:
+            shutil.rmtree(home, ignore_errors=True)  # a failed attempt's leftovers
+            home.mkdir(parents=True)
+            r = run_cli("discover", "--model", SQUEEZENET, "--output-dir", out, "-j", "2", "-q")
+            assert r.returncode == 0, r.stderr[-3000:]
+            record.write_text(json.dumps({"args": r.args, "returncode": r.returncode,
+                                          "stdout": r.stdout, "stderr": r.stderr}))
     before = _tree_digest(out)
     yield out, r
     assert _tree_digest(out) == before, f"a test changed the shared discovery in {out}"
