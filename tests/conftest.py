@@ -30,18 +30,21 @@ LIGHT = ONNX_DIR / "backend" / "test" / "data" / "light"
 SQUEEZENET = LIGHT / "light_squeezenet.onnx"
 
 
-# the longest test modules (minutes each on 2 cores; the SLURM one mostly waits on the
-# cluster), started first, longest first (pyproject.toml: --no-loadscope-reorder keeps this
-# order): with one module per xdist worker, a long module started last runs alone at the end
+# the longest test modules, longest first (wall seconds under 3 workers on 2 cores, CI of
+# 2026-12-05: 437, 335, 182, 156, 153, 153, 147, 131, 125, 125, 118, 113, 91, 84, 72; the SLURM
+# one mostly waits on the cluster), started first (pyproject.toml: --no-loadscope-reorder keeps
+# this order): with one module per xdist worker, a long module started last runs alone at the end
 LONGEST_FIRST = tuple(f"workflow/test_{m}.py" for m in (
-    "slurm_e2e", "e2e", "readme", "units_e2e", "precision_e2e", "faults_e2e", "parameters_e2e",
-    "batch_incremental_e2e", "run_module_e2e", "compile_batches_e2e", "run_e2e", "reduce_e2e", "run_batches_e2e"))
+    "slurm_e2e", "e2e", "faults_e2e", "precision_e2e", "run_e2e", "units_e2e", "run_batches_e2e", "readme",
+    "fidelity_e2e", "compile_batches_e2e", "run_module_e2e", "reduce_e2e", "parameters_e2e", "output_schemas",
+    "conformance_e2e"))
 
 
 def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: one worker more than the usable cores. The end-to-end tests spend part of
-    their time waiting (tool start-up, timeouts they provoke, the SLURM queue): measured on 2
-    cores, two workers kept the CPUs ~70% busy."""
+    their time waiting (timeouts they provoke, sleeping fake tools, the SLURM queue): on 2
+    cores, CI took 23.0 min with two workers (the CPUs ~70% busy), 20.4 with three and 20.4
+    with four (2026-12-05, before the ml_dtypes pin)."""
     return len(os.sched_getaffinity(0)) + 1
 
 

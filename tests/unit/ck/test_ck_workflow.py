@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import REPO
 from irgen import FAKE_DIR, backward, forward, write
@@ -109,6 +110,21 @@ def configs(tmp_path):
     return tmp_path / "c.json"
 
 
+def profilers_logging_to(log) -> list[str]:
+    """PIDs of the fake profilers running with ``FAKE_CK_LOG=log``: this test's (under
+    pytest-xdist other modules run the same fake binary at the same time)."""
+    ps = subprocess.run(["pgrep", "-f", str(BINARY)], capture_output=True, text=True)
+    mine = []
+    for pid in ps.stdout.split():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # it ended meanwhile
+            continue
+        if f"FAKE_CK_LOG={log}".encode() in environ:
+            mine.append(pid)
+    return mine
+
+
 def wait_for(pred, timeout=60):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -138,8 +154,7 @@ def test_stop_and_resume_and_two_runs_at_once(tmp_path):
     assert first.returncode == 130, err[-2000:]
     assert "stopped; finished configurations are kept" in err
     assert not list(work.glob("runs/*/result.json")), "a stopped run records no made-up result"
-    ps = subprocess.run(["pgrep", "-f", str(BINARY)], capture_output=True, text=True)
-    assert ps.stdout.strip() == "", "no profiler is left running"
+    assert not profilers_logging_to(log), "no profiler is left running"
     # resume: the same command completes
     again = ck_profile("run", c, "--profiler-path", FAKE_DIR, "--work-dir", work, "--quiet", "--output",
                        tmp_path / "r.json")
