@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 from conftest import REPO
 from irgen import FAKE_DIR, backward, forward, write
 
@@ -110,19 +110,19 @@ def configs(tmp_path):
     return tmp_path / "c.json"
 
 
-def profilers_logging_to(log) -> list[str]:
-    """PIDs of the fake profilers running with ``FAKE_CK_LOG=log``: this test's (under
-    pytest-xdist other modules run the same fake binary at the same time)."""
-    ps = subprocess.run(["pgrep", "-f", str(BINARY)], capture_output=True, text=True)
-    mine = []
-    for pid in ps.stdout.split():
+def profilers_logging_to(log) -> list[int]:
+    """PIDs of the fake profilers alive with ``FAKE_CK_LOG=log``: this test's (under
+    pytest-xdist other modules run the same fake binary at the same time; the process scan
+    of benchmarks/faults.py, with psutil, which Snakemake depends on)."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
         try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:  # it ended meanwhile
+            if (p.environ().get("FAKE_CK_LOG") == str(log) and str(BINARY) in " ".join(p.cmdline())
+                    and p.status() != psutil.STATUS_ZOMBIE):
+                found.append(p.pid)
+        except (psutil.Error, OSError):  # ended meanwhile, or not ours to read
             continue
-        if f"FAKE_CK_LOG={log}".encode() in environ:
-            mine.append(pid)
-    return mine
+    return found
 
 
 def wait_for(pred, timeout=60):
