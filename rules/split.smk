@@ -3,8 +3,8 @@
 
 
 # With layer_inputs: propagate (the default) the checkpoint also runs the whole model
-# on its input values and writes each layer's inputs.npz (side files, like the layer
-# models: rewritten only when they change).
+# on its input values, stores each value a layer receives once (values/) and writes each
+# layer's inputs.json (side files, like the layer models: rewritten only when they change).
 checkpoint split_layers:
     input:
         model=rules.prepare_model.output.model,
@@ -27,7 +27,8 @@ checkpoint split_layers:
 
 # Per unit of layers (pipeline/steps/units.py: ~32 layers, a whole number of compile batches):
 # each member's quantized model (--quantize), its inputs and both reference engines'
-# outputs (the configured one, reference, is what the verdicts are computed against),
+# outputs (the configured one, reference, is what the verdicts are computed against;
+# each value once in the work directory's value store, reference.json names them),
 # and its MLIR import when an executor compiles MLIR. The per-layer files are written
 # beside the layer's model; a member whose files are up to date (its key) is kept.
 rule prepare_unit:
@@ -51,6 +52,8 @@ rule prepare_unit:
         timeout_s=ctx.timeout,
         layers_dir=untracked(ctx.layers),
         logs_dir=untracked(ctx.logs),
+        # which second-engine outputs are kept (those further than a tenth of it from the first)
+        tolerance=untracked(config["tolerance"]),
         force=lambda wildcards: untracked(get.forced("prepare_unit")),
         outdated=ctx.report_outdated,
     log:

@@ -90,39 +90,75 @@ def test_propagated_bf16_layer_inputs_stay_bf16(tmp_path):
         save_model_inputs(tmp_path / "model_inputs.npz", cast_to_model_inputs(feeds, model), {"source": f"seed {seed}"})
         return tmp_path / "model_inputs.npz"
 
-    res = propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers", model_inputs(1))
+    values = tmp_path / "values"
+    res = propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers", model_inputs(1),
+                                 values_dir=values)
     assert res["rewritten"] == 2 and not res["fallback"]
-    path = tmp_path / "layers" / "concat" / "inputs.npz"
+    assert len(list(values.glob("*.npy"))) == 2  # x (read by both layers) and r: each value once
+    path = tmp_path / "layers" / "concat" / "inputs.json"
     ins, _ = load_layer_inputs(path, layer)
     assert list(ins) == ["r", "x"] and all(a.dtype == ml_dtypes.bfloat16 for a in ins.values())
     np.testing.assert_array_equal(ins["r"].astype(np.float32), np.maximum(ins["x"].astype(np.float32), 0))
-    meta = compute_reference(tmp_path / "concat.onnx", tmp_path / "ref.npz", inputs_path=path)
+    meta = compute_reference(tmp_path / "concat.onnx", tmp_path / "ref.json", inputs_path=path, values_dir=values)
     assert meta["status"] == "ok", meta["message"]
-    ref_in, ref_out, _ = load_reference(tmp_path / "ref.npz")
+    ref_in, ref_out, _ = load_reference(tmp_path / "ref.json")
     assert ref_in["r"].dtype == ml_dtypes.bfloat16 and ref_out["y"].dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(ref_out["y"].view(np.uint16),
                                   np.concatenate([ins["r"], ins["x"]], axis=1).view(np.uint16))
+    # the reference's inputs are the stored values themselves, its output one more value; the
+    # second engine's output (kept: no tolerance given) has the same bits, so the same file
+    assert meta["second"]["outputs_kept"] is True and len(list(values.glob("*.npy"))) == 3
     # Unchanged arrays: no file is rewritten.
     stamp = path.stat().st_mtime_ns
     assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers",
-                                  model_inputs(1))["rewritten"] == 0
+                                  model_inputs(1), values_dir=values)["rewritten"] == 0
     assert path.stat().st_mtime_ns == stamp
     # Other values: rewritten.
     assert propagate_layer_inputs(tmp_path / "prepared.onnx", manifest, tmp_path / "layers",
-                                  model_inputs(5))["rewritten"] == 2
+                                  model_inputs(5), values_dir=values)["rewritten"] == 2
 
 
-def test_bf16_layer_inputs_from_an_older_savez_file(tmp_path):
-    import ml_dtypes
+def test_a_reference_whose_stored_value_is_gone_is_made_again(tmp_path):
+    """A value of the store removed outside the workflow: reading the reference names the
+    file and removes the record too, so the next run's preparation makes both again."""
+    from torq_gen_config.core.errors import DamagedWorkFile
 
-    layer = _bf16([helper.make_node("Concat", ["r", "x"], ["y"], axis=1)],
-                  [tvi("r", TensorProto.FLOAT, [1, 2]), tvi("x", TensorProto.FLOAT, [1, 2])],
-                  [tvi("y", TensorProto.FLOAT, [1, 4])])
-    a = np.array([[1.5, -2.0]], np.float32).astype(ml_dtypes.bfloat16)
-    np.savez(tmp_path / "inputs.npz", r=a, x=a)  # numpy stores bf16 as raw |V2
-    ins, meta = load_layer_inputs(tmp_path / "inputs.npz", layer)
-    assert ins["r"].dtype == ml_dtypes.bfloat16 and meta == {}
-    np.testing.assert_array_equal(ins["x"].astype(np.float32), [[1.5, -2.0]])
+    layer = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                                [tvi("x", TensorProto.FLOAT, [2, 3])],
+                                                [tvi("y", TensorProto.FLOAT, [2, 3])]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(layer, tmp_path / "relu.onnx")
+    ref = tmp_path / "layers" / "relu" / "reference.json"
+    ref.parent.mkdir(parents=True)
+    meta = compute_reference(tmp_path / "relu.onnx", ref, values_dir=tmp_path / "values",
+                             tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01})
+    assert meta["status"] == "ok" and meta["second"]["outputs_kept"] is False  # Relu: both engines agree
+    ins, outs, back = load_reference(ref)
+    np.testing.assert_array_equal(outs["y"], np.maximum(ins["x"], 0))
+    assert back["second_outputs"] == {}
+    for f in (tmp_path / "values").glob("*.npy"):
+        f.unlink()
+    with pytest.raises(DamagedWorkFile, match="values"):
+        load_reference(ref)
+    assert not ref.exists()
+
+
+def test_second_engine_outputs_are_kept_where_the_engines_disagree(tmp_path):
+    """The second engine's outputs are stored only where the engines are further apart than
+    a tenth of the tolerance (None: always)."""
+    from torq_gen_config.reference import engines_disagree
+
+    agree = {"outputs": [{"name": "y", "kind": "float", "max_rel_diff": 1e-6, "mean_rel_diff": 1e-7}]}
+    near = {"outputs": [{"name": "y", "kind": "float", "max_rel_diff": 2e-3, "mean_rel_diff": 1e-4}]}
+    tol = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
+    for m in (agree, near):
+        for o in m["outputs"]:
+            o.update(shape=[2], dtype="float32", ref_dtype="float32", ref_shape=[2], num_elements=2,
+                     missing_output=False, shape_mismatch=False, dtype_mismatch=False, nan_mismatch=False,
+                     inf_mismatch=False, num_nonfinite_mismatches=0, quantized=False)
+    assert not engines_disagree(agree, tol)
+    assert engines_disagree(near, tol)  # within the tolerance, but not within a tenth of it
+    assert engines_disagree(agree, None) and engines_disagree(None, tol)
 
 
 def test_input_data_for_a_bf16_input(tmp_path):

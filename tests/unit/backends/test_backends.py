@@ -286,7 +286,8 @@ def test_iree_bf16_output_read_from_raw_file(models, mlirs, tmp_path):
     out, _ = _run(backend, art, {"x": x}, ["y"], tmp_path)
     assert out["y"].dtype == ml_dtypes.bfloat16 and out["y"].shape == (2, 8)
     np.testing.assert_array_equal(out["y"].astype(np.float32), np.maximum(x.astype(np.float32), 0))
-    assert (tmp_path / "out_0.bin").is_file()
+    # the run's files (its input, the raw output) are removed once the outputs are read
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(("in_", "out_"))]
 
 
 def test_iree_f64_needs_demotion_flag(models, mlirs, tmp_path):
@@ -833,3 +834,25 @@ def test_a_backends_run_wide_option_becomes_a_config_key_and_a_flag(monkeypatch,
     board = {"name": "b", "backend": "board", "options": {"board_rev": "B1"}}
     assert executor_with_tool_options(board, [], [], {"board_rev": "B2"})["options"]["board_rev"] == "B2"
     assert executor_with_tool_options(board, [], [], {"board_rev": ""})["options"]["board_rev"] == "B1"
+
+
+def test_iree_reads_a_stored_value_in_place(models, mlirs, tmp_path):
+    """An input memory-mapped whole from the value store is given to iree-run-module as
+    its store file (no copy written); any other input is written and removed after."""
+    from torq_gen_config.core.value_store import ValueStore
+
+    backend = _iree("llvm-cpu")
+    art = _compile(backend, models, mlirs, "relu", tmp_path / "c")
+    store = ValueStore(tmp_path / "values")
+    x = INPUTS["relu"]["x"]
+    stored = store.load(store.put(x))
+    log = tmp_path / "run.log"
+    work = tmp_path / "w"
+    out, _ = _run(backend, art, {"x": stored}, ["y"], work, log=log)
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+    assert f"--input=@{store.path(store.put(x))}" in log.read_text()
+    assert not list(work.iterdir())  # nothing written, the output file removed
+    # a view of the stored value (not the whole file) is written as a file of its own
+    out, _ = _run(backend, art, {"x": np.asarray(stored) + 0}, ["y"], work, log=tmp_path / "run2.log")
+    np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
+    assert "--input=@in_0.npy" in (tmp_path / "run2.log").read_text() and not list(work.iterdir())

@@ -6,6 +6,7 @@ executor is the clearly fake ``FakeOutputBackend`` (tests/fixtures/fake_backends
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -16,6 +17,7 @@ from fixtures.fake_backends import fake  # noqa: F401 (a fixture)
 from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.discovery.layer_test import run_layer_test
 from torq_gen_config.core.fileio import save_npz
+from torq_gen_config.core.value_store import ValueStore, write_record
 from torq_gen_config.reference import compute_reference, load_reference
 from torq_gen_config.report.build import build_report
 from torq_gen_config.report.recommend import reference_agreement, reference_dispute
@@ -115,17 +117,29 @@ def test_layer_inputs_fall_back_to_generated_ones_and_say_why(tmp_path):
     m = make_model([helper.make_node("Relu", ["x"], ["y"])], [tvi("x", TensorProto.FLOAT, [2, 3])],
                    [tvi("y", TensorProto.FLOAT, [2, 3])])
     onnx.save(m, tmp_path / "relu.onnx")
-    save_npz(tmp_path / "fallback.npz", {}, {"kind": "layer_inputs", "fallback": "the run gave no value for 'x'"})
-    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r1.npz", inputs_path=tmp_path / "fallback.npz")
+    store = ValueStore(tmp_path / "values")
+
+    def layer_inputs(name: str, arrays: dict, extra: dict) -> Path:
+        path = tmp_path / name
+        write_record(path, {"kind": "layer_inputs", **extra, "values": {n: store.put(a) for n, a in arrays.items()}},
+                     store)
+        return path
+
+    fallback = layer_inputs("fallback.json", {}, {"fallback": "the run gave no value for 'x'"})
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r1.npz", inputs_path=fallback)
     assert meta["status"] == "ok" and meta["layer_inputs"] == "generated (the run gave no value for 'x')"
-    save_npz(tmp_path / "wrong.npz", {"x": np.ones((2, 4), np.float32)}, {"kind": "layer_inputs"})
-    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r2.npz", inputs_path=tmp_path / "wrong.npz")
+    wrong = layer_inputs("wrong.json", {"x": np.ones((2, 4), np.float32)}, {})
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r2.npz", inputs_path=wrong)
     assert meta["layer_inputs"].startswith("generated (input 'x' is float32[2, 4] in the whole-model run")
-    save_npz(tmp_path / "good.npz", {"x": -np.ones((2, 3), np.float32)}, {"kind": "layer_inputs", "source": "run"})
-    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r3.npz", inputs_path=tmp_path / "good.npz")
+    good = layer_inputs("good.json", {"x": -np.ones((2, 3), np.float32)}, {"source": "run"})
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r3.json", inputs_path=good,
+                             values_dir=tmp_path / "values")
     assert meta["layer_inputs"] == "propagate (run)"
-    ins, outs, _ = load_reference(tmp_path / "r3.npz")
+    ins, outs, _ = load_reference(tmp_path / "r3.json")
     np.testing.assert_array_equal(outs["y"], np.zeros((2, 3), np.float32))
+    (tmp_path / "bad.json").write_bytes(b"PK\x03\x04 not a record")
+    meta = compute_reference(tmp_path / "relu.onnx", tmp_path / "r4.npz", inputs_path=tmp_path / "bad.json")
+    assert meta["layer_inputs"].startswith("generated (the whole-model run's inputs.json could not be read")
 
 
 def test_reference_files_keep_every_dtype(tmp_path):

@@ -69,6 +69,9 @@ def add_keep_work_option(p: argparse.ArgumentParser) -> None:
                    help="all (default): keep every intermediate in <output-dir>/work/<model>; minimal: once the "
                         "report is written, remove what the finished run no longer needs (compiled modules, batch "
                         "and layer MLIR, partition modules); a later job that needs one makes it again")
+    p.add_argument("--keep-outputs", action="store_true", default=None,
+                   help="keep every executor's outputs of each layer test (<layer>/<executor>/outputs.npz); by "
+                        "default they are kept only where the verdict is not a success")
 
 
 def add_reduce_options(p: argparse.ArgumentParser, *, what: str = "the run") -> None:
@@ -206,6 +209,8 @@ def build_config(args: argparse.Namespace) -> dict:
         config["parameters"] = args.parameters
     if getattr(args, "keep_work", None):
         config["keep_work"] = args.keep_work
+    if getattr(args, "keep_outputs", None):
+        config["keep_outputs"] = True
     if getattr(args, "run_mode", None):
         config["run_mode"] = args.run_mode
     if getattr(args, "skip_mode", False):

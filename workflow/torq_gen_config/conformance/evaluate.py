@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.layout import LAYER_REFERENCE_FILE
 from ..reference import load_reference
 from .cases import expected_of, inputs_of, tolerances
 from .discovery import Discovery, first_line, rerun_executor, tidy
@@ -45,9 +46,9 @@ def reference_check(disc: Discovery, case, out_layers: list[dict], missing: list
         if op.get("not_testable_reason"):
             check.update(status="not testable", message=first_line(op["not_testable_reason"]))
             break
-        ref = disc.layers_dir / L["slug"] / "reference.npz"
+        ref = disc.layers_dir / L["slug"] / LAYER_REFERENCE_FILE
         if not ref.is_file():
-            check.update(status="no reference", message=f"{L['layer_id']}: no reference.npz")
+            check.update(status="no reference", message=f"{L['layer_id']}: no {LAYER_REFERENCE_FILE}")
             break
         ins, outs, meta = loaded[L["layer_id"]] = load_reference(ref)
         if meta.get("status") != "ok":
@@ -116,7 +117,7 @@ def executor_outcome(disc: Discovery, case, executor: dict, out_layers: list[dic
     rtol, atol = tolerances(case)
     try:
         for _, _, L in verdicts:
-            ins, _, meta = loaded.get(L["layer_id"]) or load_reference(disc.layers_dir / L["slug"] / "reference.npz")
+            ins, _, meta = loaded.get(L["layer_id"]) or load_reference(disc.layers_dir / L["slug"] / LAYER_REFERENCE_FILE)
             got = rerun_executor(executor, disc.layers_dir / L["slug"], name, ins, meta,
                                  work / L["slug"] / name, timeout_s)
             for n in [n for n in meta["output_names"] if n in expected]:

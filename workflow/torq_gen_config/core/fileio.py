@@ -140,9 +140,12 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def json_bytes(data: Any) -> bytes:
+def json_bytes(data: Any, *, compact: bool = False) -> bytes:
     """The bytes :func:`write_json` writes for ``data`` (indented JSON, keys in
-    insertion order, UTF-8), e.g. for :func:`write_bytes_if_changed`."""
+    insertion order, UTF-8; ``compact``: on one line, no spaces), e.g. for
+    :func:`write_bytes_if_changed`."""
+    if compact:
+        return (json.dumps(data, separators=(",", ":"), allow_nan=False, default=_json_default) + "\n").encode("utf-8")
     return (json.dumps(data, indent=2, allow_nan=False, default=_json_default) + "\n").encode("utf-8")
 
 
@@ -174,9 +177,10 @@ def json_chunks(data: Mapping[str, Any], *, one_line: str) -> Iterator[bytes]:
     yield b"}\n"
 
 
-def write_json(path: str | os.PathLike, data: Any) -> None:
-    """Write ``data`` as indented JSON (keys in insertion order) atomically."""
-    atomic_write_bytes(path, json_bytes(data))
+def write_json(path: str | os.PathLike, data: Any, *, compact: bool = False) -> None:
+    """Write ``data`` as indented JSON (keys in insertion order) atomically; ``compact``:
+    on one line (the per-layer records: a 1,000-layer model has thousands of them)."""
+    atomic_write_bytes(path, json_bytes(data, compact=compact))
 
 
 def write_bytes_if_changed(path: str | os.PathLike, data: bytes) -> bool:

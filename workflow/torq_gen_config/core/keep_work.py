@@ -38,8 +38,10 @@ from typing import Callable, Iterable
 
 from .external_data import model_tensors
 from .fileio import file_digest, read_json, write_json
-from .layout import BATCHES_DIR, COMPILED_FILE, FULL_DIR, LAYERS_DIR, MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, UNITS_DIR
+from .layout import (BATCHES_DIR, COMPILED_FILE, FULL_DIR, LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, LAYERS_DIR,
+                     MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, UNITS_DIR, VALUES_DIR)
 from .lazy import onnx, rich_filesize
+from .value_store import prune as prune_values
 
 #: the record of what the clean-up removed, in the work directory (schema keep_work)
 KEEP_WORK_FILE = "keep_work.json"
@@ -396,8 +398,12 @@ def measure(work: str | os.PathLike, model: str | os.PathLike | None, *,
 
 def finish(work: str | os.PathLike, keep_work: str, model: str | os.PathLike | None, *,
            output_dir: str | os.PathLike | None = None, echo: Callable[[str], None] | None = None) -> dict:
-    """At the end of a finished run: with ``keep_work`` ``minimal`` :func:`clean` (one
+    """At the end of a finished run: the values no layer record refers to any more removed
+    from the value store (:func:`~torq_gen_config.core.value_store.prune`: a layer whose
+    inputs changed left its old ones), with ``keep_work`` ``minimal`` :func:`clean` (one
     line to ``echo`` when something was removed), then :func:`measure`."""
+    records = [p for d in (Path(work) / LAYERS_DIR).glob("*") for p in (d / LAYER_INPUTS_FILE, d / LAYER_REFERENCE_FILE)]
+    prune_values(Path(work) / VALUES_DIR, records)
     if keep_work == MINIMAL and Path(work).is_dir():
         removed = clean(work)
         if removed["files"] and echo:

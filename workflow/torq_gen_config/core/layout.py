@@ -37,6 +37,12 @@ CALIBRATION_FILE, QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE = "calibration.json",
 #: Folders of a work directory: the units of work (pipeline/steps/units.py) and the
 #: compile batches (of the layers; in FULL_DIR, of the partitions).
 UNITS_DIR, BATCHES_DIR = "units", "batches"
+#: The value store (core/value_store.py): every tensor value of the discovery once, named by digest.
+VALUES_DIR = "values"
+#: Files of a layer (in LAYERS_DIR/<slug>/): the values it receives in the whole-model run and
+#: its reference (both records of value references into VALUES_DIR); in its executor's folder,
+#: the executor's outputs, kept where the verdict is not a success (or keep_outputs is set).
+LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, EXECUTOR_OUTPUTS_FILE = "inputs.json", "reference.json", "outputs.npz"
 #: Files of a (layer, executor) verdict and of the full-model run (in FULL_DIR).
 RESULT_FILE = "result.json"
 ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", "plan.json", "reference.npz", "partitions"

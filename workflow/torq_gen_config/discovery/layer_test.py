@@ -21,7 +21,8 @@ from typing import Any
 from .. import backends
 from ..backends.base import StageError
 from ..compare import compare_on_model, judge, shown_status
-from ..core.fileio import write_json
+from ..core.fileio import save_npz, write_json
+from ..core.layout import EXECUTOR_OUTPUTS_FILE
 from ..core.lazy import onnx
 from ..core.logs import append_record
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
@@ -40,7 +41,7 @@ _BENCHMARK_LOCK = threading.Lock()
 def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_npz: str, layer_mlir: str | None,
                    import_status: str | None, work_dir: str, result_path: str, log_path: str | None,
                    tolerance: dict, timeout_s: float, timing: dict | None = None,
-                   batch: dict | None = None) -> dict:
+                   batch: dict | None = None, keep_outputs: bool = False) -> dict:
     """Test one layer on one executor and write the result file atomically.
 
     Args:
@@ -68,6 +69,12 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             batch's module, and ``compile_ms`` is its share of the batch's compile
             time (``timing.compile_batch`` says so); a member the batch left out is
             compiled alone, as without a batch.
+        keep_outputs: keep the executor's outputs of a ``success`` too.
+
+    The executor's outputs are compared as they come (the backend removes its own run
+    files); they are written to ``<work_dir>/outputs.npz`` (``result["outputs_file"]``
+    names it, relative to the result) where the verdict is ``difference`` or
+    ``unverified``, or with ``keep_outputs``; otherwise an older ``outputs.npz`` is removed.
 
     The verdict is computed against the primary reference of ``reference_npz``
     (config ``reference``). When that is ONNX Runtime and it failed on the layer (error,
@@ -120,6 +127,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         return _finish(result, result_path, log_path)
 
     def fail(stage: str, message: str, during: str | None = None) -> dict:
+        (Path(work_dir) / EXECUTOR_OUTPUTS_FILE).unlink(missing_ok=True)  # an earlier verdict's
         result["status"] = "error"
         result["failure_report"] = {
             "type": "error", "stage": stage, "during": during,
@@ -221,6 +229,7 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             "message": bounded_message(reason, MESSAGE_LIMIT),
         }
         measure()
+        _keep_outputs(result, outputs, work_dir, keep_outputs)
         return _finish(result, result_path, log_path)
     try:
         # outputs a DequantizeLinear writes (a quantized layer) are compared as their
@@ -236,7 +245,24 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         result["failure_report"] = {"type": "accuracy_failure", "stage": None, "during": None,
                                     "summary": summary[:SUMMARY_LIMIT], "message": summary}
     measure()
+    _keep_outputs(result, outputs, work_dir, keep_outputs)
     return _finish(result, result_path, log_path)
+
+
+def _keep_outputs(result: dict, outputs: dict, work_dir: str, keep: bool) -> None:
+    """The executor's outputs in ``<work_dir>/outputs.npz`` where the verdict is not a
+    success (or ``keep``), named in ``result["outputs_file"]``; else no such file."""
+    path = Path(work_dir) / EXECUTOR_OUTPUTS_FILE
+    if keep or result["status"] != "success":
+        try:
+            save_npz(path, {f"output_{i}": a for i, a in enumerate(outputs.values())},
+                     {"kind": "executor_outputs", "executor": result["executor"], "layer": result["layer_id"],
+                      "output_names": list(outputs)})
+            result["outputs_file"] = EXECUTOR_OUTPUTS_FILE
+        except Exception as e:  # noqa: BLE001 - kept for debugging: never the verdict's business
+            result["outputs_file_error"] = f"{type(e).__name__}: {e}"[:SUMMARY_LIMIT]
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _measure_runtime(result: dict, backend, artifact, inputs: dict, meta: dict, *, work_dir: str, timing: dict,
@@ -282,7 +308,7 @@ def error_result(*, layer: dict, executor: dict, stage: str, message: str, resul
                            "message": bounded_message(message, MESSAGE_LIMIT)},
         "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
     }
-    write_json(result_path, result)
+    write_json(result_path, result, compact=True)
     return result
 
 
@@ -299,12 +325,12 @@ def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) ->
                            "summary": f"not tested: {by} already succeeded on this layer (skip mode)", "message": None},
         "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
     }
-    write_json(result_path, result)
+    write_json(result_path, result, compact=True)
     return result
 
 
 def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
-    write_json(result_path, result)
+    write_json(result_path, result, compact=True)
     append_record(log_path, f"verdict: {result['status']}"
                             f"{' - ' + result['failure_report']['summary'] if result['failure_report'] else ''}")
     return result

@@ -526,7 +526,7 @@ class RunInputs:
         propagate = self.ctx.config["layer_inputs"] == "propagate"
         layers = self.ctx.layers
         return {s: [units.file_identity(os.path.join(layers, s, "model.onnx")),
-                    units.file_identity(os.path.join(layers, s, "inputs.npz")) if propagate else None]
+                    units.file_identity(os.path.join(layers, s, layout.LAYER_INPUTS_FILE)) if propagate else None]
                 for s in self.unit_slugs(wildcards)}
 
     def prepare_rerun(self, wildcards) -> dict:
@@ -536,7 +536,7 @@ class RunInputs:
         for s in self.unit_slugs(wildcards):
             d = os.path.join(self.ctx.layers, s)
             tokens = [timeout_rerun_token(os.path.join(d, f), self.ctx.config["timeout_s"])
-                      for f in ("reference.npz", "import.json")]
+                      for f in (layout.LAYER_REFERENCE_FILE, "import.json")]
             if any(tokens):
                 out[s] = tokens
         return out
@@ -687,6 +687,7 @@ class RunInputs:
             drift=self.unit_drift,
             tolerance=untracked(c["tolerance"]),
             timeout_s=ctx.timeout,
+            keep_outputs=untracked(c["keep_outputs"]),
             skip_mode=untracked(c["skip_mode"]),
             earlier=lambda wildcards: untracked(self.earlier_executors(wildcards.executor)),
             log_file=untracked(c["log_file"] or None),

@@ -9,10 +9,15 @@ implementation (:mod:`torq_gen_config.reference.reference_run`); the configured 
 verdicts are computed against, and the spec's outputs where ONNX Runtime, the configured
 one, failed on the layer (:func:`judged_reference`; docs/comparison.md, "References").
 
-The reference file (``reference.npz``) holds ``input_<i>``, ``output_<i>`` (the
-configured engine's outputs), ``second_output_<i>`` (the other engine's) and
-``__meta__`` (a JSON string: names, both engines' status, message and version, how
-the inputs were made, the engines' agreement metrics).
+A layer's reference (``reference.json``, :data:`~torq_gen_config.core.layout.LAYER_REFERENCE_FILE`)
+is a record of the value store (:mod:`torq_gen_config.core.value_store`): its metadata
+(names, both engines' status, message and version, how the inputs were made, the engines'
+agreement metrics) and value references ``inputs``, ``outputs`` (the configured engine's)
+and ``second_outputs`` (the other engine's, kept only where the two engines disagree: more
+than a tenth of the tolerance apart, :data:`SECOND_KEEP_FRACTION`). A layer's input is the
+same stored value as its producer's output in the whole-model run (``inputs.json``). The
+whole model's reference (``full/reference.npz``, rule ``full_reference``) keeps the arrays
+in the file: ``input_<i>``, ``output_<i>``, ``second_output_<i>`` and ``__meta__``.
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..compare import compare_on_model
-from ..core.fileio import damaged_work_file, load_npz, save_npz
+from ..compare import compare_on_model, derive_status
+from ..core.errors import DamagedWorkFile
+from ..core.fileio import load_npz, save_npz
+from ..core.value_store import ValueStore, read_record, write_record
 from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated_each
-from ..core.lazy import ml_dtypes, np, onnx, zipfile
+from ..core.lazy import ml_dtypes, np, onnx
 from ..core.ort_io import numpy_dtype
 from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from ..core.external_data import load_model
@@ -33,13 +40,57 @@ from .model_inputs import load_model_inputs
 from .model_run import run_model_by_node, run_summary
 from .reference_run import (ENGINES, ReferenceTimeout, engine_label, engine_version, has_bfloat16, run_reference,
                             run_reference_file)
+from ..core.layout import LAYER_INPUTS_FILE
 from ..core.limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
 from ..core.limits import call_limit
+
+#: the second engine's outputs are kept (for the executors' second opinion) where the two
+#: engines are further apart than this fraction of the tolerance: a tolerance edit up to
+#: ten times stricter still finds them where it makes a dispute
+SECOND_KEEP_FRACTION = 0.1
+_FLOAT_TOLERANCES = ("fp_avg_tol", "fp_max_tol", "bf16_avg_tol", "bf16_max_tol")
+
+
+def engines_disagree(agreement: dict | None, tolerance: dict | None) -> bool:
+    """True when the engines' agreement metrics (``meta["engines_agreement"]``) are not a
+    success at :data:`SECOND_KEEP_FRACTION` of ``tolerance`` (its float tolerances scaled;
+    None: always True, everything is kept). No metrics (a non-numeric output): True."""
+    if tolerance is None or not agreement:
+        return True
+    tight = {k: (v * SECOND_KEEP_FRACTION if k in _FLOAT_TOLERANCES and v is not None else v)
+             for k, v in tolerance.items()}
+    try:
+        return derive_status(agreement, tight)[0] != "success"
+    except ValueError:
+        return True
+
+
+def _save_reference(out_path: str | os.PathLike, values_dir: str | os.PathLike | None, inputs: dict,
+                    outputs: list, second_outputs: list, meta: dict) -> None:
+    """Write a reference: a value-store record (``.json``: arrays into ``values_dir``) or,
+    for any other suffix, an ``.npz`` holding the arrays."""
+    if str(out_path).endswith(".json"):
+        if values_dir is None:
+            raise ValueError(f"a reference record ({out_path}) needs the value store's folder")
+        store = ValueStore(values_dir)
+        names = meta.get("output_names") or []
+        record = {**meta, "inputs": {n: store.put(a) for n, a in inputs.items()},
+                  "outputs": {n: store.put(a) for n, a in zip(names, outputs)},
+                  "second_outputs": {n: store.put(a) for n, a in zip(names, second_outputs)}}
+        write_record(out_path, record, store)
+        return
+    arrays = {f"input_{i}": a for i, a in enumerate(inputs.values())}
+    arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
+    arrays.update({f"second_output_{i}": np.asarray(a) for i, a in enumerate(second_outputs)})
+    save_npz(out_path, arrays, meta)
+
+
 def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike, settings: dict | None = None,
                       *, intra_op_num_threads: int = 1, inputs_path: str | os.PathLike | None = None,
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
                       timeout_s: float | None = None, inputs: dict | None = None, inputs_source: str | None = None,
-                      second_opinion: bool | str = True, subject: str = "the layer") -> dict:
+                      second_opinion: bool | str = True, subject: str = "the layer",
+                      values_dir: str | os.PathLike | None = None, tolerance: dict | None = None) -> dict:
     """A layer's inputs and its outputs on both reference engines, stored in one file.
 
     Inputs: with ``inputs_path`` (``--layer-inputs propagate``, the default) the
@@ -59,6 +110,12 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     both ran, ``meta["engines_agreement"]`` holds the metrics of ONNX Runtime's
     outputs against the ONNX reference implementation's (:func:`~torq_gen_config.compare.compare_outputs`),
     from which the report derives a reference dispute for any tolerance.
+
+    Storage: ``out_path`` ending in ``.json`` (a layer's ``reference.json``) is a record of
+    the value store in ``values_dir`` (:mod:`torq_gen_config.core.value_store`); the second
+    engine's outputs are stored only where :func:`engines_disagree` at ``tolerance`` (the
+    configured one; None keeps them always), and ``meta["second"]["outputs_kept"]`` says
+    whether. Another suffix: an ``.npz`` with the arrays (the whole model's reference).
 
     A layer with bfloat16 tensors (``--auto-convert-bf16``) gets its references from
     the same layer widened to float32, run on the bf16 inputs, with the bf16 outputs
@@ -98,7 +155,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
                     "layer_inputs": f"none ({message})", "inputs_missing": True,
                     "second": {"engine": next(x for x in ENGINES if x != engine), "status": "not run",
                                "message": None, "run_ms": None}, "engines_agreement": None}
-            save_npz(out_path, {}, meta)
+            _save_reference(out_path, values_dir, {}, [], [], meta)
             return meta
     bf16 = has_bfloat16(layer)
 
@@ -157,20 +214,22 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
                                                          dict(zip(output_names, spec_outs)), output_names)
         except Exception as e:  # a non-numeric output: no agreement check
             meta["engines_agreement_error"] = f"{type(e).__name__}: {e}"[:NOTE_CHARS]
-    arrays = {f"input_{i}": a for i, a in enumerate(inputs.values())}
-    arrays.update({f"output_{i}": np.asarray(a) for i, a in enumerate(outputs)})
-    arrays.update({f"second_output_{i}": np.asarray(a) for i, a in enumerate(second_outputs)})
-    save_npz(out_path, arrays, meta)
+    if second_outputs and outputs and not engines_disagree(meta["engines_agreement"], tolerance):
+        second_outputs = []  # the engines agree: the primary's outputs stand for both
+        second["outputs_kept"] = False
+    elif second_outputs:
+        second["outputs_kept"] = True
+    _save_reference(out_path, values_dir, inputs, outputs, second_outputs, meta)
     return meta
 
 
 def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str]:
-    """A layer's inputs from its ``inputs.npz`` if they fit its declared inputs, else
+    """A layer's inputs from its ``inputs.json`` if they fit its declared inputs, else
     ``(None, "generated: <why>")``."""
     try:
         arrays, meta = load_layer_inputs(path, layer)
     except Exception as e:  # unreadable file: generate, and say so
-        return None, f"generated (the whole-model run's inputs.npz could not be read: {str(e)[:NOTE_CHARS]})"
+        return None, f"generated (the whole-model run's inputs.json could not be read: {str(e)[:NOTE_CHARS]})"
     if meta.get("fallback"):
         return None, f"generated ({meta['fallback']})"
     for vi in layer.graph.input:
@@ -211,50 +270,43 @@ def reference_outputs(model: "onnx.ModelProto", feeds: dict, output_names: list[
 
 
 def load_layer_inputs(path: str | os.PathLike, layer: "onnx.ModelProto") -> tuple[dict, dict]:  # noqa: F821
-    """A layer's inputs from ``<layer>/inputs.npz`` (:func:`propagate_layer_inputs`):
-    ``(arrays by name, meta)``; ``meta["fallback"]`` is set (and ``arrays`` empty) when
-    the whole-model run could not produce them.
+    """A layer's inputs from its ``inputs.json`` (:func:`propagate_layer_inputs`): ``(arrays
+    by name, meta)``, the arrays memory-mapped from the value store; ``meta["fallback"]`` is
+    set (and ``arrays`` empty) when the whole-model run could not produce them. An input the
+    layer declares BFLOAT16 comes back as ml_dtypes.bfloat16.
 
-    The file is written with :func:`save_npz` (bfloat16 arrays as uint16 bit patterns,
-    listed in ``__meta__``); a file without ``__meta__`` (written by an older version,
-    where ``numpy.savez`` stored bfloat16 as raw ``|V2``) is read too. Either way an
-    input the layer declares BFLOAT16 comes back as ml_dtypes.bfloat16.
+    Raises:
+        FileNotFoundError: no such file.
+        DamagedWorkFile: the record or a value it names is damaged or missing (removed: the
+            next run makes it again).
     """
-    try:
-        with np.load(Path(path), allow_pickle=False) as z:
-            has_meta = "__meta__" in z.files
-    except FileNotFoundError:
-        raise
-    except (zipfile.BadZipFile, EOFError, ValueError, OSError) as e:  # cut short outside the workflow
-        raise damaged_work_file(path, e) from None
-    if has_meta:
-        arrays, meta = load_npz(path)
-    else:
-        with np.load(Path(path), allow_pickle=False) as z:
-            arrays, meta = {k: z[k] for k in z.files}, {}
+    record, store = read_record(path)
+    arrays = store.load_all(record.get("values") or {})
+    meta = {k: v for k, v in record.items() if k not in ("values", "values_dir")}
     for vi in layer.graph.input:
         a = arrays.get(vi.name)
-        if a is None:
-            continue
-        if (vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16 and a.dtype.name != "bfloat16"
-                and a.dtype.itemsize == 2 and (a.dtype.kind == "V" or a.dtype == "uint16")):
+        if (a is not None and vi.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+                and a.dtype.name != "bfloat16" and a.dtype.itemsize == 2 and a.dtype.kind in "uV"):
             arrays[vi.name] = a.view(ml_dtypes.bfloat16)
     return arrays, meta
 
 
 def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, layers_dir: str | os.PathLike,
-                           model_inputs: str | os.PathLike, *, timeout_s: float | None = None,
-                           failed: str | None = None) -> dict:
+                           model_inputs: str | os.PathLike, *, values_dir: str | os.PathLike,
+                           timeout_s: float | None = None, failed: str | None = None) -> dict:
     """The whole-model reference run, and each layer's inputs from it (``--layer-inputs
     propagate``, the default): every layer sees the values it gets in the model.
 
     The prepared model runs node by node (:func:`torq_gen_config.reference.model_run.run_model_by_node`,
     bounded memory) on the model input values of ``model_inputs``
-    (:mod:`torq_gen_config.reference.model_inputs`). Each layer's ``<layers_dir>/<slug>/inputs.npz``
-    is written with :func:`save_npz` as soon as its inputs exist (only when its arrays
-    changed, so unchanged layers are not retested). A layer whose inputs the run could
-    not produce (a node upstream that neither engine can evaluate) gets an
-    ``inputs.npz`` without arrays whose ``__meta__["fallback"]`` says why; its reference
+    (:mod:`torq_gen_config.reference.model_inputs`). Each value a layer receives is put
+    into the value store in ``values_dir`` once (:class:`~torq_gen_config.core.value_store.ValueStore`:
+    a value read by several layers, or unchanged since the last run, is not written again),
+    and each layer's ``<layers_dir>/<slug>/inputs.json`` (a record of references to those
+    values) is written as soon as its inputs exist, only when it changed (so unchanged
+    layers are not retested). A layer whose inputs the run could not produce (a node
+    upstream that neither engine can evaluate) gets an ``inputs.json`` without values
+    whose ``fallback`` says why; its reference
     job then generates its inputs (:func:`compute_reference`) and says so. ``failed``:
     the run is not done (it crashed or hung in an earlier attempt, this reason): every
     layer falls back so.
@@ -284,11 +336,20 @@ def propagate_layer_inputs(prepared_path: str | os.PathLike, manifest: dict, lay
             waiting.setdefault(n, []).append(layer["slug"])
     rewritten = 0
 
+    store = ValueStore(values_dir)
+    stored: dict[str, dict] = {}  # tensor name -> its value reference (each value put once)
+
     def write(slug: str, arrays: dict, extra: dict) -> None:
         nonlocal rewritten
-        path = Path(layers_dir) / slug / "inputs.npz"
+        path = Path(layers_dir) / slug / LAYER_INPUTS_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        if save_npz(path, arrays, {"kind": "layer_inputs", "layer": slug, **extra}, only_if_changed=True):
+        refs = {}
+        for n, a in arrays.items():
+            if n not in stored:
+                stored[n] = store.put(a)
+            refs[n] = stored[n]
+        if write_record(path, {"kind": "layer_inputs", "layer": slug, **extra, "values": refs}, store,
+                        only_if_changed=True):
             rewritten += 1
 
     def on_value(name: str, value) -> None:
@@ -363,12 +424,30 @@ def _failure_line(meta: dict) -> str:
 
 
 def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
-    """Read ``reference.npz``: ``(inputs by name, reference outputs by name, meta)``.
+    """Read a reference: ``(inputs by name, reference outputs by name, meta)``.
 
-    Outputs are empty when the reference failed (``meta["status"] != "ok"``); the
-    second engine's outputs are in ``meta["second_outputs"]`` (name -> array, empty
-    when it failed or the file predates it).
+    A layer's ``reference.json`` (a record of the value store: the arrays are memory-mapped
+    from it) or the whole model's ``reference.npz``. Outputs are empty when the reference
+    failed (``meta["status"] != "ok"``); the second engine's outputs are in
+    ``meta["second_outputs"]`` (name -> array; empty when it failed, or where its outputs
+    were not kept because the engines agree: ``meta["second"]["outputs_kept"]`` False).
+
+    Raises:
+        FileNotFoundError: no such file.
+        DamagedWorkFile: a layer's record or one of its values is damaged or missing.
     """
+    if str(path).endswith(".json"):
+        record, store = read_record(path)
+        meta = {k: v for k, v in record.items() if k not in ("inputs", "outputs", "second_outputs", "values_dir")}
+        try:
+            inputs = store.load_all(record.get("inputs") or {})
+            outputs = store.load_all(record.get("outputs") or {})
+            meta["second_outputs"] = store.load_all(record.get("second_outputs") or {})
+        except DamagedWorkFile:  # the record is made again with its values by the next run
+            Path(path).unlink(missing_ok=True)
+            raise
+        meta["input_names"] = meta.get("input_names") or list(inputs)
+        return inputs, outputs, meta
     arrays, meta = load_npz(path)
     inputs = {n: arrays[f"input_{i}"] for i, n in enumerate(meta["input_names"])}
     outputs = {n: arrays[f"output_{i}"] for i, n in enumerate(meta["output_names"]) if f"output_{i}" in arrays}

@@ -16,7 +16,7 @@ from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import RunStopped
 from ...core.job_support import records_failure
 from ...core.keep_work import restore
-from ...core.layout import mark_outdated
+from ...core.layout import LAYER_REFERENCE_FILE, mark_outdated
 from ...compare import shown_status
 from ...core.logs import append_record, append_to_shared_log
 from ...core.progress import job_verdict
@@ -38,7 +38,8 @@ from .quantize import quantize_failure
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                    import_status: str | None, result: str, tolerance: dict, timeout_s: float,
                    log: str | None = None, log_file: str | None = None, verbose: bool = False,
-                   earlier_results: list[str] = (), timing: dict | None = None, batch: dict | None = None) -> None:
+                   earlier_results: list[str] = (), timing: dict | None = None, batch: dict | None = None,
+                   keep_outputs: bool = False) -> None:
     """Rule ``test_layer``: compile, run and compare one layer on one executor.
 
     The console gets one line per job; ``log_file`` (optional) receives the job's
@@ -50,12 +51,13 @@ def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: s
     ``collect_timing``) also measures the runtime after a run that produced outputs
     (see :func:`~torq_gen_config.discovery.layer_test.run_layer_test`). ``batch``
     (``{"module", "info"}`` or None): the layer's compile batch (``compile_batch``).
+    ``keep_outputs``: keep the executor's outputs of a success too (``outputs.npz``).
     """
     try:
         _test_layer_job(layer=layer, executor=executor, layer_onnx=layer_onnx, reference=reference, mlir=mlir,
                         import_status=import_status, result=result, tolerance=tolerance, timeout_s=timeout_s,
                         log=log, log_file=log_file, verbose=verbose, earlier_results=earlier_results, timing=timing,
-                        batch=batch)
+                        batch=batch, keep_outputs=keep_outputs)
     except DamagedWorkFile:
         raise  # a damaged input (removed, made again by the next run) says nothing about the executor
     except FileNotFoundError as e:
@@ -80,7 +82,7 @@ def _internal_error(e: Exception, *, layer: dict, executor: dict, result: str, t
 def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
                     import_status: str | None, result: str, tolerance: dict, timeout_s: float, log: str | None,
                     log_file: str | None, verbose: bool, earlier_results: list[str], timing: dict | None,
-                    batch: dict | None = None) -> None:
+                    batch: dict | None = None, keep_outputs: bool = False) -> None:
     if log:
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text("")
@@ -104,7 +106,7 @@ def _test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: 
     res = run_layer_test(layer=layer, executor=executor, layer_onnx=layer_onnx, reference_npz=reference,
                          layer_mlir=mlir, import_status=import_status, work_dir=str(Path(result).parent),
                          result_path=result, log_path=log, tolerance=tolerance, timeout_s=timeout_s,
-                         timing=timing, batch=batch)
+                         timing=timing, batch=batch, keep_outputs=keep_outputs)
     record_timeout(result, (res.get("failure_report") or {}).get("stage") == "timeout", timeout_s)
     text = one_line_summary(res)
     if verbose and res.get("failure_report"):
@@ -163,7 +165,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
                   timing: dict | None, precision: dict, tolerance: dict, timeout_s: float, skip_mode: bool = False,
                   earlier: list[str] = (), log_file: str | None = None, verbose: bool = False,
                   only: list[str] | None = None, out: str | None = None, prepared: str | None = None,
-                  force: bool = False, drift: dict | None = None) -> dict:
+                  force: bool = False, drift: dict | None = None, keep_outputs: bool = False) -> dict:
     """Rule ``test_unit``: the unit's layers on one executor.
 
     First each compile batch of the unit (``batches``: ``[{"id", "members": [slug]}]``,
@@ -248,7 +250,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         earlier_results = [os.path.join(d, e, "result.json") for e in earlier] if skip_mode else []
         batch = batch_of.get(slug)
         key = make_key({"executor": executor, "timing": timing, "precision": precision, "batch": bool(batch)},
-                       [model, os.path.join(d, "reference.npz"), mlir, status])
+                       [model, os.path.join(d, LAYER_REFERENCE_FILE), mlir, status])
         due = ((not skip_mode and was_skipped(os.path.dirname(result)))
                or timed_out_under_smaller(result, timeout_s)
                or (skip_mode and newer_than(earlier_results, result)))
@@ -266,10 +268,11 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         consume_marker(result + TIMED_OUT_SUFFIX)
         try:
             restore_mlir(mlir, model, timeout_s)
-            test_layer_job(layer=m, executor=executor, layer_onnx=model, reference=os.path.join(d, "reference.npz"),
+            test_layer_job(layer=m, executor=executor, layer_onnx=model, reference=os.path.join(d, LAYER_REFERENCE_FILE),
                            mlir=mlir, import_status=status, result=result, tolerance=tolerance, timeout_s=timeout_s,
                            log=os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log"), log_file=log_file,
-                           verbose=verbose, earlier_results=earlier_results, timing=timing, batch=batch)
+                           verbose=verbose, earlier_results=earlier_results, timing=timing, batch=batch,
+                           keep_outputs=keep_outputs)
         except DamagedWorkFile as e:  # removed: the unit's preparation must run again
             damaged.append(e)
             continue
@@ -335,7 +338,7 @@ def _unit_params(input, params) -> dict:
                 quantized=params.precision.get("quantize") is not None, timing=params.timing,
                 precision=params.precision, tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
                 skip_mode=params.skip_mode.value, earlier=params.earlier.value, log_file=params.log_file.value,
-                verbose=params.verbose.value, force=params.force.value)
+                verbose=params.verbose.value, force=params.force.value, keep_outputs=params.keep_outputs.value)
 
 
 def test_unit(input, output, params, log) -> None:
@@ -344,7 +347,7 @@ def test_unit(input, output, params, log) -> None:
     ``timing``, ``precision``, ``drift`` (members whose files changed outside the
     workflow, rules/common.smk get_unit_drift), ``rerun`` (the members' skip and timeout records and the
     batches' timeout records: their rerun tokens, steps.markers), ``outdated``;
-    untracked ``tolerance``, ``timeout_s``, ``skip_mode``, ``earlier``, ``log_file``,
+    untracked ``tolerance``, ``timeout_s``, ``keep_outputs``, ``skip_mode``, ``earlier``, ``log_file``,
     ``verbose``, ``force`` and the directories."""
     mark_outdated(params.outdated)
     test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared, drift=params.drift)

@@ -10,10 +10,10 @@ import time
 import traceback
 from pathlib import Path
 
-from ...core.fileio import atomic_write_text, read_json, save_npz, write_json
+from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
-from ...core.layout import mark_outdated
+from ...core.layout import LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, VALUES_DIR, mark_outdated
 from ...core.logs import append_record
 from ...mlir.importer import import_layer
 from ...model import split as model_split
@@ -23,6 +23,7 @@ from .quantize import quantize_layer_job, quantized_input_ranges
 from .units import drop_key, file_identity, is_current, make_key, record_key
 from ...core.limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
 from ...core.external_data import load_model
+from ...core.value_store import ValueStore, write_record
 from ...core.weight_store import FOLDED_FILE
 
 @records_failure
@@ -40,7 +41,8 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
                      model_run_failed: str | None = None) -> None:
     """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest, and with
     ``layer_inputs`` ``propagate`` (the default) the whole-model reference run on the
-    model's input values (``model_inputs``) that writes each layer's ``inputs.npz``
+    model's input values (``model_inputs``) that stores each layer's input values once
+    (``values/``) and writes its ``inputs.json``
     (:func:`~torq_gen_config.reference.propagate_layer_inputs`; its summary goes to
     ``manifest["layer_inputs"]``). One checkpoint for both: the layer files and their
     inputs are known together, and a rerun rewrites only the files that changed.
@@ -60,7 +62,8 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
           + (f", {sum(1 for x in man['layers'] if x.get('not_testable'))} not testable (unknown tensor types)"
              if any(x.get("not_testable") for x in man["layers"]) else ""), file=sys.stderr)
     if layer_inputs == "propagate" and model_inputs:
-        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs, timeout_s=timeout_s,
+        res = propagate_layer_inputs(prepared, man, Path(manifest).parent, model_inputs,
+                                     values_dir=Path(prepared).parent / VALUES_DIR, timeout_s=timeout_s,
                                      failed=model_run_failed)
         man["layer_inputs"] = res
         run = res["run"]
@@ -84,25 +87,28 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
 
 
 @records_failure
-def reference_job(*, layer_onnx: str, reference: str, input_settings: dict, inputs_path: str | None = None,
-                  calibration: str | None = None, engine: str = "onnxruntime", timeout_s: float | None = None,
-                  log: str | None = None) -> None:
+def reference_job(*, layer_onnx: str, reference: str, values_dir: str, input_settings: dict,
+                  inputs_path: str | None = None, calibration: str | None = None, engine: str = "onnxruntime",
+                  timeout_s: float | None = None, tolerance: dict | None = None, log: str | None = None) -> None:
     """Rule ``layer_reference``: layer inputs (from ``inputs_path`` with ``layer_inputs:
     propagate``, else generated; with ``--quantize`` drawn in the calibrated ranges of
     ``calibration``, see :func:`quantized_input_ranges`) and the outputs of both
     reference engines, ``engine`` first (:func:`~torq_gen_config.reference.compute_reference`),
-    each bounded by ``timeout_s`` seconds."""
+    each bounded by ``timeout_s`` seconds: ``reference`` (``reference.json``) records them
+    as values of the store in ``values_dir``, the second engine's outputs only where the
+    engines disagree at ``tolerance``."""
     try:
         input_ranges = None
         if calibration:
             input_ranges = quantized_input_ranges(layer_onnx, read_json(calibration, "calibration ranges")["ranges"])
         meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
-                                 input_ranges=input_ranges, engine=engine, timeout_s=timeout_s)
+                                 input_ranges=input_ranges, engine=engine, timeout_s=timeout_s,
+                                 values_dir=values_dir, tolerance=tolerance)
     except Exception as e:  # one layer's failure never stops the others: its tests say why
         message = f"the reference job failed on this layer: {type(e).__name__}: {str(e)[:1000]}"
         meta = {"status": "error", "message": message, "engine": engine, "input_names": [], "output_names": [],
                 "inputs_missing": True, "layer_inputs": None, "second": {}, "engines_agreement": None}
-        save_npz(reference, {}, meta)
+        write_record(reference, meta, ValueStore(values_dir))
         append_record(log, f"{message}\n{traceback.format_exc()}")
     second = meta.get("second") or {}
     record_timeout(reference, "timeout" in (meta.get("status"), second.get("status")), timeout_s)
@@ -135,13 +141,14 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
 
 
 #: the per-layer files of a prepared layer (their identities are in the unit's record)
-PREPARED_LAYER_FILES = ("quantized.onnx", "reference.npz", "model.mlir", "import.json")
+PREPARED_LAYER_FILES = ("quantized.onnx", LAYER_REFERENCE_FILE, "model.mlir", "import.json")
 
 
 def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_dir: str, prepared: str,
                      input_settings: dict, layer_inputs: str, engine: str, precision: dict, import_mlir: bool,
                      quantize: dict | None = None, ranges: str | None = None, full_quant_info: str | None = None,
-                     timeout_s: float | None = None, force: bool = False, parameters: str = "inline") -> dict:
+                     timeout_s: float | None = None, force: bool = False, parameters: str = "inline",
+                     tolerance: dict | None = None) -> dict:
     """Rule ``prepare_unit``: for each member layer of the unit, in order, what its
     tests need, each step redone only when its key (:mod:`.units`) no longer matches
     or it timed out under a smaller limit than ``timeout_s`` (s):
@@ -149,8 +156,10 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     - with ``quantize`` (the quantization settings; ``ranges``: calibration.json,
       ``full_quant_info``: the whole model's quantize.json): ``quantized.onnx`` and
       ``quantize.json`` (:func:`~.quantize.quantize_layer_job`);
-    - ``reference.npz``: its inputs and both references' outputs
-      (:func:`reference_job`; ``input_settings``, ``layer_inputs``, ``engine``);
+    - ``reference.json``: its inputs and both references' outputs as values of the
+      store ``values/`` beside ``layers_dir`` (:func:`reference_job`; ``input_settings``,
+      ``layer_inputs``, ``engine``; the second engine's outputs where the engines
+      disagree at ``tolerance``, untracked);
     - with ``import_mlir``: ``model.mlir`` and ``import.json`` (:func:`import_layer_job`;
       ``parameters``: the resolved mode, ``external`` imports the stored weights as IREE
       parameters, and a change of mode imports again).
@@ -170,6 +179,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
         RuntimeError: a member failed (a bug; the message names the layers and errors).
     """
     record, failed = [], []
+    values_dir = os.path.join(os.path.dirname(os.path.abspath(layers_dir)), VALUES_DIR)
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
@@ -188,16 +198,18 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                     record_key(qinfo, key)
                     redone.append("quantize")
                 model = quantized
-            reference = os.path.join(d, "reference.npz")
-            inputs = os.path.join(d, "inputs.npz") if layer_inputs == "propagate" else None
+            reference = os.path.join(d, LAYER_REFERENCE_FILE)
+            inputs = os.path.join(d, LAYER_INPUTS_FILE) if layer_inputs == "propagate" else None
             key = make_key({"inputs": input_settings, "layer_inputs": layer_inputs, "engine": engine,
                             "precision": precision}, [model, inputs, ranges if quantize is not None else None])
             if force or timed_out_under_smaller(reference, timeout_s) or not is_current(reference, key):
                 drop_key(reference)
                 consume_marker(reference + TIMED_OUT_SUFFIX)
-                reference_job(layer_onnx=model, reference=reference, input_settings=input_settings,
-                              inputs_path=inputs, calibration=ranges if quantize is not None else None,
-                              engine=engine, timeout_s=timeout_s, log=_fresh_log(logs_dir, "layer_reference", slug))
+                reference_job(layer_onnx=model, reference=reference, values_dir=values_dir,
+                              input_settings=input_settings, inputs_path=inputs,
+                              calibration=ranges if quantize is not None else None, engine=engine,
+                              timeout_s=timeout_s, tolerance=tolerance,
+                              log=_fresh_log(logs_dir, "layer_reference", slug))
                 record_key(reference, key)
                 redone.append("reference")
             if import_mlir:
@@ -254,11 +266,11 @@ def prepare_unit(input, output, params, log) -> None:
     ``engine``, ``precision``, ``quantize``, ``import_mlir``, ``parameters`` (the resolved
     mode: inline or external), ``rerun`` (the members'
     timeout records: :func:`~.markers.timeout_rerun_token`), ``outdated``; untracked
-    ``timeout_s``, ``layers_dir``, ``logs_dir``, ``force``."""
+    ``timeout_s``, ``layers_dir``, ``logs_dir``, ``force``, ``tolerance``."""
     mark_outdated(params.outdated)
     prepare_unit_job(unit=params.unit, members=params.members, layers_dir=params.layers_dir.value,
                      logs_dir=params.logs_dir.value, prepared=output.prepared, input_settings=params.inputs,
                      layer_inputs=params.layer_inputs, engine=params.engine, precision=params.precision,
                      import_mlir=params.import_mlir, quantize=params.quantize, ranges=input.get("ranges"),
                      full_quant_info=input.get("full"), timeout_s=params.timeout_s.value, force=params.force.value,
-                     parameters=params.parameters)
+                     parameters=params.parameters, tolerance=params.tolerance.value)
