@@ -265,7 +265,7 @@ def test_ctrl_c_ends_with_one_message_not_the_stopped_jobs_blocks(tmp_path, sque
 
 
 def test_a_damaged_reference_is_a_failed_job_not_an_executor_verdict_and_the_next_run_repairs_it(tmp_path):
-    """A reference.npz cut short outside the workflow (its mtime new, so Snakemake reuses it):
+    """A reference.json cut short outside the workflow (its mtime new, so Snakemake reuses it):
     the tests that read it fail with one line naming it (no `internal` error verdicts, no
     executor blamed); the file is removed and the next plain rerun makes it and the tests
     again (the report job is forced: the last run did not finish the report)."""
@@ -274,7 +274,7 @@ def test_a_damaged_reference_is_a_failed_job_not_an_executor_verdict_and_the_nex
     args = ("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
     assert run_cli(*args).returncode == 0
     layer = next(p for p in (work(out, "cnn") / "layers").iterdir() if p.name.startswith("Relu"))
-    ref = layer / "reference.npz"
+    ref = layer / "reference.json"
     ref.write_bytes(ref.read_bytes()[:300])
     r = run_cli(*args)
     assert r.returncode == 2 and "internal" not in r.stdout, r.stdout + r.stderr[-2000:]
@@ -450,13 +450,13 @@ def test_layer_inputs_propagate_and_input_data(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     layers = work(out) / "layers"
     conv_dir = next(layers.glob("Conv_conv_out-*"))
-    ins, outs, meta = load_reference(conv_dir / "reference.npz")
+    ins, outs, meta = load_reference(conv_dir / "reference.json")
     np.testing.assert_array_equal(ins["x"], x)
     assert meta["layer_inputs"] == f"propagate (whole-model run on input_data {tmp_path / 'x.npz'})"
     _, conv_out, _ = ins, outs, meta
-    relu_in, _, _ = load_reference(layers / "Relu_relu" / "reference.npz")
+    relu_in, _, _ = load_reference(layers / "Relu_relu" / "reference.json")
     np.testing.assert_allclose(relu_in["conv/out"], outs["conv/out"], rtol=1e-6)  # handed over from the Conv
-    add_in, _, _ = load_reference(layers / "Add_y" / "reference.npz")
+    add_in, _, _ = load_reference(layers / "Add_y" / "reference.json")
     assert add_in["pool"].min() >= 0  # post-ReLU values
     report, _ = load_outputs(out, "cnn")
     assert report["provenance"]["options"]["layer_inputs"] == "propagate"
@@ -464,7 +464,7 @@ def test_layer_inputs_propagate_and_input_data(tmp_path):
     # back to random inputs: references (and so the tests) are redone
     r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--layer-inputs", "random")
     assert r.returncode == 0, r.stderr[-3000:]
-    add_in, _, meta = load_reference(layers / "Add_y" / "reference.npz")
+    add_in, _, meta = load_reference(layers / "Add_y" / "reference.json")
     assert meta["layer_inputs"] == "random" and add_in["pool"].min() < 0
     bad = tmp_path / "bad.npz"
     np.savez(bad, wrong=x)

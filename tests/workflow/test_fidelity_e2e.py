@@ -15,6 +15,7 @@ import pytest
 from conftest import one_line_error, run_cli, work
 from fixtures.models import encoder_reference, loop_model, transformer_encoder_layer
 
+from torq_gen_config.core.fileio import load_npz
 from torq_gen_config.reference import load_reference
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,7 @@ def test_transformer_encoder_layer_gets_real_shapes_and_runs(tmp_path):
     assert not report["has_critical_failures"] and summary["not_testable_layers"] == 0
     assert summary["status_counts"]["success"] == 2 * 29, report["final_report_text"]
     # the layers see the values of a whole-model run
-    meta = load_reference(work(out) / "layers" / by_id["Softmax_attn"]["slug"] / "reference.npz")[2]
+    meta = load_reference(work(out) / "layers" / by_id["Softmax_attn"]["slug"] / "reference.json")[2]
     assert meta["layer_inputs"].startswith("propagate (whole-model run on generated")
     # --input-data reaches the full-model run
     src = np.random.default_rng(7).standard_normal((6, 1, 16)).astype(np.float32)
@@ -98,7 +99,7 @@ def test_an_opset_upgrade_that_would_change_the_signature_keeps_the_models_opset
     assert r.returncode == 0, r.stderr[-2000:]
     assert "would change the model's signature" in r.stderr
     assert "Opset: the model stays at opset 8: an upgrade would change its signature" in r.stdout
-    _, ref_out, _ = load_reference(next((work(out) / "layers").glob("*/reference.npz")))
+    _, ref_out, _ = load_reference(next((work(out) / "layers").glob("*/reference.json")))
     for n, e in zip([o.name for o in case.model.graph.output], case.data_sets[0][1]):
         np.testing.assert_allclose(ref_out[n], e, rtol=1e-6)  # the user's model, batch axis and all
 
@@ -121,26 +122,28 @@ def test_node_test_verdicts_follow_the_expected_outputs(tmp_path, name):
     gen = tmp_path / "generated"
     r = run_cli("discover", "--model", path, "--output-dir", gen, "-j", "1", *ONLY_LLVM)
     assert r.returncode == 0, r.stderr[-3000:]
-    for ref in (work(gen) / "layers").glob("*/reference.npz"):
+    for ref in (work(gen) / "layers").glob("*/reference.json"):
         meta = load_reference(ref)[2]
         assert meta["status"] == "ok", (name, meta["message"])
     # the test's own inputs: the reference equals the expected outputs, and the verdict says
     # whether the executor's outputs do
     out = tmp_path / "own"
-    r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "1", "--input-data", data, *ONLY_LLVM)
+    r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "1", "--input-data", data, "--keep-outputs",
+                *ONLY_LLVM)
     assert r.returncode == 0, r.stderr[-3000:]
     man = json.loads((work(out) / "layers" / "manifest.json").read_text())
     assert len(man["layers"]) == 1, [x["layer_id"] for x in man["layers"]]
     layer = man["layers"][0]
     layer_dir = work(out) / "layers" / layer["slug"]
-    _, ref_out, meta = load_reference(layer_dir / "reference.npz")
+    _, ref_out, meta = load_reference(layer_dir / "reference.json")
     names = [o.name for o in case.model.graph.output]
     for n, e in zip(names, expected):
         np.testing.assert_allclose(np.asarray(ref_out[n], np.float64), np.asarray(e, np.float64), rtol=1e-5,
                                    atol=1e-6, err_msg=n)
     result = json.loads((layer_dir / "llvm-cpu" / "result.json").read_text())
     if result["status"] in ("success", "difference"):
-        actual = [np.load(layer_dir / "llvm-cpu" / f"out_{i}.npy") for i in range(len(names))]
+        kept = load_npz(layer_dir / "llvm-cpu" / result["outputs_file"])[0]  # --keep-outputs: successes too
+        actual = [kept[f"output_{i}"] for i in range(len(names))]
         matches = all(a.shape == np.shape(e) and np.allclose(np.asarray(a, np.float64), np.asarray(e, np.float64),
                                                              rtol=1e-3, atol=1e-5, equal_nan=True)
                       for a, e in zip(actual, expected))

@@ -276,7 +276,7 @@ def test_bf16_discovery(bf16):
     assert len(compiler["op_assignments"]) == 66
     layer = onnx.load(work(out) / "layers" / "Conv_r0" / "model.onnx", load_external_data=False)  # weights: folded.irpa
     assert layer.graph.input[0].type.tensor_type.elem_type == TensorProto.BFLOAT16
-    _, outputs, meta = load_reference(work(out) / "layers" / "Conv_r0" / "reference.npz")
+    _, outputs, meta = load_reference(work(out) / "layers" / "Conv_r0" / "reference.json")
     assert "bf16" in meta["reference_precision"]
     assert next(iter(outputs.values())).dtype.name == "bfloat16"
 

@@ -60,15 +60,17 @@ def per_layer_jobs(layers_dir: Path, root: Path) -> dict:
     shutil.copy(layers_dir / "manifest.json", copy / "manifest.json")
     for archive in layers_dir.parent.glob("*.irpa"):  # the weights the layer models refer to (weight_store)
         shutil.copy(archive, copy.parent / archive.name)  # their folder: ../.. of a layer model, as in work/<model>
-    for f in layers_dir.glob("*/inputs.npz"):  # the layer inputs of the whole-model run
-        shutil.copy(f, copy / f.parent.name / "inputs.npz")
+    for f in layers_dir.glob("*/inputs.json"):  # the layer inputs of the whole-model run (values: ../../values)
+        shutil.copy(f, copy / f.parent.name / "inputs.json")
+    shutil.copytree(layers_dir.parent / "values", copy.parent / "values")
     layers = [l for l in json.loads((copy / "manifest.json").read_text())["layers"] if not l.get("not_testable")]
     by_slug = {l["slug"]: l for l in layers}
     for layer in layers:
         d = copy / layer["slug"]
-        reference_job(layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
-                      input_settings=cfg["inputs"], inputs_path=str(d / "inputs.npz"), engine=cfg["reference"],
-                      timeout_s=cfg["timeout_s"])
+        reference_job(layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.json"),
+                      values_dir=str(copy.parent / "values"), input_settings=cfg["inputs"],
+                      inputs_path=str(d / "inputs.json"), engine=cfg["reference"], timeout_s=cfg["timeout_s"],
+                      tolerance=cfg["tolerance"])
         import_layer_job(layer_onnx=str(d / "model.onnx"), mlir=str(d / "model.mlir"), status=str(d / "import.json"),
                          timeout_s=cfg["timeout_s"])
     for ex in cfg["executors"]:
@@ -87,7 +89,7 @@ def per_layer_jobs(layers_dir: Path, root: Path) -> dict:
             needs = NEEDS_MLIR[ex["backend"]]
             layer_rec = {k: layer[k] for k in ("layer_id", "slug", "op_type", "node_index")}
             layer_tests.test_layer_job(layer=layer_rec, executor=ex, layer_onnx=str(d / "model.onnx"),
-                                       reference=str(d / "reference.npz"), mlir=str(d / "model.mlir") if needs else None,
+                                       reference=str(d / "reference.json"), mlir=str(d / "model.mlir") if needs else None,
                                        import_status=str(d / "import.json") if needs else None,
                                        result=str(d / ex["name"] / "result.json"), tolerance=cfg["tolerance"],
                                        timeout_s=cfg["timeout_s"], batch=batch_of.get(layer["slug"]))

@@ -104,6 +104,10 @@ def test_a_layer_where_onnxruntime_deviates_from_the_spec_is_a_dispute(tmp_path,
     compute_reference(tmp_path / "resize.onnx", tmp_path / "ref_spec.npz", inputs=inputs, engine="onnx")
     res = _test(tmp_path, tmp_path / "resize.onnx", tmp_path / "ref_spec.npz", fake("same"))
     assert res["status"] == "difference" and res["reference"]["engine"] == "onnx"
+    # a result does not repeat the agreement of the two engines: the report's assembly takes it
+    # from the layer's reference file (report/assemble.py), as here
+    assert "engines_agreement" not in res["reference"]
+    res["reference"]["engines_agreement"] = load_reference(tmp_path / "ref_spec.npz")[2]["engines_agreement"]
     rep = build_report(model_name="rz", layers=[{**LAYER, "mlir_location": None, "mac_count": None,
                                                  "skipped_reason": None}],
                        results={"L_y": {"fake-same": res}}, executors=[fake("same")],

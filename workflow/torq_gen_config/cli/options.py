@@ -66,9 +66,10 @@ def add_execution_options(p: argparse.ArgumentParser, *, what: str = "parallel j
 def add_keep_work_option(p: argparse.ArgumentParser) -> None:
     """``--keep-work minimal|all`` (discover, run): what a finished run keeps in its work directory."""
     p.add_argument("--keep-work", choices=["minimal", "all"],
-                   help="all (default): keep every intermediate in <output-dir>/work/<model>; minimal: once the "
-                        "report is written, remove what the finished run no longer needs (compiled modules, batch "
-                        "and layer MLIR, partition modules); a later job that needs one makes it again")
+                   help="minimal (default): once the report is written, remove what the finished run no longer "
+                        "needs (compiled modules, batch and layer MLIR, partition modules: each a copy of the "
+                        "weights); a later job that needs one makes it again; all: keep every intermediate in "
+                        "<output-dir>/work/<model> (a re-target reuses its compiled batch)")
     p.add_argument("--keep-outputs", action="store_true", default=None,
                    help="keep every executor's outputs of each layer test (<layer>/<executor>/outputs.npz); by "
                         "default they are kept only where the verdict is not a success")

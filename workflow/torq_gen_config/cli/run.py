@@ -311,7 +311,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
                                                     else "<partition id>"))
         from ..core.keep_work import size_line
 
-        print(size_line(work_sec, out / layout["work"], config.get("keep_work", "all")))
+        print(size_line(work_sec, out / layout["work"], config.get("keep_work", "minimal")))
     # a module that failed or differed is a finding even when its partitions pass
     module_ok = (section.get("module") or {}).get("status") in (None, "success", "unverified")
     return (0 if section["status"] == "success" and module_ok else 1), section
@@ -369,7 +369,7 @@ def finish_work(config: dict, out: Path, layout: dict) -> dict:
     except run_lock.RunLocked:
         held = False
     try:
-        return finish_work_dir(str(out / layout["work"]), config.get("keep_work", "all") if held else "all",
+        return finish_work_dir(str(out / layout["work"]), config.get("keep_work", "minimal") if held else "all",
                                config["model"], output_dir=str(out))
     finally:
         if held:

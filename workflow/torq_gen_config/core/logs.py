@@ -37,6 +37,27 @@ def append_record(log_path: str | os.PathLike | None, text: str) -> None:
         f.write(f"=== {timestamp()} {text.rstrip()}\n\n")
 
 
+def fold_log(layer_log: str | os.PathLike | None, into: str | os.PathLike, title: str) -> None:
+    """Move a per-layer log into its unit job's log: its text appended under a ``---
+    title ---`` heading to ``into``, then the per-layer file removed (a 1,000-layer model
+    keeps a few hundred log files instead of thousands of 4 KB blocks). No-op when the
+    per-layer log does not exist.
+
+    Raises:
+        OSError: ``into`` cannot be written.
+    """
+    if not layer_log:
+        return
+    try:
+        text = Path(layer_log).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return
+    Path(into).parent.mkdir(parents=True, exist_ok=True)
+    with open(into, "a", encoding="utf-8") as f:
+        f.write(f"--- {title} ({layer_log}, folded in) ---\n{text.rstrip()}\n\n")
+    Path(layer_log).unlink(missing_ok=True)
+
+
 def append_to_shared_log(log_file: str | os.PathLike, title: str, text: str) -> None:
     """Append one job's whole log under a ``##### title #####`` heading to the file all
     jobs share (``--log-file``), holding its lock (``<log_file>.lock``, filelock) so

@@ -143,8 +143,8 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     result["reference"] = {"status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
                            "engine_version": meta.get("engine_version"), "ort_version": meta.get("ort_version"),
                            "used": used, "fallback": fallback, "layer_inputs": meta.get("layer_inputs"),
-                           "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message")},
-                           "engines_agreement": meta.get("engines_agreement")}
+                           "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message",
+                                                                 "outputs_kept")}}
     if meta.get("inputs_missing"):  # nothing to run the executor on; not its fault
         result["status"] = "unverified"
         result["failure_report"] = {"type": "reference_error", "stage": "reference", "during": None,

@@ -4,6 +4,7 @@ provenance (rule ``aggregate_report``; :mod:`torq_gen_config.report.publish` wri
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from ..compare.metrics import share_threshold_grids
 from ..config import PRECISION_KEYS
 from ..core.errors import ReportError
 from ..core.fileio import damaged_work_file, read_json
-from ..core.layout import layer_result_file
+from ..core.layout import LAYER_REFERENCE_FILE, layer_result_file
 from ..core.lazy import metadata, platform
 from ..mlir.importer import IMPORTER_PACKAGE, layer_location
 from ..model.tested_layers import DUPLICATE, NOT_TESTABLE, SKIP_OPS, TEST, plan_layer_tests
@@ -99,6 +100,7 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
                 p = Path(layer_result_file(results_root, layer["slug"], name))
                 if p.exists():
                     per[name] = _read_result(p)
+            _add_engines_agreement(per, Path(results_root) / layer["slug"] / LAYER_REFERENCE_FILE)
             for name, r in per.items():
                 version = (r.get("reference") or {}).get("ort_version")
                 if version:
@@ -216,6 +218,23 @@ def _module_version(name: str) -> str | None:
 
 
 _dist_version = _module_version
+
+
+def _add_engines_agreement(results: dict, reference: Path) -> None:
+    """Put the layer's ``engines_agreement`` (the two reference engines' metrics, recorded
+    once per layer in its ``reference.json``) into each result's ``reference`` that lacks
+    it (in memory; the report's dispute is derived from it). An unreadable record gives
+    None: no dispute can be derived, the report says nothing of one."""
+    refs = [r["reference"] for r in results.values() if isinstance(r.get("reference"), dict)
+            and "engines_agreement" not in r["reference"]]
+    if not refs:
+        return
+    try:
+        agreement = json.loads(reference.read_text(encoding="utf-8")).get("engines_agreement")
+    except (OSError, ValueError, AttributeError):
+        agreement = None
+    for ref in refs:
+        ref["engines_agreement"] = agreement
 
 
 def _read_result(path: Path) -> dict:

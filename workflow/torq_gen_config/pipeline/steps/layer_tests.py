@@ -18,7 +18,7 @@ from ...core.job_support import records_failure
 from ...core.keep_work import restore
 from ...core.layout import LAYER_REFERENCE_FILE, mark_outdated
 from ...compare import shown_status
-from ...core.logs import append_record, append_to_shared_log
+from ...core.logs import append_record, append_to_shared_log, fold_log
 from ...core.progress import job_verdict
 from ...discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
 from ...discovery.layer_test import error_result, one_line_summary, run_layer_test, skipped_result
@@ -189,7 +189,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     its key (:func:`.units.is_current`) and is tested again.
 
     Files: ``layers_dir/<slug>/<executor>/result.json`` (+ ``.key``), logs
-    ``logs_dir/test_layer/<slug>.<executor>.log`` and
+    ``logs_dir/test_layer/<slug>.<executor>.log`` (of a ``success`` folded into the unit's
+    log ``logs_dir/test_unit/<unit>.<executor>.log`` once it is written, unless ``only``) and
     ``logs_dir/compile_batch/<executor>.<batch id>.log``, batches
     ``batches_dir/<executor>/<batch id>/``. Every member gets its verdict; a bug on
     one layer is its ``internal`` error verdict (:func:`test_layer_job`).
@@ -238,10 +239,12 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
                               log=os.path.join(logs_dir, "compile_batch", f"{name}.{b['id']}.log"))
             record_key(paths["info"], key)
     record, damaged = [], []
+    unit_log = os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log")
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
         result = os.path.join(d, name, "result.json")
+        layer_log = os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log")
         if wanted is not None and slug not in wanted:
             continue
         model = os.path.join(d, _model_name(quantized))
@@ -270,7 +273,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             restore_mlir(mlir, model, timeout_s)
             test_layer_job(layer=m, executor=executor, layer_onnx=model, reference=os.path.join(d, LAYER_REFERENCE_FILE),
                            mlir=mlir, import_status=status, result=result, tolerance=tolerance, timeout_s=timeout_s,
-                           log=os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log"), log_file=log_file,
+                           log=layer_log, log_file=log_file,
                            verbose=verbose, earlier_results=earlier_results, timing=timing, batch=batch,
                            keep_outputs=keep_outputs)
         except DamagedWorkFile as e:  # removed: the unit's preparation must run again
@@ -278,6 +281,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             continue
         record_key(result, key)
         record.append({"slug": slug, "status": _status_of(result), "tested": True, "result": file_identity(result)})
+        if record[-1]["status"] == "success" and wanted is None:  # a re-target's log is its rule's log: kept
+            fold_log(layer_log, unit_log, f"{slug} on {name}")
     if damaged:
         if prepared:
             Path(prepared).unlink(missing_ok=True)
@@ -285,11 +290,12 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     res = {"unit": unit, "executor": name, "members": record}
     if drift is not None:
         res["drift"] = drift
-    # the unit's log says what it did; each layer's tool output is in its own log
-    append_record(os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log"),
+    # the unit's log says what it did; the tool output of a success is folded into it above,
+    # any other verdict's stays in the layer's own log
+    append_record(unit_log,
                   "\n".join(f"{r['slug']}: {r['status']} ({'tested' if r['tested'] else 'up to date, kept'})"
-                            for r in record) + f"\n(tool output per layer: {os.path.join(logs_dir, 'test_layer')}/"
-                                              f"<slug>.{name}.log)")
+                            for r in record) + f"\n(tool output of the successes: above; of the other verdicts: "
+                                              f"{os.path.join(logs_dir, 'test_layer')}/<slug>.{name}.log)")
     if out:
         write_json(out, res)
     return res

@@ -19,7 +19,7 @@ from ...report.summary import status_counts_line
 
 @records_failure
 def aggregate_job(*, report: str, compiler: str, log: str | None = None, work_dir: str | None = None,
-                  keep_work: str = "all", **kwargs) -> dict:
+                  keep_work: str = "minimal", **kwargs) -> dict:
     """Rule ``aggregate_report``: the discovery report
     (:func:`~torq_gen_config.report.assemble.assemble_report`, whose keyword arguments
     ``kwargs`` are), published with its compiler JSON to ``report`` / ``compiler``.

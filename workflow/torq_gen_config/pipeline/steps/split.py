@@ -14,7 +14,7 @@ from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
 from ...core.layout import LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, VALUES_DIR, mark_outdated
-from ...core.logs import append_record
+from ...core.logs import append_record, fold_log
 from ...mlir.importer import import_layer
 from ...model import split as model_split
 from ...reference import compute_reference, propagate_layer_inputs
@@ -167,7 +167,9 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     ``force`` (``--recompute-cache``): every step of every member is redone.
 
     Files per layer under ``layers_dir/<slug>/``, logs under
-    ``logs_dir/{quantize_layer,layer_reference,import_layer}/<slug>.log``. A member
+    ``logs_dir/{quantize_layer,layer_reference,import_layer}/<slug>.log`` (a reference or
+    import that went well is folded into the unit's log ``logs_dir/prepare_unit/<unit>.log``:
+    :func:`_fold_if_ok`). A member
     that fails unexpectedly does not stop the others; the job then raises after all
     of them, naming the layers, and the next run redoes only those.
 
@@ -180,6 +182,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     """
     record, failed = [], []
     values_dir = os.path.join(os.path.dirname(os.path.abspath(layers_dir)), VALUES_DIR)
+    unit_log = os.path.join(logs_dir, "prepare_unit", f"{unit}.log")
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
@@ -209,9 +212,10 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                               input_settings=input_settings, inputs_path=inputs,
                               calibration=ranges if quantize is not None else None, engine=engine,
                               timeout_s=timeout_s, tolerance=tolerance,
-                              log=_fresh_log(logs_dir, "layer_reference", slug))
+                              log=(log := _fresh_log(logs_dir, "layer_reference", slug)))
                 record_key(reference, key)
                 redone.append("reference")
+                _fold_if_ok(log, reference, unit_log, f"{slug}: reference")
             if import_mlir:
                 mlir, status = os.path.join(d, "model.mlir"), os.path.join(d, "import.json")
                 external = parameters == "external"  # in the key only then: inline keeps the old keys
@@ -220,12 +224,13 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                     drop_key(status)
                     consume_marker(status + TIMED_OUT_SUFFIX)
                     import_layer_job(layer_onnx=model, mlir=mlir, status=status, timeout_s=timeout_s,
-                                     log=_fresh_log(logs_dir, "import_layer", slug), parameters=external)
+                                     log=(log := _fresh_log(logs_dir, "import_layer", slug)), parameters=external)
                     record_key(status, key)
                     redone.append("import")
+                    _fold_if_ok(log, status, unit_log, f"{slug}: MLIR import")
         except Exception as e:  # noqa: BLE001 - one layer's bug must not stop the unit's others
             failed.append(f"{m['layer_id']}: {type(e).__name__}: {str(e)[:300]}")
-            append_record(os.path.join(logs_dir, "prepare_unit", f"{unit}.log"), traceback.format_exc())
+            append_record(unit_log, traceback.format_exc())
         # the files' identities: a redone member changes this record's content (Snakemake
         # compares the checksums of small inputs, so a rewrite with the same text would
         # not rerun the unit's tests)
@@ -239,6 +244,18 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     n = sum(1 for r in record if r["redone"])
     print(f"unit {unit}: {len(record)} layers, {n} prepared anew ({len(record) - n} up to date)", file=sys.stderr)
     return res
+
+
+def _fold_if_ok(log: str, record: str, unit_log: str, title: str) -> None:
+    """A step's per-layer log folded into the unit's log (:func:`~torq_gen_config.core.logs.fold_log`)
+    when its record (``reference.json``, ``import.json``) says ``status: ok`` and no second
+    engine failed; a failing step's log stays where it is, beside the others of its kind."""
+    try:
+        rec = read_json(record, "layer record")
+    except Exception:  # noqa: BLE001 - unreadable: the log stays, the next step says why
+        return
+    if rec.get("status") == "ok" and (rec.get("second") or {}).get("status") in (None, "ok"):
+        fold_log(log, unit_log, title)
 
 
 def _fresh_log(logs_dir: str, step: str, slug: str) -> str:
