@@ -214,3 +214,36 @@ def test_copied_verdicts_are_marked_in_the_text():
     assert "DEDUPLICATED: 1 layer(s) copy the verdicts" in text and "Cast_c2: copied from Cast_c1" in text
     row = next(line for line in text.splitlines() if line.startswith("Cast_c2"))
     assert "(copied from Cast_c1)" in row
+
+
+def test_executor_outputs_are_kept_only_where_the_verdict_is_not_a_success(tmp_path, fake):
+    """The executor's outputs are compared in memory; outputs.npz (named by the result) is kept
+    for a difference, not for a success unless keep_outputs; a later success removes an old one."""
+    from torq_gen_config.core.fileio import load_npz
+
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], [tvi("x", TensorProto.FLOAT, [2, 3])],
+                   [tvi("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(m, tmp_path / "relu.onnx")
+    x = np.array([[1.0, -2.0, 3.0], [-4.0, 5.0, -6.0]], np.float32)
+    compute_reference(tmp_path / "relu.onnx", tmp_path / "ref.json", inputs={"x": x}, values_dir=tmp_path / "values")
+
+    def test(executor, **kwargs):
+        work = tmp_path / "w"
+        return run_layer_test(layer=LAYER, executor=executor, layer_onnx=str(tmp_path / "relu.onnx"),
+                              reference_npz=str(tmp_path / "ref.json"), layer_mlir=None, import_status=None,
+                              work_dir=str(work), result_path=str(work / "result.json"), log_path=None,
+                              tolerance=DEFAULT_TOLERANCE, timeout_s=30, **kwargs)
+
+    bad = {**fake("negated"), "name": "x"}
+    res = test(bad)
+    assert res["status"] == "difference" and res["outputs_file"] == "outputs.npz"
+    kept, meta = load_npz(tmp_path / "w" / "outputs.npz")
+    np.testing.assert_array_equal(kept["output_0"], -np.maximum(x, 0))
+    assert meta["output_names"] == ["y"] and meta["executor"] == "x"
+    res = test({**fake("same"), "name": "x"})
+    assert res["status"] == "success" and "outputs_file" not in res and not (tmp_path / "w" / "outputs.npz").exists()
+    res = test({**fake("same"), "name": "x"}, keep_outputs=True)
+    assert res["outputs_file"] == "outputs.npz"
+    np.testing.assert_array_equal(load_npz(tmp_path / "w" / "outputs.npz")[0]["output_0"], np.maximum(x, 0))
+    res = test({**fake("fail_run"), "name": "x"})
+    assert res["status"] == "error" and not (tmp_path / "w" / "outputs.npz").exists()

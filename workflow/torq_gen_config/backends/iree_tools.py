@@ -12,8 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.lazy import np
+from ..core.logs import append_record
 from ..core.tools import bounded_message, find_tool, run_tool
+from ..mlir.importer import has_stored_weights, write_with_weights
 from .base import CompiledArtifact, StageError, raise_for_tool_failure
+
+#: the folder beside a module where an MLIR file that refers to weight-store bytes is written
+#: out with them for its compile (same file name: diagnostics name it; kept when the compile fails)
+WITH_WEIGHTS_DIR = ".with_weights"
 
 #: The exported function of every layer module (the ONNX graph is named "main"
 #: before import, and the importer names the function after the graph).
@@ -112,11 +118,25 @@ def compile_mlir_module(argv: list[str], *, tool: str, out: Path, mlir_path: str
         ``vmfb_bytes``, ``signature`` (:func:`parse_mlir_signature`), bounded
         ``compiler_stderr`` when not empty, and the backend's own ``info`` keys.
 
+    An MLIR file whose weights are references to the weight store (a layer imported with
+    ``stored_by_reference``, or a batch merged from such layers) is first written out with
+    them (:func:`~torq_gen_config.mlir.importer.write_with_weights`) to
+    ``<out's folder>/.with_weights/<its name>``, which the tool compiles in its place; that
+    copy is removed after a successful compile and kept after a failed one (the log's
+    command line names it, to rerun).
+
     Raises:
         StageError: the tool timed out, crashed, failed or wrote no module
             (:func:`~torq_gen_config.backends.base.raise_for_tool_failure`); a
             partial module is removed.
     """
+    full = None
+    if has_stored_weights(mlir_path):
+        full = out.parent / WITH_WEIGHTS_DIR / Path(mlir_path).name
+        write_with_weights(mlir_path, full)
+        names = {os.fspath(mlir_path), os.path.abspath(mlir_path)}
+        argv = [str(full.absolute()) if a in names else a for a in argv]
+        append_record(log_path, f"{mlir_path} refers to the weight store: compiled as {full} (the weights written in)")
     try:
         res = run_tool(argv, timeout_s=timeout_s, cwd=cwd, log_path=log_path)
         raise_for_tool_failure(res, tool=tool, during="compile", timeout_s=timeout_s)
@@ -125,6 +145,12 @@ def compile_mlir_module(argv: list[str], *, tool: str, out: Path, mlir_path: str
     except BaseException:
         out.unlink(missing_ok=True)
         raise
+    if full is not None:
+        full.unlink(missing_ok=True)
+        try:
+            full.parent.rmdir()
+        except OSError:  # another compile's copy is there
+            pass
     try:
         signature = parse_mlir_signature(mlir_path)
     except OSError:

@@ -14,11 +14,13 @@ import os
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.fileio import atomic_write_text
-from ..core.external_data import is_external, load_model, stored_bytes
+from ..core.external_data import external_entries, is_external, load_model, stored_bytes
+from ..core.lazy import np
 from ..core.lazy import ir, iree_importer_overrides, onnx_importer, util
 from ..core.weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, parameter_key
 
@@ -29,7 +31,7 @@ _LOC = re.compile(r'loc\("(?P<file>.*)":(?P<line>\d+):(?P<col>\d+)\)')
 
 
 def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *, record_locations: bool = False,  # noqa: F821
-                 elide_weights: bool = False, parameters: bool = False) -> dict:
+                 elide_weights: bool = False, parameters: bool = False, stored_by_reference: bool = False) -> dict:
     """Import an in-memory ONNX model to MLIR and write it to ``mlir_path`` atomically.
 
     Args:
@@ -50,6 +52,12 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
             ``torch_c.from_builtin_tensor`` where the constant was (the form of
             iree's own ``iree-import-onnx --externalize-params``); the module then
             runs with ``--parameters=model=<the store>``. Other tensors stay inline.
+        stored_by_reference: each resource whose bytes are in the weight store is
+            written as a reference to them (``"torq-gen-config-stored:<offset>:<length>:<file>"``,
+            :func:`write_with_weights`) instead of their hex text (twice their size):
+            the file is then compiled through :func:`write_with_weights`, which any
+            compile of :func:`~torq_gen_config.backends.iree_tools.compile_mlir_module`
+            does; ``iree-compile`` refuses the file as it is (not hex).
 
     Returns:
         ``{"import_ms": float, "locations": [per node: {"line", "col", "mlir_op",
@@ -88,7 +96,11 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
                 data = stored_bytes(initializer) if is_external(initializer) else initializer.raw_data
                 value = ir.DenseResourceElementsAttr.get_from_buffer(
                     data, cc._sanitize_name(initializer.name), cc.tensor_proto_to_builtin_type(initializer), alignment=8)
-                blobs[_resource_key(str(value))] = data  # printed by _write_asm, streamed
+                if stored_by_reference and is_external(initializer):  # where its bytes are, not the bytes
+                    e = external_entries(initializer)
+                    blobs[_resource_key(str(value))] = _StoredRef(e["location"], int(e.get("offset", 0)), len(data))
+                else:
+                    blobs[_resource_key(str(value))] = data  # printed by _write_asm, streamed
                 op = ir.Operation.create(name="torch.operator", results=[cc.tensor_proto_to_type(initializer)],
                                          attributes={"name": ir.StringAttr.get("onnx.Constant"),
                                                      "torch.onnx.value": value})
@@ -143,6 +155,9 @@ _RESOURCE_LINE = re.compile(r'      ("(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.-]*
 _BLOB_PREFIX = "0x08000000"
 #: bytes hexed at a time when a blob is written out
 _HEX_CHUNK = 8 << 20
+#: a resource value that names weight-store bytes instead of holding them (not hex: no tool
+#: but :func:`write_with_weights` reads it)
+STORED_PREFIX = "torq-gen-config-stored:"
 
 
 def _resource_key(attr_text: str) -> str:
@@ -197,11 +212,12 @@ def _write_asm(module, mlir_path: str | os.PathLike, blobs: dict, *, elide: bool
                 for i, key in enumerate(order):
                     if key in present:
                         f.write(present[key])
+                    elif isinstance(blobs[key], _StoredRef):
+                        ref = blobs[key]
+                        f.write(f'      {key}: "{STORED_PREFIX}{ref.offset}:{ref.length}:{ref.location}"')
                     else:
-                        f.write(f'      {key}: "{_BLOB_PREFIX}')
-                        data = memoryview(blobs[key]).cast("B")
-                        for k in range(0, len(data), _HEX_CHUNK):
-                            f.write(data[k:k + _HEX_CHUNK].hex().upper())
+                        f.write(f'      {key}: "')
+                        _write_hex(f, blobs[key])
                         f.write('"')
                     f.write(",\n" if i < len(order) - 1 else "\n")
                 f.write("    }\n  }\n#-}\n")
@@ -211,6 +227,68 @@ def _write_asm(module, mlir_path: str | os.PathLike, blobs: dict, *, elide: bool
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@dataclass(frozen=True)
+class _StoredRef:
+    """Where a resource's bytes are in the weight store (absolute file, byte offset, length)."""
+
+    location: str
+    offset: int
+    length: int
+
+
+def _write_hex(f, data) -> None:
+    """A blob's printed value (without quotes): the alignment prefix, then its bytes as hex, in chunks."""
+    f.write(_BLOB_PREFIX)
+    view = memoryview(data).cast("B")
+    for k in range(0, len(view), _HEX_CHUNK):
+        f.write(view[k:k + _HEX_CHUNK].hex().upper())
+
+
+_STORED_ENTRY = re.compile(r'(      (?:"(?:[^"\\]|\\.)*"|[A-Za-z_][A-Za-z0-9_$.-]*): )"' + re.escape(STORED_PREFIX)
+                           + r'(\d+):(\d+):(.*)"(,?)\n?\Z')
+
+
+def has_stored_weights(mlir_path: str | os.PathLike) -> bool:
+    """Whether an MLIR file refers to weight-store bytes (:func:`import_model`'s
+    ``stored_by_reference``) and so must be written out with them before it is compiled.
+    Reads the file in blocks (a file with hex weights is read once, as its compile would)."""
+    marker = f'"{STORED_PREFIX}'.encode()
+    tail = b""
+    with open(mlir_path, "rb") as f:
+        while block := f.read(8 << 20):
+            if marker in tail + block:
+                return True
+            tail = block[-len(marker):]
+    return False
+
+
+def write_with_weights(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Write ``src`` to ``dst`` with each weight-store reference replaced by the bytes it
+    names, as hex: the importer's own text form, line for line (compiler diagnostics keep
+    their ``line:col``), the bytes read from a memory map of the store and written in
+    chunks (no copy of a weight in memory).
+
+    Raises:
+        OSError: a file cannot be read or written.
+        ValueError: a referenced file is shorter than the reference says (the store changed).
+    """
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    with open(src, encoding="utf-8") as fin, open(dst, "w", encoding="utf-8") as fout:
+        for line in fin:
+            m = _STORED_ENTRY.match(line) if STORED_PREFIX in line else None
+            if m is None:
+                fout.write(line)
+                continue
+            offset, length, location = int(m.group(2)), int(m.group(3)), m.group(4)
+            if os.path.getsize(location) < offset + length:
+                raise ValueError(f"{src}: {location} has {os.path.getsize(location)} bytes, a weight ends at "
+                                 f"{offset + length} (the weight store changed since the import)")
+            fout.write(f'{m.group(1)}"')
+            _write_hex(fout, np.memmap(location, dtype=np.uint8, mode="r", offset=offset, shape=(length,))
+                       if length else b"")
+            fout.write(f'"{m.group(5)}\n')
 
 
 def _read_locations(ctx, mlir_path: Path, nodes: list, spans: list[tuple[int, int]]) -> list[dict]:
@@ -250,7 +328,9 @@ def _onnx_op_name(op) -> str | None:
 
 def import_layer(onnx_path: str | os.PathLike, mlir_path: str | os.PathLike, parameters: bool = False) -> dict:
     """Import one layer model file to MLIR; never raises for importer failures.
-    ``parameters``: its stored tensors as IREE parameters (:func:`import_model`).
+    ``parameters``: its stored tensors as IREE parameters (:func:`import_model`); else
+    its stored weights are references to the weight store (``stored_by_reference``), not
+    hex: the file holds the layer's ops, its compile writes the weights in.
 
     Returns:
         ``{"status": "ok"|"error", "message": str|None, "import_ms": float}``. On
@@ -260,7 +340,7 @@ def import_layer(onnx_path: str | os.PathLike, mlir_path: str | os.PathLike, par
     t0 = time.perf_counter()
     try:
         model = load_model(onnx_path, weights=False)  # the importer maps the stored weights
-        res = import_model(model, mlir_path, parameters=parameters)
+        res = import_model(model, mlir_path, parameters=parameters, stored_by_reference=True)
         return {"status": "ok", "message": None, "import_ms": res["import_ms"]}
     except Exception as e:  # importer errors come as many exception types
         atomic_write_text(mlir_path, "")

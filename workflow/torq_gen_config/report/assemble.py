@@ -100,6 +100,8 @@ def assemble_report(*, model_name: str, manifest: str, prepare_info: str, locati
                 p = Path(layer_result_file(results_root, layer["slug"], name))
                 if p.exists():
                     per[name] = _read_result(p)
+                    if per[name].get("outputs_file"):  # kept beside the result: named from the report's folder
+                        per[name]["outputs_file"] = os.path.relpath(p.parent / per[name]["outputs_file"], output_dir)
             _add_engines_agreement(per, Path(results_root) / layer["slug"] / LAYER_REFERENCE_FILE)
             for name, r in per.items():
                 version = (r.get("reference") or {}).get("ort_version")

@@ -103,6 +103,8 @@ def _executor_entry(layer_id: str, name: str, result: Mapping, default_tolerance
         entry["reference_fallback"] = reference["fallback"]
     if result.get("reference_check"):
         entry["reference_check"] = dup(result["reference_check"])
+    if result.get("outputs_file"):  # the executor's outputs, kept where the verdict is not a success
+        entry["outputs_file"] = result["outputs_file"]
     return entry
 
 

@@ -181,6 +181,8 @@ def render_layer(report: Mapping, layer: str, console: rich_console.Console) -> 
                 _line(console, "    message:")
                 for ln in lines:
                     _line(console, f"      {ln}")
+        if entry.get("outputs_file"):
+            _line(console, f"    outputs kept:      {entry['outputs_file']}")
         _line(console, f"    tolerance used:    {_fmt_tol(entry.get('tolerance_used'))}")
         levels = (entry.get("metrics") or {}).get("quantized_levels")
         if levels:
