@@ -50,3 +50,44 @@ def test_stored_weights_print_as_mlir_does_and_elide(tmp_path):
     import_model(xd.load_model(tmp_path / "m.onnx", weights=False), elided, elide_weights=True)
     assert w.tobytes().hex().upper()[:64] not in elided.read_text()
     assert elided.read_text().split("\n{-#")[0] == text.split("\n{-#")[0]  # the same ops on the same lines
+
+
+def test_stored_weights_by_reference_are_written_in_for_a_compile(tmp_path):
+    """A layer imported with its weights referred to in the store is a few hundred bytes;
+    written out with them it is, byte for byte, the hex import; its compile goes through that
+    copy (removed after), and a store cut short is named."""
+    from torq_gen_config.backends import make_backend
+    from torq_gen_config.mlir.importer import has_stored_weights, write_with_weights
+
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((64, 64), dtype=np.float32)
+    m = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [tvi("x", TensorProto.FLOAT, [1, 64])],
+                   [tvi("y", TensorProto.FLOAT, [1, 64])], [numpy_helper.from_array(w, "W")])
+    m.graph.name = "main"  # the function the runtime calls, as in the split's layer models
+    ws.externalize(m, tmp_path / ws.STORE_FILE)
+    onnx.save(m, tmp_path / "m.onnx")
+    hexed, ref = tmp_path / "hex.mlir", tmp_path / "layer" / "model.mlir"
+    import_model(xd.load_model(tmp_path / "m.onnx", weights=False), hexed)
+    import_model(xd.load_model(tmp_path / "m.onnx", weights=False), ref, stored_by_reference=True)
+    assert ref.stat().st_size < 2000 < w.nbytes < hexed.stat().st_size
+    assert has_stored_weights(ref) and not has_stored_weights(hexed)
+    assert ref.read_text().split("\n{-#")[0] == hexed.read_text().split("\n{-#")[0]  # the same ops, same lines
+    write_with_weights(ref, tmp_path / "full.mlir")
+    assert (tmp_path / "full.mlir").read_text() == hexed.read_text()
+    backend = make_backend({"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}})
+    log = tmp_path / "compile.log"
+    art = backend.compile(onnx_path=None, mlir_path=str(ref), work_dir=str(tmp_path / "w"), timeout_s=120,
+                          log_path=str(log))
+    x = rng.standard_normal((1, 64), dtype=np.float32)
+    out, _ = backend.run(art, inputs={"x": x}, input_names=["x"], output_names=["y"], work_dir=str(tmp_path / "w"),
+                         timeout_s=60, log_path=None)
+    np.testing.assert_allclose(out["y"], x @ w, rtol=1e-4, atol=1e-4)
+    assert "refers to the weight store" in log.read_text() and not (tmp_path / "w" / ".with_weights").exists()
+    # the store cut short: the reference names it, nothing compiles on garbage
+    store = tmp_path / ws.STORE_FILE
+    store.write_bytes(store.read_bytes()[:100])
+    try:
+        write_with_weights(ref, tmp_path / "again.mlir")
+        raise AssertionError("a store cut short went unnoticed")
+    except ValueError as e:
+        assert "weight store changed" in str(e)
