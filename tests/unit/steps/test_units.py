@@ -3,6 +3,7 @@ per-layer keys that keep what is up to date inside a unit job."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -97,3 +98,34 @@ def test_changed_outside_names_an_edited_or_deleted_output(tmp_path):
     assert changed_outside(out) == "changed"
     out.unlink()
     assert changed_outside(out) == "deleted"
+
+
+def test_a_unit_key_file_holds_its_members_keys_and_finds_those_of_a_moved_layer(tmp_path):
+    """One key file per unit job (units/<unit>/<job>.keys.json) instead of a file beside
+    each output; a layer now in another unit (a layer added before it) finds its key in
+    the file of the unit it was in, so it is not tested again."""
+    layer = tmp_path / "layers" / "A" / "llvm-cpu" / "result.json"
+    layer.parent.mkdir(parents=True)
+    layer.write_text('{"status": "success"}')
+    u0 = units.unit_key_file(tmp_path / "units" / "0000" / "prepared.json", "llvm-cpu")
+    assert u0.path == tmp_path / "units" / "0000" / "llvm-cpu.keys.json"
+    assert not units.is_current(layer, "k", keys=u0)
+    units.record_key(layer, "k", u0)
+    assert units.is_current(layer, "k", keys=u0) and not units.is_current(layer, "k2", keys=u0)
+    assert not (layer.parent / "result.json.key").exists()  # no file beside the output
+    assert list(json.loads(u0.path.read_text())) == ["../../layers/A/llvm-cpu/result.json"]
+    # read again by a later job; the same layer now in unit 0001
+    u1 = units.unit_key_file(tmp_path / "units" / "0001" / "prepared.json", "llvm-cpu")
+    assert units.is_current(layer, "k", keys=u1)
+    assert units.changed_outside(layer, u1) is None
+    layer.write_text('{"status": "error"}')  # edited outside the workflow
+    assert not units.is_current(layer, "k", keys=units.KeyFile(u1.path)) and units.changed_outside(layer, u1) == "changed"
+    units.record_key(layer, "k", u1)
+    assert units.is_current(layer, "k", keys=units.KeyFile(u1.path))
+    units.drop_key(layer, u1)
+    assert json.loads(u1.path.read_text()) == {}
+    # unit 0000's entry is older than the file: it no longer counts
+    assert not units.is_current(layer, "k", keys=units.KeyFile(u1.path))
+    # a damaged key file: its members are made again, nothing raises
+    u0.path.write_text("{not json")
+    assert units.KeyFile(u0.path).recorded(layer) is None

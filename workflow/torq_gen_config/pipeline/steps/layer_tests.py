@@ -31,7 +31,8 @@ from .markers import (
     was_skipped,
 )
 from .split import import_layer_job
-from .units import changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key
+from .units import (changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key,
+                    unit_key_file)
 from .quantize import quantize_failure
 
 @records_failure
@@ -188,7 +189,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     A verdict file edited, damaged or deleted outside the workflow no longer matches
     its key (:func:`.units.is_current`) and is tested again.
 
-    Files: ``layers_dir/<slug>/<executor>/result.json`` (+ ``.key``), logs
+    Files: ``layers_dir/<slug>/<executor>/result.json`` (its key in the unit's
+    ``units/<unit>/<executor>.keys.json``, beside ``prepared``), logs
     ``logs_dir/test_layer/<slug>.<executor>.log`` (of a ``success`` folded into the unit's
     log ``logs_dir/test_unit/<unit>.<executor>.log`` once it is written, unless ``only``) and
     ``logs_dir/compile_batch/<executor>.<batch id>.log``, batches
@@ -240,6 +242,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             record_key(paths["info"], key)
     record, damaged = [], []
     unit_log = os.path.join(logs_dir, "test_unit", f"{unit}.{name}.log")
+    keys = unit_key_file(prepared, name)  # the members' verdict keys, one file for the unit and executor
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
@@ -257,14 +260,14 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         due = ((not skip_mode and was_skipped(os.path.dirname(result)))
                or timed_out_under_smaller(result, timeout_s)
                or (skip_mode and newer_than(earlier_results, result)))
-        if not (due or force) and is_current(result, key):
+        if not (due or force) and is_current(result, key, keys=keys):
             record.append({"slug": slug, "status": _status_of(result), "tested": False, "result": file_identity(result)})
             continue
-        changed = None if force else changed_outside(result)
+        changed = None if force else changed_outside(result, keys)
         if changed:  # said once, here (not in the "[executor] layer: verdict" form): the verdict line follows
             sys.stdout.write(f"{slug} on {name}: result.json {changed} outside the workflow since it was written: "
                              f"testing it again\n")
-        drop_key(result)
+        drop_key(result, keys)
         os.makedirs(os.path.dirname(result), exist_ok=True)
         if not skip_mode:
             consume_marker(os.path.join(os.path.dirname(result), SKIPPED_MARKER))
@@ -279,7 +282,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
         except DamagedWorkFile as e:  # removed: the unit's preparation must run again
             damaged.append(e)
             continue
-        record_key(result, key)
+        record_key(result, key, keys)
         record.append({"slug": slug, "status": _status_of(result), "tested": True, "result": file_identity(result)})
         if record[-1]["status"] == "success" and wanted is None:  # a re-target's log is its rule's log: kept
             fold_log(layer_log, unit_log, f"{slug} on {name}")

@@ -20,7 +20,7 @@ from ...model import split as model_split
 from ...reference import compute_reference, propagate_layer_inputs
 from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
 from .quantize import quantize_layer_job, quantized_input_ranges
-from .units import drop_key, file_identity, is_current, make_key, record_key
+from .units import drop_key, file_identity, is_current, make_key, record_key, unit_key_file
 from ...core.limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
 from ...core.external_data import load_model
 from ...core.value_store import ValueStore, write_record
@@ -183,6 +183,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
     record, failed = [], []
     values_dir = os.path.join(os.path.dirname(os.path.abspath(layers_dir)), VALUES_DIR)
     unit_log = os.path.join(logs_dir, "prepare_unit", f"{unit}.log")
+    keys = unit_key_file(prepared, "prepared")  # the members' keys, one file for the unit
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
@@ -192,40 +193,40 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
             if quantize is not None:
                 quantized, qinfo = os.path.join(d, "quantized.onnx"), os.path.join(d, "quantize.json")
                 key = make_key({"quantize": quantize}, [model, ranges, full_quant_info])
-                if force or not is_current(qinfo, key, quantized):
-                    drop_key(qinfo)
+                if force or not is_current(qinfo, key, quantized, keys=keys):
+                    drop_key(qinfo, keys)
                     log = _fresh_log(logs_dir, "quantize_layer", slug)
                     quantize_layer_job(layer_onnx=model, ranges=ranges, quantized=quantized, info=qinfo,
                                        settings=quantize, full_model_info=full_quant_info, timeout_s=timeout_s,
                                        log=log)
-                    record_key(qinfo, key)
+                    record_key(qinfo, key, keys)
                     redone.append("quantize")
                 model = quantized
             reference = os.path.join(d, LAYER_REFERENCE_FILE)
             inputs = os.path.join(d, LAYER_INPUTS_FILE) if layer_inputs == "propagate" else None
             key = make_key({"inputs": input_settings, "layer_inputs": layer_inputs, "engine": engine,
                             "precision": precision}, [model, inputs, ranges if quantize is not None else None])
-            if force or timed_out_under_smaller(reference, timeout_s) or not is_current(reference, key):
-                drop_key(reference)
+            if force or timed_out_under_smaller(reference, timeout_s) or not is_current(reference, key, keys=keys):
+                drop_key(reference, keys)
                 consume_marker(reference + TIMED_OUT_SUFFIX)
                 reference_job(layer_onnx=model, reference=reference, values_dir=values_dir,
                               input_settings=input_settings, inputs_path=inputs,
                               calibration=ranges if quantize is not None else None, engine=engine,
                               timeout_s=timeout_s, tolerance=tolerance,
                               log=(log := _fresh_log(logs_dir, "layer_reference", slug)))
-                record_key(reference, key)
+                record_key(reference, key, keys)
                 redone.append("reference")
                 _fold_if_ok(log, reference, unit_log, f"{slug}: reference")
             if import_mlir:
                 mlir, status = os.path.join(d, "model.mlir"), os.path.join(d, "import.json")
                 external = parameters == "external"  # in the key only then: inline keeps the old keys
                 key = make_key({"precision": precision, **({"parameters": parameters} if external else {})}, [model])
-                if force or timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir):
-                    drop_key(status)
+                if force or timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir, keys=keys):
+                    drop_key(status, keys)
                     consume_marker(status + TIMED_OUT_SUFFIX)
                     import_layer_job(layer_onnx=model, mlir=mlir, status=status, timeout_s=timeout_s,
                                      log=(log := _fresh_log(logs_dir, "import_layer", slug)), parameters=external)
-                    record_key(status, key)
+                    record_key(status, key, keys)
                     redone.append("import")
                     _fold_if_ok(log, status, unit_log, f"{slug}: MLIR import")
         except Exception as e:  # noqa: BLE001 - one layer's bug must not stop the unit's others
