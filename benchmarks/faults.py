@@ -908,7 +908,7 @@ def sc_hanging_reference(ctx: Ctx) -> None:
     ctx.expect_report(out, "hangloop", [("Loop_*", "*", "unverified", "reference"), ("Relu_*", "*", "success", None),
                                         ("Neg_*", "*", "success", None)])
     ctx.check_dir(out, report=True, name="hangloop")
-    rec = list((out / "work" / "hangloop" / "layers").glob("Loop_*/reference.npz.timed-out"))
+    rec = list((out / "work" / "hangloop" / "layers").glob("Loop_*/reference.json.timed-out"))
     if not rec:
         ctx.problems.append("the reference's timeout is not recorded (a larger --timeout would not redo it)")
     del step

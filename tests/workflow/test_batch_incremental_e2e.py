@@ -1,7 +1,9 @@
 """Compile batches keep per-layer incrementality (docs/compile_batches.md, "Reruns"):
 a batch recompiled for one member retests no other member (each verdict's key holds its
 own inputs, not the batch's module), another membership recompiles batches but retests nothing, a larger ``--timeout`` redoes only what timed out, and switching
-between batches and one-layer compiles retests the batched executors' layers.
+between batches and one-layer compiles retests the batched executors' layers. The runs
+keep their batches' modules (``--keep-work all``: the reuse of a module is what is checked;
+the default ``minimal`` removes them once the report is written).
 
 Marked ``slow``: each test runs discovery with the real tools.
 """
@@ -50,7 +52,8 @@ def test_membership_mode_and_changed_member(tmp_path):
     model = mixed_model(tmp_path / "mixed.onnx")
     out = tmp_path / "out"
     # generated layer inputs: a change of Conv's weights changes no other layer's inputs
-    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--layer-inputs", "random"]
+    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--keep-work", "all",
+           "--layer-inputs", "random"]
     ok(run_cli(*run, "--compile-batch", "3"))  # [Conv Relu LpPool] [Cast Abs Cast] [Sigmoid]
     w = work(out)
     stamps = Stamps(w)
@@ -111,7 +114,7 @@ def test_dedup_layers_and_deleted_result(tmp_path):
     duplicates copy the verdicts; a deleted verdict is redone alone, from its batch's module."""
     model = twice_model(tmp_path / "twice.onnx")
     out = tmp_path / "out"
-    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q"]
+    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--keep-work", "all"]
     ok(run_cli(*run))
     w = work(out)
     stamps = Stamps(w)
@@ -134,7 +137,8 @@ def test_larger_timeout_redoes_only_what_timed_out(tmp_path):
     --timeout the batch and the timed-out verdicts are redone, the others are not."""
     model = mixed_model(tmp_path / "mixed.onnx")
     out = tmp_path / "out"
-    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--layer-inputs", "random",
+    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--keep-work", "all",
+           "--layer-inputs", "random",
            "--compile-batch", "3"]
     ok(run_cli(*run, "--timeout", "0.5"))
     w = work(out)

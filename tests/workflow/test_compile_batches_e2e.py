@@ -111,7 +111,8 @@ def test_retarget_and_reruns_stay_per_layer_or_batch(tmp_path):
     model = mixed_model(tmp_path / "mixed.onnx")
     out = tmp_path / "out"
     # generated layer inputs: a change of Conv's weights changes no other layer's inputs
-    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--compile-batch", "3",
+    # the batches' modules are kept (the reuse of a module is what is checked)
+    run = ["discover", "--model", model, "--output-dir", out, "-j", "2", "-q", "--keep-work", "all", "--compile-batch", "3",
            "--layer-inputs", "random"]
     ok(run_cli(*run))
     w = work(out)

@@ -370,8 +370,11 @@ def test_log_file_and_compiler_options(tmp_path):
     assert retested == ["[llvm-cpu]"] * 3 + ["[vmvx]"] * 3, r.stdout
     report, _ = load_outputs(out, "failing")
     assert report["provenance"]["options"]["compiler_options"] == ["--iree-opt-const-eval=false"]
-    log = (work(out) / "logs" / "test_layer" / "Relu_a.llvm-cpu.log").read_text()
-    assert "--iree-opt-const-eval=false" in log
+    # Relu_a succeeded: its test's log is folded into its unit's log; LpPool_p's (a compile error) is its own
+    assert not (work(out) / "logs" / "test_layer" / "Relu_a.llvm-cpu.log").exists()
+    log = (work(out) / "logs" / "test_unit" / "0000.llvm-cpu.log").read_text()
+    assert "--- Relu_a on llvm-cpu" in log and "--iree-opt-const-eval=false" in log
+    assert "--iree-opt-const-eval=false" in (work(out) / "logs" / "test_layer" / "LpPool_p.llvm-cpu.log").read_text()
 
 
 def test_skip_mode(tmp_path):

@@ -24,6 +24,9 @@ from onnx import numpy_helper
 from test_output_schemas import validate_tree
 
 pytestmark = pytest.mark.slow
+#: the runs keep their modules and run files (what these tests look at: a module reused, the
+#: values its run wrote); the default, minimal, removes them once the report is written
+KEEP = ("--keep-work", "all")
 NAME = "mlp"
 
 
@@ -82,7 +85,7 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     for layer, ex in (("ALL", "llvm-cpu"), (relu, "vmvx")):
         assert run_cli("edit", *common, "--layer", layer, "--executor", ex).returncode == 0
 
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     fm = _report(out)["full_model"]
     assert fm["mode"] == "module" and fm["status"] == "success", fm.get("summary")
@@ -103,11 +106,11 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     assert "full_module_placement.schema.yaml" in seen
 
     # unchanged assignment: the module is not compiled again
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q")
     assert r.returncode == 0, r.stderr[-2000:]
     assert _module_compiled(out) == first
     # a runtime option runs the module again with it, without compiling it again
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q", "--runtime-option=--task_topology_group_count=1")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q", "--runtime-option=--task_topology_group_count=1")
     assert r.returncode == 0, r.stderr[-2000:]
     assert _module_compiled(out) == first
     log = "\n".join(p.read_text() for p in (work(out) / "logs").rglob("run_full_model*.log"))
@@ -117,7 +120,7 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     # (with --debug-ir: the placed IR, the stream-level IR, the sources and the record)
     assert run_cli("edit", *common, "--layer", mm, "--executor", "vmvx").returncode == 0
     dbg = out.parent / "dbg"
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q", "--debug-ir", dbg)
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q", "--debug-ir", dbg)
     assert r.returncode == 0, r.stderr[-2000:]
     now = _module_compiled(out)
     assert len(now) == 1 and set(now) != set(first)
@@ -129,20 +132,20 @@ def test_module_mode_placement_cache_and_fallback(discovered):
     assert list((mod_dbg / "sources").glob("*.mlir"))
     assert f"Debug IR:      {dbg}/{mod_dbg.name} (README.txt)" in r.stdout
     shutil.rmtree(dbg)  # removed by hand: the next run writes it again
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q", "--debug-ir", dbg)
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q", "--debug-ir", dbg)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (mod_dbg / "README.txt").is_file() and "planning the run again" in r.stdout
 
     # auto with ort in the assignment: partitions, with the reason
     assert run_cli("edit", *common, "--layer", relu, "--executor", "ort").returncode == 0
-    r = run_cli("run", *common, "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "-j", "2", "-q")
     assert r.returncode == 0, r.stderr[-2000:]
     fm = _report(out)["full_model"]
     assert fm["mode"] == "partitions" and "'ort'" in fm["mode_reason"] and "auto" in fm["mode_reason"]
     print(f"partitions: compile {fm['timing']['compile_ms_total']} ms, run {fm['timing']['run_ms_total']} ms")
 
     # module forced with ort in the assignment: one line, exit 2
-    r = run_cli("run", *common, "--run-mode", "module")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module")
     assert r.returncode == 2
     assert "--run-mode module is impossible" in one_line_error(r) and "ort" in one_line_error(r)
 
@@ -159,7 +162,7 @@ def test_compiler_json_alone_runs_as_one_module(discovered, tmp_path):
     saved = tmp_path / path.name
     path.rename(saved)
     try:
-        r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+        r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q")
         assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
         assert not path.exists()
         result = json.loads((work(out) / "full" / "result.json").read_text())
@@ -233,7 +236,7 @@ def test_transformer_block_random_assignment_module_equals_partitions(tmp_path, 
     for lid, ex in assignment.items():
         assert cli_in_process(capsys, "edit", *common, "--layer", lid, "--executor", ex).returncode == 0
 
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     fm = json.loads((out / "torq_gen_config_block.json").read_text())["full_model"]
     assert fm["mode"] == "module" and fm["status"] == "success", fm["summary"]
@@ -245,7 +248,7 @@ def test_transformer_block_random_assignment_module_equals_partitions(tmp_path, 
     assert fm["placement"]["two_backends"] == {}
     module_y = _final_output(out, "block", "y")
 
-    r = run_cli("run", *common, "--run-mode", "partitions", "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "partitions", "-j", "2", "-q")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     fm = json.loads((out / "torq_gen_config_block.json").read_text())["full_model"]
     assert fm["mode"] == "partitions" and fm["status"] == "success" and len(fm["partitions"]) > 2
@@ -286,7 +289,7 @@ def test_an_if_on_another_device_runs_there(tmp_path, capsys):
     assert cli_in_process(capsys, "edit", *common, "--layer", "ALL", "--executor", "llvm-cpu").returncode == 0
     assert cli_in_process(capsys, "edit", *common, "--layer", if_layer, "--executor", "vmvx").returncode == 0
     for attempt in ("first", "after the module directory was removed"):
-        r = run_cli("run", *common, "-j", "2", "-q")
+        r = run_cli("run", *common, *KEEP, "-j", "2", "-q")
         assert r.returncode == 0, (attempt, (r.stdout + r.stderr)[-3000:])
         fm = json.loads((out / "torq_gen_config_ifm.json").read_text())["full_model"]
         assert fm["mode"] == "module" and fm["status"] == "success", (attempt, fm.get("mode_reason"), fm["summary"])
@@ -313,19 +316,19 @@ def test_the_cli_and_snakemake_forms_share_one_compiled_module(discovered):
     report = _report(out)
     for layer, ex in (("ALL", "llvm-cpu"), (_layer(report, "Relu", 1), "vmvx")):
         assert run_cli("edit", *common, "--layer", layer, "--executor", ex).returncode == 0
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q")
     assert r.returncode == 0, r.stderr[-2000:]
     first = _module_compiled(out)
     (work(out) / "full" / "result.json").unlink()  # the Snakemake form runs the module again
     rel = os.path.relpath(out, REPO)  # a relative output_dir, as `snakemake --config output_dir=results/x`
     r = run_snakemake("--cores", "2", "full_model", "--config", f"model={model}", f"output_dir={rel}",
-                      "run_mode=module")
+                      "run_mode=module", "keep_work=all")
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     res = json.loads((work(out) / "full" / "result.json").read_text())
     assert res["mode"] == "module" and res["status"] == "success", (res.get("verdict"), r.stdout[-1500:])
     assert _module_compiled(out) == first  # the CLI's module, not compiled again
     (work(out) / "full" / "result.json").unlink()  # and back: the CLI runs what the plan of Snakemake names
-    r = run_cli("run", *common, "--run-mode", "module", "-j", "2", "-q")
+    r = run_cli("run", *common, *KEEP, "--run-mode", "module", "-j", "2", "-q")
     assert r.returncode == 0 and "is missing" not in r.stdout, (r.stdout + r.stderr)[-2000:]
     fm = _report(out)["full_model"]
     assert fm["mode"] == "module" and fm["status"] == "success" and _module_compiled(out) == first, fm.get("verdict")

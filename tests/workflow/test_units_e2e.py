@@ -135,7 +135,7 @@ def test_a_unit_stopped_half_way_keeps_what_it_finished(tmp_path):
 
     def finished() -> dict:
         try:
-            return {Path(name).parent.parent.name: None for name in json.loads(keys.read_text())}
+            return {Path(name).parent.parent.name: None for name in json.loads(keys.read_text())["keys"]}
         except (OSError, ValueError):  # not there yet
             return {}
 

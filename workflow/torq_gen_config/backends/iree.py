@@ -242,8 +242,7 @@ class IreeBackend(Backend):
         An input that is a value of the value store, memory-mapped whole
         (:func:`~torq_gen_config.core.value_store.store_file_of`), is read by the tool from
         its store file; any other is written as ``<work_dir>/in_<i>.npy``, in
-        ``input_names`` order. The written inputs and the output files are removed once the
-        outputs are read (they are returned in memory). The command is ``iree-run-module --module=<vmfb> --device=<device>
+        ``input_names`` order. The command is ``iree-run-module --module=<vmfb> --device=<device>
         --function=<info["function"], default main> --input=@in_0.npy ... --output=@out_0.npy ... <run_flags>``
         (run inside ``work_dir``); outputs are read back and named after
         ``output_names`` in order (see the module doc for dtype handling).
@@ -287,19 +286,8 @@ class IreeBackend(Backend):
 
         function = (artifact.info or {}).get("function") or FUNCTION
         argv = [self._tool("iree-run-module"), f"--module={module}", f"--device={self.device}", f"--function={function}"]
-        flags, written = self._write_inputs(work, inputs, input_names, "in")
-        argv += flags
+        argv += self._write_inputs(work, inputs, input_names, "in")
         out_files: list[tuple[str, dict | None, bool]] = []
-        try:
-            return self._run_and_read(argv, work, out_files, output_names, out_sig, signature, timeout_s, log_path)
-        finally:
-            for fname in [*written, *(f for f, _, _ in out_files)]:
-                (work / fname).unlink(missing_ok=True)
-
-    def _run_and_read(self, argv: list[str], work: Path, out_files: list, output_names: list[str], out_sig: list,
-                      signature: dict, timeout_s: float, log_path: str | None) -> tuple[dict, float]:
-        """:meth:`run`'s tool call and output read-back (``out_files`` is filled with the
-        output files named on the command line, so the caller removes them)."""
         for i, (name, sig) in enumerate(zip(output_names, out_sig)):
             raw = sig is not None and sig["dtype"] in _RAW_DTYPES
             if raw and any(d is None for d in sig["shape"]):
@@ -414,15 +402,10 @@ class IreeBackend(Backend):
         work.mkdir(parents=True, exist_ok=True)
         function = (artifact.info or {}).get("function") or FUNCTION
         argv = [self._tool("iree-benchmark-module"), f"--module={module}", f"--device={self.device}",
-                f"--function={function}"]
-        flags, written = self._write_inputs(work, inputs, input_names, prefix="bench_in")
-        argv += [*flags, f"--benchmark_repetitions={warmup + runs}", "--benchmark_min_time=1x",
-                 "--benchmark_format=json", *self.run_flags]
-        try:
-            res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
-        finally:
-            for fname in written:
-                (work / fname).unlink(missing_ok=True)
+                f"--function={function}", *self._write_inputs(work, inputs, input_names, prefix="bench_in"),
+                f"--benchmark_repetitions={warmup + runs}", "--benchmark_min_time=1x",
+                "--benchmark_format=json", *self.run_flags]
+        res = run_tool(argv, timeout_s=timeout_s, cwd=str(work), log_path=log_path)
         raise_for_tool_failure(res, tool="iree-benchmark-module", during="run", timeout_s=timeout_s)
         samples = parse_benchmark_json(res.stdout, function)
         if len(samples) != warmup + runs:
@@ -436,13 +419,10 @@ class IreeBackend(Backend):
                   "repetition(s) dropped as warm-up; excludes process start-up and module loading")
         return runtime_stats(samples[warmup:], warmup=warmup, method=method)
 
-    def _write_inputs(self, work: Path, inputs: dict, input_names: list[str],
-                      prefix: str) -> tuple[list[str], list[str]]:
-        """The ``--input=@...`` flags of the inputs and the files written for them: a
-        value-store file where the input maps one whole (no copy), else ``<prefix>_<i>.npy``
-        (or ``.bin``) in ``work``."""
+    def _write_inputs(self, work: Path, inputs: dict, input_names: list[str], prefix: str) -> list[str]:
+        """The ``--input=@...`` flags of the inputs: a value-store file where the input maps
+        one whole (no copy), else ``<prefix>_<i>.npy`` (or ``.bin``) written in ``work``."""
         flags: list[str] = []
-        written: list[str] = []
         for i, name in enumerate(input_names):
             stored = store_file_of(inputs[name])
             if stored is not None and inputs[name].dtype.name not in _RAW_DTYPES:
@@ -452,7 +432,6 @@ class IreeBackend(Backend):
             if arr.dtype.name in _RAW_DTYPES and arr.dtype.name != "bfloat16":  # float8: raw bytes + type
                 fname = f"{prefix}_{i}.bin"
                 np.require(arr, requirements="C").tofile(work / fname)
-                written.append(fname)
                 shape = "x".join(str(d) for d in arr.shape)
                 flags.append(f"--input={shape + 'x' if shape else ''}{_RAW_DTYPES[arr.dtype.name]}=@{fname}")
                 continue
@@ -460,9 +439,8 @@ class IreeBackend(Backend):
                 raise StageError("run", f"input {name!r} has dtype {arr.dtype}, which the IREE tools cannot read")
             fname = f"{prefix}_{i}.npy"
             np.save(work / fname, np.require(arr, requirements="C"), allow_pickle=False)  # keeps 0-d shapes
-            written.append(fname)
             flags.append(f"--input=@{fname}")
-        return flags, written
+        return flags
 
     def unavailable_reason(self, *, timeout_s: float = 60.0) -> str | None:
         """Why this executor's runtime device is missing here (a ``cuda``/``hip``/``vulkan``

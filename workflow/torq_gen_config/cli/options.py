@@ -72,7 +72,8 @@ def add_keep_work_option(p: argparse.ArgumentParser) -> None:
                         "<output-dir>/work/<model> (a re-target reuses its compiled batch)")
     p.add_argument("--keep-outputs", action="store_true", default=None,
                    help="keep every executor's outputs of each layer test (<layer>/<executor>/outputs.npz); by "
-                        "default they are kept only where the verdict is not a success")
+                        "default they are kept only where the verdict is not a success. Applies to the tests this run "
+                        "makes: add --recompute-cache to test again what is up to date")
 
 
 def add_reduce_options(p: argparse.ArgumentParser, *, what: str = "the run") -> None:

@@ -34,9 +34,10 @@ def tidy(msg: str | None) -> str:
 
 def discover_command(model: Path, out: Path, *, tool_timeout_s: float, input_data: Path | None = None,
                      skip_executors: list[str] | None = None, config_file: str | None = None) -> list[str]:
-    """The ``discover`` command line of one test: one job, line-based progress."""
+    """The ``discover`` command line of one test: one job, line-based progress; the layers'
+    compiled modules and MLIR kept (``--keep-work all``): :func:`rerun_executor` runs them again."""
     cmd = [sys.executable, "-m", "torq_gen_config", "discover", "--model", str(model), "--output-dir", str(out),
-           "-j", "1", "-q", "--timeout", str(max(10, int(tool_timeout_s)))]
+           "-j", "1", "-q", "--timeout", str(max(10, int(tool_timeout_s))), "--keep-work", "all"]
     if config_file:
         cmd += ["--config-file", str(config_file)]
     if skip_executors:

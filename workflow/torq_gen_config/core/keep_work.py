@@ -117,6 +117,30 @@ def freed_by(paths: Iterable[str | os.PathLike]) -> int:
 
 #: the files a layer's run reads and writes beside its result (the runtime's inputs and outputs)
 RUN_IO = ("in_*.npy", "out_*.npy", "in_*.bin", "out_*.bin", "bench_in_*.npy", "bench_in_*.bin")
+#: folders of those files of a backend that keeps them apart (torq: inputs/input_<i>.bin, outputs/output_<i>.bin)
+RUN_IO_DIRS = ("inputs", "outputs")
+
+
+def remove_run_files(directory: str | os.PathLike) -> int:
+    """Remove the runtime's input and output files of a finished layer test from its folder
+    (:data:`RUN_IO`, and the ``.bin`` files of :data:`RUN_IO_DIRS`): the test compared the
+    outputs in memory and keeps what it needs (its verdict, ``outputs.npz`` where it is not a
+    success). Returns the number of files removed."""
+    d = Path(directory)
+    removed = 0
+    for pattern in RUN_IO:
+        for p in d.glob(pattern):
+            p.unlink(missing_ok=True)
+            removed += 1
+    for sub in RUN_IO_DIRS:
+        for p in (d / sub).glob("*.bin"):
+            p.unlink(missing_ok=True)
+            removed += 1
+        try:
+            (d / sub).rmdir()
+        except OSError:  # absent, or something else is there
+            pass
+    return removed
 
 
 def _successes(work: Path) -> set[tuple[str, str]]:

@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from .errors import DamagedWorkFile
 from .fileio import atomic_write_bytes, damaged_work_file, json_bytes, write_bytes_if_changed
 from .lazy import ml_dtypes, np
 
@@ -95,6 +96,7 @@ class ValueStore:
             try:
                 with os.fdopen(fd, "wb") as f:
                     np.save(f, stored, allow_pickle=False)
+                os.chmod(tmp, 0o644)  # as the other work files (mkstemp makes it 0600)
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -107,9 +109,9 @@ class ValueStore:
         values are read into memory (nothing to map).
 
         Raises:
-            DamagedWorkFile: the store file is missing or does not hold the recorded
-                dtype and shape (removed, edited or cut short outside the workflow); the
-                message names it.
+            DamagedWorkFile: the store file is gone, or does not hold the recorded dtype
+                and shape (edited or cut short outside the workflow: then it is removed);
+                the message names it.
         """
         path = self.path(ref)
         shape = [int(d) for d in ref["shape"]]
@@ -128,8 +130,10 @@ class ValueStore:
                     raise ValueError(f"holds {a.dtype.name}, the record says {dtype}")
                 a = a.view(special)
             return a
+        except FileNotFoundError:
+            raise DamagedWorkFile(f"work file {path} (a value of the value store) is gone") from None
         except (OSError, ValueError, EOFError) as e:
-            raise damaged_work_file(path, e, redo="make the layer's values again") from None
+            raise damaged_work_file(path, e, redo="make the values again") from None
 
     def load_all(self, refs: Mapping[str, Mapping], **kwargs) -> dict:
         """``{name: value}`` for a mapping of names to references (:meth:`load`)."""

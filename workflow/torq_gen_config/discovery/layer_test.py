@@ -22,6 +22,7 @@ from .. import backends
 from ..backends.base import StageError
 from ..compare import compare_on_model, judge, shown_status
 from ..core.fileio import save_npz, write_json
+from ..core.keep_work import remove_run_files
 from ..core.layout import EXECUTOR_OUTPUTS_FILE
 from ..core.lazy import onnx
 from ..core.logs import append_record
@@ -71,8 +72,9 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
             compiled alone, as without a batch.
         keep_outputs: keep the executor's outputs of a ``success`` too.
 
-    The executor's outputs are compared as they come (the backend removes its own run
-    files); they are written to ``<work_dir>/outputs.npz`` (``result["outputs_file"]``
+    The executor's outputs are compared as they come, and the runtime's run files in
+    ``work_dir`` are removed (:func:`~torq_gen_config.core.keep_work.remove_run_files`); the
+    outputs are written to ``<work_dir>/outputs.npz`` (``result["outputs_file"]``
     names it, relative to the result) where the verdict is ``difference`` or
     ``unverified``, or with ``keep_outputs``; otherwise an older ``outputs.npz`` is removed.
 
@@ -330,6 +332,7 @@ def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) ->
 
 
 def _finish(result: dict, result_path: str, log_path: str | None) -> dict:
+    remove_run_files(Path(result_path).parent)  # compared in memory; outputs.npz keeps what is kept
     write_json(result_path, result, compact=True)
     append_record(log_path, f"verdict: {result['status']}"
                             f"{' - ' + result['failure_report']['summary'] if result['failure_report'] else ''}")

@@ -101,7 +101,8 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
 def import_partition(model_path: str, mlir_path: str, parameters: bool = False) -> dict:
     """Import one partition's ONNX model into ``mlir_path`` (written atomically, only
     on success) with :func:`torq_gen_config.mlir.importer.import_model` (``parameters``:
-    the stored weights as IREE parameters); never raises.
+    the stored weights as IREE parameters; else they are references to the weight store,
+    written in for each compile: ``stored_by_reference``); never raises.
 
     Returns:
         ``{"status": "ok"|"error", "stage": None|"import", "message": str|None
@@ -110,7 +111,8 @@ def import_partition(model_path: str, mlir_path: str, parameters: bool = False) 
     """
     mode = "external" if parameters else "inline"
     try:
-        imp = import_model(load_model(model_path, weights=False), mlir_path, parameters=parameters)
+        imp = import_model(load_model(model_path, weights=False), mlir_path, parameters=parameters,
+                           stored_by_reference=True)
     except Exception as e:  # importer errors come as many exception types
         return {"status": "error", "stage": "import", "message": f"{type(e).__name__}: {str(e).strip()}",
                 "import_ms": None, "parameters": mode}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import time
 from pathlib import Path
 from typing import Mapping
@@ -16,6 +15,7 @@ from ..backends import make_backend
 from ..core.fileio import read_json, write_json
 from ..core.external_data import self_contained_bytes
 from ..core.lazy import np
+from ..mlir.importer import write_with_weights
 from .reduce import Outcome, Reducer
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:
@@ -133,7 +133,7 @@ def raw_commands(reducer: Reducer, found: Mapping, out_dir: Path) -> list[str]:
             except Exception:
                 argv = None
             if argv:
-                shutil.copyfile(mlir, out_dir / "partition.mlir")
+                write_with_weights(mlir, out_dir / "partition.mlir")  # self-contained: the weights written in
                 return [shlex.join(argv)]
     log = cdir / "candidate.log"
     if log.is_file():

@@ -40,7 +40,7 @@ from .model_inputs import load_model_inputs
 from .model_run import run_model_by_node, run_summary
 from .reference_run import (ENGINES, ReferenceTimeout, engine_label, engine_version, has_bfloat16, run_reference,
                             run_reference_file)
-from ..core.layout import LAYER_INPUTS_FILE
+from ..core.layout import LAYER_INPUTS_FILE, MANIFEST_FILE
 from ..core.limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
 from ..core.limits import call_limit
 
@@ -225,9 +225,21 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
 
 def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str]:
     """A layer's inputs from its ``inputs.json`` if they fit its declared inputs, else
-    ``(None, "generated: <why>")``."""
+    ``(None, "generated: <why>")``.
+
+    Raises:
+        DamagedWorkFile: a value the record names is gone from the value store (removed
+            outside the workflow): the whole-model run must make it again, so the layer
+            manifest (the split checkpoint's output) is removed and the message says so.
+    """
     try:
         arrays, meta = load_layer_inputs(path, layer)
+    except DamagedWorkFile as e:
+        if Path(path).is_file():  # the record is fine, a value it names is not: split and run the model again
+            Path(path).parent.parent.joinpath(MANIFEST_FILE).unlink(missing_ok=True)
+            raise DamagedWorkFile(f"{e}: the whole-model run makes it; removed the layer manifest: run the same "
+                                  "command again to split and run the model again") from None
+        return None, f"generated (the whole-model run's inputs.json could not be read: {str(e)[:NOTE_CHARS]})"
     except Exception as e:  # unreadable file: generate, and say so
         return None, f"generated (the whole-model run's inputs.json could not be read: {str(e)[:NOTE_CHARS]})"
     if meta.get("fallback"):
@@ -443,9 +455,10 @@ def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
             inputs = store.load_all(record.get("inputs") or {})
             outputs = store.load_all(record.get("outputs") or {})
             meta["second_outputs"] = store.load_all(record.get("second_outputs") or {})
-        except DamagedWorkFile:  # the record is made again with its values by the next run
+        except DamagedWorkFile as e:  # the record is made again with its values by the next run
             Path(path).unlink(missing_ok=True)
-            raise
+            raise DamagedWorkFile(f"{e}; removed the layer's {Path(path).name}: run the same command again to make "
+                                  "it anew") from None
         meta["input_names"] = meta.get("input_names") or list(inputs)
         return inputs, outputs, meta
     arrays, meta = load_npz(path)

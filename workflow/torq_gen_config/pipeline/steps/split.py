@@ -10,6 +10,7 @@ import time
 import traceback
 from pathlib import Path
 
+from ...core.errors import DamagedWorkFile
 from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
@@ -104,11 +105,13 @@ def reference_job(*, layer_onnx: str, reference: str, values_dir: str, input_set
         meta = compute_reference(layer_onnx, reference, input_settings, inputs_path=inputs_path,
                                  input_ranges=input_ranges, engine=engine, timeout_s=timeout_s,
                                  values_dir=values_dir, tolerance=tolerance)
+    except DamagedWorkFile:
+        raise  # a work file outside this layer's reach (a value of the whole-model run): not its reference's fault
     except Exception as e:  # one layer's failure never stops the others: its tests say why
         message = f"the reference job failed on this layer: {type(e).__name__}: {str(e)[:1000]}"
         meta = {"status": "error", "message": message, "engine": engine, "input_names": [], "output_names": [],
                 "inputs_missing": True, "layer_inputs": None, "second": {}, "engines_agreement": None}
-        write_record(reference, meta, ValueStore(values_dir))
+        write_record(reference, {**meta, "inputs": {}, "outputs": {}, "second_outputs": {}}, ValueStore(values_dir))
         append_record(log, f"{message}\n{traceback.format_exc()}")
     second = meta.get("second") or {}
     record_timeout(reference, "timeout" in (meta.get("status"), second.get("status")), timeout_s)
@@ -178,9 +181,11 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
         "redone": [step, ...], "files": {name: [size, mtime_ns] or None}}]}``.
 
     Raises:
+        DamagedWorkFile: a work file a member reads was damaged or gone (removed, with the
+            layer manifest when the whole-model run must make it again; the others are done).
         RuntimeError: a member failed (a bug; the message names the layers and errors).
     """
-    record, failed = [], []
+    record, failed, damaged = [], [], []
     values_dir = os.path.join(os.path.dirname(os.path.abspath(layers_dir)), VALUES_DIR)
     unit_log = os.path.join(logs_dir, "prepare_unit", f"{unit}.log")
     keys = unit_key_file(prepared, "prepared")  # the members' keys, one file for the unit
@@ -229,6 +234,8 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                     record_key(status, key, keys)
                     redone.append("import")
                     _fold_if_ok(log, status, unit_log, f"{slug}: MLIR import")
+        except DamagedWorkFile as e:  # removed (or the split undone): the next run makes it again
+            damaged.append(e)
         except Exception as e:  # noqa: BLE001 - one layer's bug must not stop the unit's others
             failed.append(f"{m['layer_id']}: {type(e).__name__}: {str(e)[:300]}")
             append_record(unit_log, traceback.format_exc())
@@ -237,6 +244,8 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
         # not rerun the unit's tests)
         record.append({"slug": slug, "redone": redone,
                        "files": {f: file_identity(os.path.join(d, f)) for f in PREPARED_LAYER_FILES}})
+    if damaged:
+        raise damaged[0]
     if failed:
         raise RuntimeError(f"preparing {len(failed)} layer(s) of unit {unit} failed (the others are done; "
                            f"the next run redoes these): " + "; ".join(failed))

@@ -39,6 +39,8 @@ UNIT_LAYERS = 32
 PREPARED_FILE = "prepared.json"
 #: suffix of the key file beside a per-layer output (:func:`record_key`)
 KEY_SUFFIX = ".key"
+#: the format of a unit job's key file (:class:`KeyFile`)
+KEYS_SCHEMA = "torq-gen-config/unit-keys/1"
 
 
 def unit_size(compile_batch: int) -> int:
@@ -86,9 +88,9 @@ def make_key(settings: Any, files: Iterable[str | os.PathLike | None]) -> str:
 
 
 class KeyFile:
-    """The keys of the per-layer outputs of one unit job, in one JSON file (output path,
-    relative to the file's folder -> ``"<key> <identity>"``), rewritten atomically after
-    each output is recorded. One writer per file: the unit job (or a re-target of one of
+    """The keys of the per-layer outputs of one unit job, in one JSON file (``{"schema",
+    "keys": {output path, relative to the file's folder: "<key> <identity>"}}``), rewritten
+    atomically after each output is recorded. One writer per file: the unit job (or a re-target of one of
     its layers, which Snakemake does not run beside it).
 
     A layer that moved to another unit (a layer added or removed before it) finds its key
@@ -104,8 +106,8 @@ class KeyFile:
     @staticmethod
     def _read(path: Path) -> dict[str, str]:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # none yet, or damaged: its members are made again
+            data = json.loads(path.read_text(encoding="utf-8"))["keys"]
+        except (OSError, ValueError, KeyError, TypeError):  # none yet, or damaged: its members are made again
             return {}
         return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
 
@@ -143,7 +145,8 @@ class KeyFile:
 
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(self.path, json.dumps(self._keys, indent=0, sort_keys=True) + "\n")
+        atomic_write_text(self.path, json.dumps({"schema": KEYS_SCHEMA, "keys": self._keys}, indent=0,
+                                                sort_keys=True) + "\n")
 
 
 def _recorded(output: str | os.PathLike, keys: KeyFile | None) -> list[str] | None:
