@@ -80,8 +80,9 @@ def test_every_schema_is_valid_draft_2020_12():
         jsonschema.Draft202012Validator.check_schema(schema)
     mapped = {name for _, name in OUTPUT_SCHEMAS}
     assert mapped <= names, f"mapped but missing: {sorted(mapped - names)}"
-    # config: the input; report: what view/edit/run accept, part of report_output by $ref
-    assert names - mapped == {"config.schema.yaml", "report.schema.yaml"}, sorted(names - mapped)
+    # config: the input; report: what view/edit/run accept, part of report_output by $ref; value_ref:
+    # a value of the value store, part of layer_inputs and layer_reference by $ref
+    assert names - mapped == {"config.schema.yaml", "report.schema.yaml", "value_ref.schema.yaml"}, sorted(names - mapped)
 
 
 @pytest.mark.parametrize("rel, name", [
@@ -90,6 +91,10 @@ def test_every_schema_is_valid_draft_2020_12():
     ("torq_gen_config_m_subgraph_a_b_compiler.json", "compiler.schema.yaml"),
     ("work/m/layers/Conv_r0/llvm-cpu/result.json", "layer_result.schema.yaml"),
     ("work/m/layers/Conv_r0/import.json", "import.schema.yaml"),
+    ("work/m/layers/Conv_r0/inputs.json", "layer_inputs.schema.yaml"),
+    ("work/m/layers/Conv_r0/reference.json", "layer_reference.schema.yaml"),
+    ("work/m/units/0000/llvm-cpu.keys.json", "unit_keys.schema.yaml"),
+    ("work/m/units/0000/prepared.keys.json", "unit_keys.schema.yaml"),
     ("work/m/batches/llvm-cpu/0000-0123456789/batch.json", "compile_batch.schema.yaml"),
     ("work/m/layers/Conv_r0/quantize.json", "layer_quantize.schema.yaml"),
     ("work/m/full/partitions/p0-abc/compiled.json", "full_compiled.schema.yaml"),
