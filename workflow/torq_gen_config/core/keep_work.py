@@ -457,7 +457,9 @@ def size_line(sec: dict, work: str | os.PathLike, keep_work: str) -> str:
     if keep_work == MINIMAL:
         last = read_record(work).get("last") or {}
         if last.get("files"):
-            text += f"; --keep-work minimal freed {human(last['bytes'])} ({last['files']} files, {last['at']})"
+            # the last clean-up's, which may be an earlier run's (a rerun that changed nothing removes nothing)
+            text += (f"; --keep-work minimal freed {human(last['bytes'])} ({last['files']} files, its last clean-up: "
+                     f"{last['at']})")
         if sec.get("removable_bytes"):
             text += f"; {human(sec['removable_bytes'])} more removable"
     elif sec.get("removable_bytes"):
