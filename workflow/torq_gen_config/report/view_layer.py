@@ -119,7 +119,10 @@ def render_layer(report: Mapping, layer: str, console: rich_console.Console) -> 
         elif second.get("engine"):
             _line(console, f"Second opinion: {engine_label(second['engine'])} {second.get('engine_version') or ''}: "
                            f"{second.get('status')}" + (f" - {_cut(str(second.get('message') or ''), 160)}"
-                                                         if second.get("message") else ""))
+                                                         if second.get("message") else "")
+                           + (" (agrees with the reference within a tenth of the tolerance: its outputs were not "
+                              "kept, the executors are compared with the reference only)"
+                              if second.get("outputs_kept") is False else ""))
         if ref.get("dispute"):
             _line(console, f"DISPUTED:       {ref['dispute']['summary']}", style="bold yellow")
         if ref.get("layer_inputs"):
