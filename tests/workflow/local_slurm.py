@@ -189,12 +189,13 @@ def submissions(output: str) -> dict[int, str]:
 
 
 #: what differs between two runs of the same discovery: when, how long, where
-VOLATILE_KEYS = {"provenance", "timing", "timing_summary", "generated_at"}
+# work_dir: its bytes include the logs, which a cluster's scheduler writes differently
+VOLATILE_KEYS = {"provenance", "timing", "timing_summary", "generated_at", "work_dir"}
 
 
 def comparable(report: dict):
-    """The report without timings and provenance (versions, tool paths, options with the
-    model and output paths, generated_at): what a cluster run must give as a local one."""
+    """The report without timings, provenance (versions, tool paths, options with the
+    model and output paths, generated_at) and the work directory's size: what a cluster run must give as a local one."""
     if isinstance(report, dict):
         return {k: comparable(v) for k, v in report.items() if k not in VOLATILE_KEYS}
     if isinstance(report, list):
