@@ -21,8 +21,8 @@ output at its inferred static shape, once), nodes. Per variant (``new``: this ve
 ``torq-gen-config``, or ``--new``'s checkout; ``baseline``: ``python -m torq_gen_config`` with
 PYTHONPATH=<--baseline>/workflow, checked to import that checkout and use its Snakefile), from a
 fresh output directory: ``discover --model M --output-dir OUT -j J -q``, then ``run --model M
---output-dir OUT -q``; after each: wall time, exit status, peak RSS of the largest process and
-of the summed process tree (psutil, every 50 ms; the benchmark is the subreaper of orphaned
+--output-dir OUT -q``; after each: wall time, exit status, peak RSS of the largest process, its
+peak anonymous RSS (less file-backed pages: mapped weights), and of the summed process tree (psutil, every 50 ms; the benchmark is the subreaper of orphaned
 workers), and of ``OUT/work/<model>/``: allocated bytes (st_blocks, du-style; hard links once),
 apparent bytes, files, layers (manifest), bytes per layer, bytes by kind of file (the path with
 layer slug and executor folder as ``*``, numbered and hex names as ``*``:
@@ -352,9 +352,11 @@ def run_sampled(cmd: list[str], env: dict, cwd: Path, interval: float = 0.05) ->
     """Run ``cmd``; sample the RSS of every descendant of this process every ``interval`` s.
 
     Returns wall time, exit status, the output's tail, the peak RSS of any single process
-    with its command line, the peak of the tree's summed RSS and the orphans left after 30 s.
+    with its command line, its peak anonymous RSS (RSS less file-backed and shared pages:
+    memory-mapped weights are page cache, given back under pressure), the peak of the
+    tree's summed RSS and the orphans left after 30 s.
     """
-    peak = {"rss": 0, "cmd": "", "tree": 0}
+    peak = {"rss": 0, "cmd": "", "tree": 0, "anon": 0, "anon_cmd": ""}
     done, me = threading.Event(), psutil.Process()
 
     def sample() -> None:
@@ -366,10 +368,12 @@ def run_sampled(cmd: list[str], env: dict, cwd: Path, interval: float = 0.05) ->
                 procs = []
             for p in procs:
                 try:
-                    rss = p.memory_info().rss
-                    tree += rss
-                    if rss > peak["rss"]:
-                        peak["rss"], peak["cmd"] = rss, describe(p)
+                    mem = p.memory_info()
+                    tree += mem.rss
+                    if mem.rss > peak["rss"]:
+                        peak["rss"], peak["cmd"] = mem.rss, describe(p)
+                    if mem.rss - mem.shared > peak["anon"]:
+                        peak["anon"], peak["anon_cmd"] = mem.rss - mem.shared, describe(p)
                 except psutil.Error:
                     continue
             peak["tree"] = max(peak["tree"], tree)
@@ -388,7 +392,8 @@ def run_sampled(cmd: list[str], env: dict, cwd: Path, interval: float = 0.05) ->
         log.seek(0)
         text = log.read().decode(errors="replace")
     return {"wall_s": round(wall, 2), "rc": rc, "output_tail": text[-3000:], "peak_rss_bytes": peak["rss"],
-            "peak_rss_process": peak["cmd"], "peak_tree_rss_bytes": peak["tree"], "lingering": lingering}
+            "peak_rss_process": peak["cmd"], "peak_anon_rss_bytes": peak["anon"], "peak_anon_rss_process": peak["anon_cmd"],
+            "peak_tree_rss_bytes": peak["tree"], "lingering": lingering}
 
 
 _HEX = re.compile(r"[0-9a-f]{8,}")
@@ -506,6 +511,7 @@ def fmt(value, unit: str = "") -> str:
 
 #: The rows of a model's table: (figure, label, unit).
 ROWS = (("wall_s", "wall s", ""), ("rc", "exit", ""), ("peak_rss_bytes", "peak RSS MB", "MB"),
+        ("peak_anon_rss_bytes", "peak anonymous RSS MB", "MB"),
         ("peak_tree_rss_bytes", "peak tree RSS MB", "MB"), ("layers", "layers", ""),
         ("bytes", "work MB (allocated)", "MB"), ("apparent_bytes", "work MB (apparent)", "MB"), ("files", "files", ""),
         ("out_bytes", "output dir MB (allocated)", "MB"), ("bytes_per_layer", "KB per layer", "KB"),
@@ -527,6 +533,8 @@ def print_model(name: str, figs: dict, results: dict, top: int) -> None:
             print(line)
         print(f"  {command}: peak RSS in " + "; ".join(f"{n} [{results[n].get(command, {}).get('peak_rss_process', '-')}]"
                                                      for n in names))
+        print(f"  {command}: peak anonymous RSS in " + "; ".join(
+            f"{n} [{results[n].get(command, {}).get('peak_anon_rss_process', '-')}]" for n in names))
         kinds = {}
         for n in names:
             for k, row in results[n].get(command, {}).get("kinds", {}).items():

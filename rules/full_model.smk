@@ -72,12 +72,18 @@ checkpoint plan_full_model:
 # imported and compiled as one module, one function per partition, one compiler
 # process per batch (docs/compile_batches.md, "The full-model run"). Each member's
 # compile_partition job below takes its function from it, or compiles it alone when the
-# batch left it out.
+# batch left it out. The module (a copy of its members' weights) is temp(): removed once
+# run_full_model, its last reader, is done, and made again only if a job that reads it
+# must run again (keep_work: all keeps it).
+def batch_module_output(path):
+    return path if config["keep_work"] == "all" else temp(path)
+
+
 rule compile_partition_batch:
     input:
         models=get.partition_batch_models,
     output:
-        module=os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.MODULE_FILE),
+        module=batch_module_output(os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.MODULE_FILE)),
         info=os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.BATCH_FILE),
     params:
         executor=get.partition_batch_def,
@@ -136,6 +142,8 @@ rule run_full_model:
     input:
         plan=ctx.full_plan,
         compiled=get.all_compiled,
+        # the batch modules the partitions run from (temp(): removed after this job)
+        batch_modules=get.all_batch_modules,
         reference=ctx.full_reference,
     output:
         result=ctx.full_result,

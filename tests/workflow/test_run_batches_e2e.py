@@ -50,10 +50,13 @@ def assign(out: Path, choose) -> None:
     p.write_text(json.dumps(report, indent=2))
 
 
-def run_with(out: Path, model: Path, tmp_path: Path, compile_batch: int, status: int = 0):
+def run_with(out: Path, model: Path, tmp_path: Path, compile_batch: int, status: int = 0, keep_work: str = "all"):
+    """``run`` with ``compile_batch``; ``keep_work: all`` by default (the batch modules stay for
+    the next run to reuse; ``minimal`` removes them once the run is done)."""
     cfg = tmp_path / f"batch{compile_batch}.yaml"
     cfg.write_text(EXECUTORS + f"compile_batch: {compile_batch}\n")
-    r = run_cli("run", "--model", model, "--output-dir", out, "--config-file", cfg, "-j", "2", "-q")
+    r = run_cli("run", "--model", model, "--output-dir", out, "--config-file", cfg, "-j", "2", "-q",
+                "--keep-work", keep_work)
     ok(r, status)
     report = json.loads(report_file(out).read_text())
     return r, report["full_model"]
@@ -132,7 +135,13 @@ def test_a_partition_its_batch_cannot_compile_fails_as_alone(tmp_path):
     batched = tmp_path / "batched"
     shutil.copytree(one, batched, symlinks=True)
     _, fm1 = run_with(one, model, tmp_path, 1, status=1)
-    _, fm8 = run_with(batched, model, tmp_path, 8, status=1)
+    _, fm8 = run_with(batched, model, tmp_path, 8, status=1, keep_work="minimal")
+    # keep_work minimal: the batch modules (temp()) are gone once the run is done, their
+    # records stay, and a rerun with nothing changed does not make them again
+    batch_dir = work(batched) / "full" / "batches"
+    assert list(batch_dir.glob("*/*/batch.json")) and not list(batch_dir.glob("*/*/module.vmfb"))
+    r, _ = run_with(batched, model, tmp_path, 8, status=1, keep_work="minimal")
+    assert "Nothing to be done" in r.stdout + r.stderr
     assert fm1["status"] == "error" and fm1["failure"]["stage"] == "compile"
     assert "failed to legalize" in fm1["failure"]["message"]
     assert comparable(fm8, batched) == comparable(fm1, one)

@@ -222,7 +222,7 @@ def removable(work: str | os.PathLike) -> list[Path]:
       nothing reads them after the test; a difference's or error's stay, to look at or
       rerun);
     - ``full/batches/<executor>/<batch>/batch.mlir`` (the batch's ``module.vmfb`` is a
-      Snakemake output and stays);
+      Snakemake ``temp()`` output: Snakemake removes it once ``run_full_model`` is done);
     - ``full/partitions/<pid>/``: ``module.vmfb`` and ``model.mlir`` of a partition
       compiled alone (its ``compiled.json`` names that module; the full-model run
       compiles it again if it runs again);

@@ -786,6 +786,15 @@ class RunInputs:
             return [os.path.join(self.ctx.parts, plan["module"]["pid"], layout.COMPILED_FILE)]
         return [os.path.join(self.ctx.parts, pid, layout.COMPILED_FILE) for pid in self.full_plan()]
 
+    def all_batch_modules(self, wildcards) -> list[str]:
+        """The module of every compile batch this plan compiles (not one kept from an
+        earlier run): run_full_model runs its partitions' functions from them."""
+        plan = self.full_plan(whole=True)
+        if plan.get("module"):
+            return []
+        return [os.path.join(self.ctx.part_batches, b["executor"], b["id"], batch_compile.MODULE_FILE)
+                for b in plan.get("compile_batches") or [] if not b.get("kept")]
+
     def assignment_digest(self, wildcards) -> str:
         """What the report assigns (a param: an edit of the report that changes the
         assignment reruns the assignment rule even when the compiler JSON stays the same)."""

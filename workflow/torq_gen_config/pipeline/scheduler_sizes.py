@@ -10,9 +10,10 @@ jobs (a test per layer and executor), so on light_densenet121 with ``dedup_layer
 
 The sizes feed only the schedulers' rewards: the greedy scheduler ranks jobs by
 priority, then by the size of their ``temp()`` inputs (to free disk early), then by the
-size of all inputs; the MILP scheduler uses the ``temp()`` sizes. This workflow has no
-``temp()`` files and ranks its jobs by ``priority``, so after the patch the ``temp()``
-inputs are still sized and every other input counts as size 0 (ties in priority keep
+size of all inputs; the MILP scheduler uses the ``temp()`` sizes. This workflow's only
+``temp()`` files are the full-model run's batch modules, and it ranks its jobs by
+``priority``, so after the patch the ``temp()`` inputs are still sized and every other
+input counts as size 0 (ties in priority keep
 Snakemake's order). A Snakemake without that method, or with another signature, is left
 as it is (:func:`size_only_temp_inputs` returns False; ``tests/unit/test_scheduler_sizes.py``
 pins the method on the installed Snakemake).
