@@ -70,6 +70,11 @@ def start_run():
 get = ctx.inputs(checkpoints, workflow)
 
 
+def batch_module_output(path):
+    """A full-model compile batch's module: temp() unless keep_work is all (rules/full_model.smk)."""
+    return path if config["keep_work"] == "all" else temp(path)
+
+
 wildcard_constraints:
     layer=r"[A-Za-z0-9._-]+",
     batch=r"[0-9]{4}-[0-9a-f]{10}",

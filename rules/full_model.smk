@@ -75,10 +75,6 @@ checkpoint plan_full_model:
 # batch left it out. The module (a copy of its members' weights) is temp(): removed once
 # run_full_model, its last reader, is done, and made again only if a job that reads it
 # must run again (keep_work: all keeps it).
-def batch_module_output(path):
-    return path if config["keep_work"] == "all" else temp(path)
-
-
 rule compile_partition_batch:
     input:
         models=get.partition_batch_models,
