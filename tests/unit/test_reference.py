@@ -174,3 +174,56 @@ def test_input_data_for_a_bf16_input(tmp_path):
     np.savez(tmp_path / "int.npz", x=np.ones((2, 3), np.int32))
     with pytest.raises(ModelError, match="bfloat16"):
         load_input_data(tmp_path / "int.npz", model)
+
+
+def sigmoid_far_left(path, shape=(1, 64, 32, 32)):
+    """x * 24 - 29 -> Sigmoid: inputs in [-53, -5] for x in [-1, 1] (issue 42: ONNX Runtime's
+    CPU Sigmoid is about 1 % off there, the spec is not)."""
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Sub", ["a", "c"], ["b"]),
+             helper.make_node("Sigmoid", ["b"], ["y"])]
+    m = make_model(nodes, [tvi("x", TensorProto.FLOAT, list(shape))], [tvi("y", TensorProto.FLOAT, list(shape))],
+                   [numpy_helper.from_array(np.array(24, np.float32), "k"),
+                    numpy_helper.from_array(np.array(29, np.float32), "c")])
+    onnx.save(m, path)
+    return m
+
+
+def test_the_spec_in_float64_is_the_formula_in_float64():
+    from torq_gen_config.reference.reference_run import run_spec_float64
+
+    m = make_model([helper.make_node("Sigmoid", ["x"], ["y"]), helper.make_node("Cast", ["y"], ["z"], to=TensorProto.FLOAT)],
+                   [tvi("x", TensorProto.FLOAT, [1000])], [tvi("y", TensorProto.FLOAT, [1000]), tvi("z", TensorProto.FLOAT, [1000])])
+    x = np.linspace(-60, 10, 1000, dtype=np.float32)
+    y, z = run_spec_float64(m, {"x": x}, ["y", "z"])
+    want = (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)  # the spec page's formula
+    assert y.dtype == np.float32 and z.dtype == np.float32
+    np.testing.assert_array_equal(y, want)
+    np.testing.assert_array_equal(z, want)
+
+
+def test_a_dispute_is_settled_by_the_spec_in_float64(tmp_path):
+    """Where ONNX Runtime and the reference implementation disagree, the spec in float64
+    runs; the verdicts rest on it, and each engine's agreement with it is recorded."""
+    from torq_gen_config.reference import judged_reference
+    from torq_gen_config.compare import derive_status
+
+    sigmoid_far_left(tmp_path / "s.onnx")
+    x = np.linspace(-1, 1, 64 * 32 * 32, dtype=np.float32).reshape(1, 64, 32, 32)
+    tol = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
+    meta = compute_reference(tmp_path / "s.onnx", tmp_path / "ref.json", inputs={"x": x}, tolerance=tol,
+                             values_dir=tmp_path / "values")
+    arbiter = meta["arbiter"]
+    assert arbiter["status"] == "ok" and set(arbiter["agreement"]) == {"onnxruntime", "onnx"}
+    assert derive_status(arbiter["agreement"]["onnx"], tol)[0] == "success"
+    ins, outs, meta = load_reference(tmp_path / "ref.json")
+    used, ref, line = judged_reference(meta, outs)
+    want = (1.0 / (1.0 + np.exp(-(x.astype(np.float64) * 24 - 29)))).astype(np.float32)
+    assert used == "onnx-float64" and "float64" in line
+    np.testing.assert_allclose(ref["y"], want, rtol=1e-6)
+    np.testing.assert_array_equal(outs["y"], ort.InferenceSession(str(tmp_path / "s.onnx")).run(None, {"x": x})[0])
+    # (ONNX Runtime's outputs stay the primary's); where the engines agree (Sigmoid near 0),
+    # there is no arbiter and the verdicts rest on the configured engine
+    meta = compute_reference(tmp_path / "s.onnx", tmp_path / "ref2.json", inputs={"x": x * 0 + 1.2}, tolerance=tol,
+                             values_dir=tmp_path / "values")
+    assert "arbiter" not in meta
+    assert judged_reference(*reversed(load_reference(tmp_path / "ref2.json")[1:]))[0] == "onnxruntime"

@@ -117,6 +117,34 @@ def test_a_layer_where_onnxruntime_deviates_from_the_spec_is_a_dispute(tmp_path,
     assert "REFERENCE DISPUTES: 1 layer(s)" in rep["final_report_text"]
 
 
+def test_a_dispute_is_settled_by_the_spec_in_float64(tmp_path, fake):
+    """Issue 42: where the two engines disagree, the verdicts follow the spec evaluated in
+    float64, not ONNX Runtime; the report still shows the dispute, and whom the spec sides with."""
+    model, inputs, expected = _node_test("test_resize_downsample_scales_linear_align_corners")
+    onnx.save(model, tmp_path / "resize.onnx")
+    ref = tmp_path / "reference.json"
+    meta = compute_reference(tmp_path / "resize.onnx", ref, inputs=inputs, inputs_source="node test",
+                             values_dir=tmp_path / "values", tolerance=DEFAULT_TOLERANCE)
+    assert meta["arbiter"]["status"] == "ok"
+    _, _, meta = load_reference(ref)
+    # the spec in float64 gives the node test's expected output (ground truth onnx ships)
+    np.testing.assert_allclose(meta["arbiter_outputs"]["Y"], expected[0], rtol=1e-6)
+    same = _test(tmp_path, tmp_path / "resize.onnx", ref, fake("same"))  # copies ONNX Runtime
+    assert same["status"] == "difference" and same["reference"]["used"] == "onnx-float64"
+    assert same["reference_check"]["engine"] == "onnxruntime"  # the second opinion: the configured engine
+    layers = [{**LAYER, "mlir_location": None, "mac_count": None, "skipped_reason": None}]
+    same["reference"].update(engines_agreement=meta["engines_agreement"], arbiter=meta["arbiter"])
+    rep = build_report(model_name="rz", layers=layers, results={"L_y": {"fake-same": same}}, executors=[fake("same")],
+                       default_tolerance=DEFAULT_TOLERANCE, mlir_file=None, provenance={})
+    op = rep["ops"]["L_y"]
+    assert op["reference"]["dispute"]["spec_sides_with"] == ["onnx"]
+    assert "the spec in float64 sides with the ONNX reference implementation" in op["reference"]["dispute"]["summary"]
+    assert op["executors"]["fake-same"]["reference_used"] == "onnx-float64"
+    assert not rep["discovery_report"]["reference_fallbacks"]  # settled, not a fallback
+    text = rep["final_report_text"]
+    assert "REFERENCE DISPUTES: 1 layer(s)" in text and "agree with ONNX Runtime: fake-same" in text
+
+
 def test_layer_inputs_fall_back_to_generated_ones_and_say_why(tmp_path):
     m = make_model([helper.make_node("Relu", ["x"], ["y"])], [tvi("x", TensorProto.FLOAT, [2, 3])],
                    [tvi("y", TensorProto.FLOAT, [2, 3])])

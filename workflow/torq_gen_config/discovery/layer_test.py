@@ -29,7 +29,7 @@ from ..core.logs import append_record
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from ..core.statuses import INCONCLUSIVE
 from ..core.tools import bounded_message, first_error_line
-from ..reference import judged_reference, load_reference
+from ..reference import SPEC_FLOAT64, judged_reference, load_reference
 from .batch_compile import member_artifact
 
 RESULT_SCHEMA = "torq-gen-config/layer-result/1"
@@ -93,6 +93,9 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
     ``result["reference_check"]`` holds ``{"engine", "metrics"}`` of the executor's
     outputs against them, from which the report derives whether the executor agrees
     with each reference (:func:`torq_gen_config.report.recommend.reference_agreement`).
+    Where the engines disagree and the spec evaluated in float64 settled it (``used``
+    ``onnx-float64``), the verdict rests on the spec and the check is against the
+    configured engine.
 
     ``result["timing"]`` always has ``compile_ms`` (compiler / session creation
     wall time) and ``run_ms`` (wall time of the single verification run; for
@@ -140,7 +143,9 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
 
     inputs, ref_outputs, meta = load_reference(reference_npz)
     second = meta.get("second") or {}
-    # the outputs the verdict rests on: the primary's, the spec's where ONNX Runtime failed, or none
+    # the outputs the verdict rests on: the primary's, the spec in float64 where the engines
+    # disagree, the spec's where ONNX Runtime failed, or none
+    primary_outputs = ref_outputs
     used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
     result["reference"] = {"status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
                            "engine_version": meta.get("engine_version"), "ort_version": meta.get("ort_version"),
@@ -211,17 +216,20 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
                              timeout_s=timeout_s, log_path=log_path)
 
     layer_model = _load_model(layer_onnx)
-    second_outputs = meta.get("second_outputs") or {}
-    # the second opinion: the same outputs against the other reference engine; none when
-    # the verdict rests on that engine (the fallback), which would only repeat the verdict
-    if second_outputs and layer_model is not None and used != second.get("engine"):
+    # the second opinion: the same outputs against the other reference engine (against the
+    # configured one where the spec in float64 settled a dispute); none when the verdict
+    # rests on that engine (the fallback), which would only repeat the verdict
+    check_engine, check_outputs = second.get("engine"), meta.get("second_outputs") or {}
+    if used == SPEC_FLOAT64:
+        check_engine, check_outputs = meta.get("engine"), primary_outputs
+    if check_outputs and layer_model is not None and used != check_engine:
         try:
-            check = compare_on_model(layer_model, outputs, second_outputs, meta["output_names"])
+            check = compare_on_model(layer_model, outputs, check_outputs, meta["output_names"])
         except Exception as e:  # a non-numeric output
             check = None
             result["reference_check_error"] = f"{type(e).__name__}: {e}"[:SUMMARY_LIMIT]
         if check is not None:
-            result["reference_check"] = {"engine": second.get("engine"), "metrics": check}
+            result["reference_check"] = {"engine": check_engine, "metrics": check}
     if used is None:
         result["status"] = "unverified"
         reason = meta.get("message") or ""

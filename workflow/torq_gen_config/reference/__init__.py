@@ -7,14 +7,17 @@ axes, shapes, indices, ... are valid for their op; docs/inputs.md). References c
 from ONNX Runtime CPU with all graph optimizations disabled and from onnx's reference
 implementation (:mod:`torq_gen_config.reference.reference_run`); the configured one is what the
 verdicts are computed against, and the spec's outputs where ONNX Runtime, the configured
-one, failed on the layer (:func:`judged_reference`; docs/comparison.md, "References").
+one, failed on the layer. Where the two disagree, the spec evaluated in float64 (the
+arbiter) is computed too and the verdicts rest on it (:func:`judged_reference`;
+docs/comparison.md, "References").
 
 A layer's reference (``reference.json``, :data:`~torq_gen_config.core.layout.LAYER_REFERENCE_FILE`)
 is a record of the value store (:mod:`torq_gen_config.core.value_store`): its metadata
 (names, both engines' status, message and version, how the inputs were made, the engines'
 agreement metrics) and value references ``inputs``, ``outputs`` (the configured engine's)
 and ``second_outputs`` (the other engine's, kept only where the two engines disagree: more
-than a tenth of the tolerance apart, :data:`SECOND_KEEP_FRACTION`). A layer's input is the
+than a tenth of the tolerance apart, :data:`SECOND_KEEP_FRACTION`) and, there,
+``arbiter_outputs`` (the spec in float64, rounded to the declared types). A layer's input is the
 same stored value as its producer's output in the whole-model run (``inputs.json``). The
 whole model's reference (``full/reference.npz``, rule ``full_reference``) keeps the arrays
 in the file: ``input_<i>``, ``output_<i>``, ``second_output_<i>`` and ``__meta__``.
@@ -38,8 +41,8 @@ from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from ..core.external_data import load_model
 from .model_inputs import load_model_inputs
 from .model_run import run_model_by_node, run_summary
-from .reference_run import (ENGINES, ReferenceTimeout, engine_label, engine_version, has_bfloat16, run_reference,
-                            run_reference_file)
+from .reference_run import (ENGINES, SPEC_FLOAT64, ReferenceTimeout, engine_label, engine_version, has_bfloat16,
+                            run_reference, run_reference_file, run_spec_float64_file)
 from ..core.layout import LAYER_INPUTS_FILE, MANIFEST_FILE
 from ..core.limits import DEFAULT_TIMEOUT_S, DETAIL_CHARS, NOTE_CHARS
 from ..core.limits import call_limit
@@ -66,9 +69,9 @@ def engines_disagree(agreement: dict | None, tolerance: dict | None) -> bool:
 
 
 def _save_reference(out_path: str | os.PathLike, values_dir: str | os.PathLike | None, inputs: dict,
-                    outputs: list, second_outputs: list, meta: dict) -> None:
+                    outputs: list, second_outputs: list, meta: dict, arbiter_outputs: list = ()) -> None:
     """Write a reference: a value-store record (``.json``: arrays into ``values_dir``) or,
-    for any other suffix, an ``.npz`` holding the arrays."""
+    for any other suffix, an ``.npz`` holding the arrays (a whole model has no arbiter)."""
     if str(out_path).endswith(".json"):
         if values_dir is None:
             raise ValueError(f"a reference record ({out_path}) needs the value store's folder")
@@ -77,6 +80,8 @@ def _save_reference(out_path: str | os.PathLike, values_dir: str | os.PathLike |
         record = {**meta, "inputs": {n: store.put(a) for n, a in inputs.items()},
                   "outputs": {n: store.put(a) for n, a in zip(names, outputs)},
                   "second_outputs": {n: store.put(a) for n, a in zip(names, second_outputs)}}
+        if arbiter_outputs:
+            record["arbiter_outputs"] = {n: store.put(a) for n, a in zip(names, arbiter_outputs)}
         write_record(out_path, record, store)
         return
     arrays = {f"input_{i}": a for i, a in enumerate(inputs.values())}
@@ -115,7 +120,11 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     the value store in ``values_dir`` (:mod:`torq_gen_config.core.value_store`); the second
     engine's outputs are stored only where :func:`engines_disagree` at ``tolerance`` (the
     configured one; None keeps them always), and ``meta["second"]["outputs_kept"]`` says
-    whether. Another suffix: an ``.npz`` with the arrays (the whole model's reference).
+    whether. Where they are stored because the engines disagree (a ``tolerance`` given),
+    the spec evaluated in float64 settles it: ``meta["arbiter"]`` (status, run_ms, each
+    engine's metrics against it) and its outputs, on which the verdicts then rest
+    (:func:`judged_reference`; issue 42: ONNX Runtime's Sigmoid is 1.3 % off on inputs
+    near -50, the spec and IREE are not). Another suffix: an ``.npz`` with the arrays (the whole model's reference).
 
     A layer with bfloat16 tensors (``--auto-convert-bf16``) gets its references from
     the same layer widened to float32, run on the bf16 inputs, with the bf16 outputs
@@ -133,7 +142,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     Returns:
         The metadata dict stored as ``__meta__`` (``status``, ``message``, ``engine``,
         ``engine_version``, ``ort_version``, ``input_names``, ``output_names``,
-        ``run_ms``, ``layer_inputs``, ``second``, ``engines_agreement``).
+        ``run_ms``, ``layer_inputs``, ``second``, ``engines_agreement``, ``arbiter`` where it ran).
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown reference engine {engine!r}; expected one of {ENGINES}")
@@ -214,13 +223,48 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
                                                          dict(zip(output_names, spec_outs)), output_names)
         except Exception as e:  # a non-numeric output: no agreement check
             meta["engines_agreement_error"] = f"{type(e).__name__}: {e}"[:NOTE_CHARS]
+    arbiter_outputs: list = []
     if second_outputs and outputs and not engines_disagree(meta["engines_agreement"], tolerance):
         second_outputs = []  # the engines agree: the primary's outputs stand for both
         second["outputs_kept"] = False
     elif second_outputs:
         second["outputs_kept"] = True
-    _save_reference(out_path, values_dir, inputs, outputs, second_outputs, meta)
+        if outputs and tolerance is not None:  # they disagree: the spec in float64 settles it
+            meta["arbiter"], arbiter_outputs = _arbitrate(layer, layer_path, inputs, output_names, outputs,
+                                                          second_outputs, engine, timeout_s, limit)
+    _save_reference(out_path, values_dir, inputs, outputs, second_outputs, meta, arbiter_outputs)
     return meta
+
+
+def _arbitrate(layer, layer_path, inputs: dict, output_names: list[str], outputs: list, second_outputs: list,
+               engine: str, timeout_s: float | None, limit: float) -> tuple[dict, list]:
+    """The spec evaluated in float64 on a layer where the two engines disagree
+    (:func:`~torq_gen_config.reference.reference_run.run_spec_float64`, in a supervised
+    worker): ``(meta["arbiter"], its outputs)``. ``meta["arbiter"]``: ``engine``
+    (:data:`SPEC_FLOAT64`), ``status`` (ok, error, timeout, crash), ``message``,
+    ``run_ms`` and ``agreement``: engine -> metrics of that engine's outputs against the
+    arbiter's (:func:`~torq_gen_config.compare.compare_on_model`), from which the report
+    says whom the spec sides with at any tolerance."""
+    info: dict[str, Any] = {"engine": SPEC_FLOAT64, "status": "ok", "message": None, "run_ms": None, "agreement": {}}
+    outcome = run_isolated_each([(run_spec_float64_file, (str(layer_path), inputs, output_names, timeout_s), {})],
+                                limit_s=limit, what=[f"{engine_label(SPEC_FLOAT64)} on the layer"])[0]
+    if isinstance(outcome, BaseException):
+        info["status"] = ("timeout" if isinstance(outcome, (ReferenceTimeout, WorkerTimeout))
+                          else "crash" if isinstance(outcome, WorkerCrash) else "error")
+        info["message"] = f"{engine_label(SPEC_FLOAT64)} failed on the layer: {str(outcome).strip()[:DETAIL_CHARS]}"
+        return info, []
+    spec_outs, run_ms = outcome
+    info["run_ms"] = round(run_ms, 3)
+    second_engine = next(e for e in ENGINES if e != engine)
+    try:
+        for eng, outs in ((engine, outputs), (second_engine, second_outputs)):
+            info["agreement"][eng] = compare_on_model(layer, dict(zip(output_names, outs)),
+                                                      dict(zip(output_names, spec_outs)), output_names)
+    except Exception as e:  # a non-numeric output: nothing to settle with
+        info.update(status="error", message=f"cannot compare with {engine_label(SPEC_FLOAT64)}: "
+                                            f"{type(e).__name__}: {e}"[:DETAIL_CHARS], agreement={})
+        return info, []
+    return info, spec_outs
 
 
 def _propagated_inputs(path: str | os.PathLike, layer) -> tuple[dict | None, str]:
@@ -407,7 +451,10 @@ def judged_reference(meta: dict, outputs: dict) -> tuple[str | None, dict, str |
     """The reference a layer's verdicts are computed against, from :func:`load_reference`'s
     ``outputs`` and ``meta``: ``(engine, outputs by name, fallback line)``.
 
-    The configured engine (``meta["engine"]``) when it ran. When it is ``onnxruntime`` and
+    Where the two engines disagree and the spec evaluated in float64 ran
+    (``meta["arbiter"]``, :func:`compute_reference`), its outputs (:data:`SPEC_FLOAT64`,
+    with a line saying so): a dispute is settled by the spec, not by either engine (issue
+    42). Else the configured engine (``meta["engine"]``) when it ran. When it is ``onnxruntime`` and
     ONNX Runtime failed on the layer (error, crash, timeout) but onnx's reference
     implementation ran and gave every output, the latter, with the line
     ``"reference: onnx (ONNX Runtime failed: <first line of its message>)"``. Otherwise
@@ -415,11 +462,15 @@ def judged_reference(meta: dict, outputs: dict) -> tuple[str | None, dict, str |
     ``--reference onnx`` a failing spec has no fallback: ONNX Runtime is only its second
     opinion (an engine outside the spec cannot stand in for it).
     """
+    arbiter, settled = meta.get("arbiter") or {}, meta.get("arbiter_outputs") or {}
+    names = meta.get("output_names") or []
+    if meta.get("status") == "ok" and arbiter.get("status") == "ok" and names and all(n in settled for n in names):
+        return SPEC_FLOAT64, settled, (f"reference: {SPEC_FLOAT64} ({engine_label(meta.get('engine') or 'onnxruntime')}"
+                                       " and the second engine disagree; the spec evaluated in float64 decides)")
     if meta.get("status") == "ok":
         return meta.get("engine") or "onnxruntime", outputs, None
     second = meta.get("second") or {}
     spec = meta.get("second_outputs") or {}
-    names = meta.get("output_names") or []
     if (meta.get("engine") == "onnxruntime" and second.get("engine") == FALLBACK_ENGINE
             and second.get("status") == "ok" and names and all(n in spec for n in names)):
         return FALLBACK_ENGINE, spec, f"reference: {FALLBACK_ENGINE} (ONNX Runtime failed: {_failure_line(meta)})"
@@ -450,11 +501,13 @@ def load_reference(path: str | os.PathLike) -> tuple[dict, dict, dict]:
     """
     if str(path).endswith(".json"):
         record, store = read_record(path)
-        meta = {k: v for k, v in record.items() if k not in ("inputs", "outputs", "second_outputs", "values_dir")}
+        meta = {k: v for k, v in record.items()
+                if k not in ("inputs", "outputs", "second_outputs", "arbiter_outputs", "values_dir")}
         try:
             inputs = store.load_all(record.get("inputs") or {})
             outputs = store.load_all(record.get("outputs") or {})
             meta["second_outputs"] = store.load_all(record.get("second_outputs") or {})
+            meta["arbiter_outputs"] = store.load_all(record.get("arbiter_outputs") or {})
         except DamagedWorkFile as e:  # the record is made again with its values by the next run
             Path(path).unlink(missing_ok=True)
             raise DamagedWorkFile(f"{e}; removed the layer's {Path(path).name}: run the same command again to make "

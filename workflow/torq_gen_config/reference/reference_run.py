@@ -8,7 +8,8 @@ Two engines give the expected outputs of a layer (docs/comparison.md, "Reference
   weights). The default reference.
 * ``onnx``: ``onnx.reference.ReferenceEvaluator``, the Python implementation that
   follows the operator specification text (onnx.ai/onnx/operators); slow on big
-  tensors, but the second opinion where ONNX Runtime deviates from the spec.
+  tensors, but the second opinion where ONNX Runtime deviates from the spec. Its LRN
+  is replaced by the spec page's formula (onnx 1.23's loops over the wrong axis).
 
 Both run a model with bfloat16 tensors widened to float32 (bf16 constants and inputs
 upcast exactly) and round its bf16 outputs to bf16 (round to nearest even): ONNX
@@ -39,10 +40,15 @@ from ..core.external_data import (
     session_options,
 )
 from ..precision.bf16_rounding import round_to_bf16
-from ..precision.widening import widen_bf16_to_fp32
+from ..precision.widening import widen_bf16_to_fp32, widen_fp32_to_fp64
 
 ENGINES = ("onnxruntime", "onnx")
 """Reference engine names (config ``reference``, ``--reference``)."""
+
+SPEC_FLOAT64 = "onnx-float64"
+"""The arbiter of a reference dispute: the spec evaluated in float64 (onnx's reference
+implementation on the layer with its float32 tensors widened to float64,
+:func:`run_spec_float64`); not a configurable engine."""
 
 
 class ReferenceTimeout(TimeoutError):
@@ -61,7 +67,10 @@ def engine_version(engine: str) -> str | None:
 
 
 def engine_label(engine: str) -> str:
-    """A human name of an engine, for messages: "ONNX Runtime" or "the ONNX reference implementation"."""
+    """A human name of an engine, for messages: "ONNX Runtime", "the ONNX reference
+    implementation" or "the spec in float64" (:data:`SPEC_FLOAT64`)."""
+    if engine == SPEC_FLOAT64:
+        return "the spec in float64"
     return "ONNX Runtime" if engine == "onnxruntime" else "the ONNX reference implementation"
 
 
@@ -177,8 +186,74 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
             timer.cancel()
 
 
+def run_spec_float64(model: "onnx.ModelProto", feeds: dict, output_names: list[str], *,  # noqa: F821
+                     timeout_s: float | None = None) -> list:
+    """The operator specification evaluated in float64: onnx's reference implementation
+    on ``model`` with every float32 tensor widened to float64
+    (:func:`~torq_gen_config.precision.widening.widen_fp32_to_fp64`) and the float32 feeds
+    upcast exactly; each output rounded back to its declared type (float32: round to
+    nearest). The arbiter where ONNX Runtime and the float32 reference implementation
+    disagree (docs/comparison.md, "References"): the formula of the spec page
+    (onnx.ai/onnx/operators) computed with 29 more mantissa bits than either engine.
+
+    Returns:
+        One numpy array per name of ``output_names``, in the model's declared dtypes.
+
+    Raises:
+        ModelError: the widened model fails the ONNX checker.
+        ReferenceTimeout: not done within ``timeout_s`` seconds.
+        Exception: whatever the evaluator raises (an op without float64 support, ...).
+    """
+    if any(is_external(t) for t in model_tensors(model)):
+        model = copy_proto(model)
+        load_weights(model)
+    declared = {v.name: v.type.tensor_type.elem_type for v in model.graph.output}
+    wide = widen_fp32_to_fp64(model)
+    feeds = {k: (np.asarray(v, dtype=np.float64) if np.asarray(v).dtype == np.float32 else v) for k, v in feeds.items()}
+    outs = call_with_deadline(lambda: _run_onnx_reference(wide, feeds, output_names), timeout_s,
+                              what=engine_label(SPEC_FLOAT64))
+    return [o.astype(np.float32) if declared.get(n) == onnx.TensorProto.FLOAT and isinstance(o, np.ndarray) else o
+            for o, n in zip(outs, output_names)]
+
+
+def run_spec_float64_file(model_path: str, feeds: dict, output_names: list[str],
+                          timeout_s: float | None) -> tuple[list, float]:
+    """:func:`run_spec_float64` on the model file ``model_path`` (for a worker process):
+    ``(outputs, run_ms)``, ``run_ms`` its wall time in milliseconds.
+
+    Raises:
+        as :func:`run_spec_float64`.
+    """
+    model = load_model(model_path, weights=False)
+    t0 = time.perf_counter()
+    outs = run_spec_float64(model, feeds, output_names, timeout_s=timeout_s)
+    return outs, (time.perf_counter() - t0) * 1000.0
+
+
+def _lrn_op():
+    """LRN as its spec page defines it (onnx.ai/onnx/operators/onnx__LRN.html): square_sum
+    over the channels ``[c - floor((size-1)/2), c + ceil((size-1)/2)]``. onnx 1.23's
+    reference implementation loops over the batch instead of the channels (channels >= N
+    get square_sum 0: 50 % off on a 16-channel LRN), so the evaluator gets this one."""
+    from onnx.reference.op_run import OpRun
+
+    class LRN(OpRun):
+        op_domain = ""
+
+        def _run(self, x, alpha=None, beta=None, bias=None, size=None):
+            channels = x.shape[1]
+            lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
+            sq = x ** 2
+            square_sum = np.zeros_like(x)
+            for c in range(channels):
+                square_sum[:, c] = sq[:, max(0, c - lo):min(channels, c + hi + 1)].sum(axis=1)
+            return ((x / (bias + (alpha / size) * square_sum) ** beta).astype(x.dtype),)
+
+    return LRN
+
+
 def _run_onnx_reference(model, feeds: dict, output_names: list[str]) -> list:
-    ev = onnx.reference.ReferenceEvaluator(model)
+    ev = onnx.reference.ReferenceEvaluator(model, new_ops=[_lrn_op()])
     outs = ev.run(list(output_names), dict(feeds))
     return [o if isinstance(o, list) else np.asarray(o) for o in outs]
 

@@ -224,19 +224,22 @@ _dist_version = _module_version
 
 def _add_engines_agreement(results: dict, reference: Path) -> None:
     """Put the layer's ``engines_agreement`` (the two reference engines' metrics, recorded
-    once per layer in its ``reference.json``) into each result's ``reference`` that lacks
-    it (in memory; the report's dispute is derived from it). An unreadable record gives
+    once per layer in its ``reference.json``) and ``arbiter`` (the spec in float64 where
+    they disagree) into each result's ``reference`` that lacks them (in memory; the report's dispute is derived from it). An unreadable record gives
     None: no dispute can be derived, the report says nothing of one."""
     refs = [r["reference"] for r in results.values() if isinstance(r.get("reference"), dict)
             and "engines_agreement" not in r["reference"]]
     if not refs:
         return
     try:
-        agreement = json.loads(reference.read_text(encoding="utf-8")).get("engines_agreement")
+        record = json.loads(reference.read_text(encoding="utf-8"))
+        agreement, arbiter = record.get("engines_agreement"), record.get("arbiter")
     except (OSError, ValueError, AttributeError):
-        agreement = None
+        agreement, arbiter = None, None
     for ref in refs:
         ref["engines_agreement"] = agreement
+        if arbiter:
+            ref["arbiter"] = arbiter
 
 
 def _read_result(path: Path) -> dict:

@@ -118,7 +118,8 @@ def _layer_reference(layer_results: Mapping) -> dict | None:
         ref = (result or {}).get("reference") if isinstance(result, Mapping) else None
         if ref and ref.get("status") is not None:
             out = {k: copy.deepcopy(ref.get(k)) for k in ("engine", "engine_version", "ort_version", "status",
-                                                          "message", "layer_inputs", "second", "engines_agreement")}
+                                                          "message", "layer_inputs", "second", "engines_agreement",
+                                                          "arbiter")}
             out["used"] = reference_used(ref)
             out["fallback"] = ref.get("fallback")
             out["dispute"] = None

@@ -24,7 +24,7 @@ from typing import Mapping
 from ..compare import derive_status, normalize_tolerance, status_details
 from ..core.limits import MESSAGE_CHARS as _MESSAGE_MAX_CHARS
 from ..core.statuses import STATUSES
-from ..reference.reference_run import engine_label
+from ..reference.reference_run import SPEC_FLOAT64, engine_label
 
 
 _RECOMMENDATION_ORDER = ("success", "difference", "unverified")
@@ -258,10 +258,11 @@ def reference_used(reference: Mapping | None) -> str | None:
 
 
 def is_reference_fallback(reference: Mapping | None) -> bool:
-    """True when a layer's verdicts rest on an engine other than the configured one (ONNX
-    Runtime failed on it, the spec ran: :func:`reference_used`)."""
+    """True when a layer's verdicts rest on an engine other than the configured one
+    because it failed (ONNX Runtime failed on it, the spec ran: :func:`reference_used`);
+    not where the spec in float64 settled a dispute (:func:`reference_dispute` says so)."""
     used = reference_used(reference)
-    return used is not None and used != (reference.get("engine") or "onnxruntime")
+    return used not in (None, SPEC_FLOAT64) and used != (reference.get("engine") or "onnxruntime")
 
 
 def reference_agreement(entry: Mapping, tolerance: Mapping) -> dict:
@@ -319,4 +320,14 @@ def reference_dispute(reference: Mapping, tolerance: Mapping) -> dict | None:
     status, summary = derive_status(metrics, tolerance)
     if status == "success":
         return None
-    return {"summary": f"ONNX Runtime and the ONNX reference implementation disagree: {summary}"}
+    text = f"ONNX Runtime and the ONNX reference implementation disagree: {summary}"
+    arbiter = reference.get("arbiter") or {}
+    if arbiter.get("status") == "ok" and arbiter.get("agreement"):
+        sides = [e for e, m in arbiter["agreement"].items() if derive_status(m, tolerance)[0] == "success"]
+        verdict = ("the spec in float64 sides with " + " and ".join(engine_label(e) for e in sides) if sides
+                   else "the spec in float64 sides with neither")
+        return {"summary": f"{text}; {verdict}: the verdicts rest on it", "spec_sides_with": sides}
+    if arbiter:
+        return {"summary": f"{text}; the spec in float64 could not settle it ({arbiter.get('status')}: "
+                           f"{str(arbiter.get('message') or '')[:200]})", "spec_sides_with": None}
+    return {"summary": text}

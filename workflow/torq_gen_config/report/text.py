@@ -14,6 +14,7 @@ from typing import Mapping
 
 from ..compare import shown_status
 from ..core.statuses import STATUSES
+from ..reference.reference_run import engine_label
 from .recommend import is_reference_fallback
 from .summary import success_note, summarize, trust_lists
 
@@ -237,9 +238,8 @@ def trust_lines(report: Mapping) -> list[str]:
             trust.get("reference_fallbacks") or [], _fallback_item)
     section(f"REFERENCE DISPUTES: {len(trust.get('reference_disputes') or [])} layer(s) where ONNX Runtime and the "
             "ONNX reference implementation disagree:", trust.get("reference_disputes") or [],
-            lambda x: f"{x['layer_id']}: {_cut(str(x['summary']), 200)}" + "".join(
-                f"; agree with {'ONNX Runtime' if e == 'onnxruntime' else 'the spec'}: {', '.join(v)}"
-                for e, v in (x.get("agree_with") or {}).items()))
+            lambda x: f"{x['layer_id']}: {_cut(str(x['summary']), 400)}" + "".join(
+                f"; agree with {engine_label(e)}: {', '.join(v)}" for e, v in (x.get("agree_with") or {}).items()))
     section(f"INCONCLUSIVE: {len(trust.get('inconclusive_checks') or [])} success verdict(s) could not have failed "
             "(marked success* below):", trust.get("inconclusive_checks") or [],
             lambda x: f"{x['layer_id']} on {x['executor']}: {_cut(str(x['reason']), 200)}")
