@@ -14,10 +14,13 @@ Where a dynamic dim's value comes from, first that applies (docs/shapes_and_inpu
 3. the model's metadata: Ultralytics exports write ``imgsz`` (``[640, 640]``) and
    ``batch``; they give dims 2, 3 and 0 of a 4-D input;
 4. dim 0 (the batch): 1;
-5. the other dims of an input that reaches strided convolutions or pools (total stride
-   S > 1): the smallest multiple of S (S, 2S, 4S, 8S) for which onnx's strict shape
-   inference accepts the whole model, on the dims after N, C (NCHW) or else between N
-   and C (NHWC); 1 where S is 1.
+5. the other dims of an input of rank 3 or more: the smallest of S, 2S, 4S, ... 32S
+   (S: the input's total stride, :func:`input_stride`, 1 without strided convolutions
+   or pools) for which onnx's strict shape inference accepts the whole model without
+   a negative or (from non-empty inputs) zero-size dim, on the dims after N, C (NCHW), else on those between N and C (NHWC);
+   when none is accepted, S on the NCHW dims (the whole-model run then shows what
+   fails: :func:`check_run_with_guessed_dims`);
+6. the other dims: 1.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ from .graph import copy_proto
 
 #: source of a dim that nothing gave a value (the batch dim, or a model without strides)
 DEFAULT_SOURCE = "default 1"
+#: source of a dim set to a multiple of the input's total stride (``STRIDE_SOURCE.format(32)``)
+STRIDE_SOURCE = "the model's stride {}"
+#: source of a dim set to the smallest size > 1 the model's shapes accept (no strides)
+SHAPES_SOURCE = "the smallest size the model's shapes accept"
 #: the ops whose ``strides`` attribute divides the spatial dims
 _STRIDED_OPS = {"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool"}
 #: the multiples of the total stride tried for the spatial dims
-_STRIDE_MULTIPLES = (1, 2, 4, 8)
+_STRIDE_MULTIPLES = (1, 2, 4, 8, 16, 32)
 #: dim names that mean "unknown" (each such dim is its own)
 _ANONYMOUS = ("", "?")
 
@@ -88,7 +95,8 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
         One record per changed dimension: ``{"input", "axis", "was", "to", "source"}``
         (``was``: the dim as declared, ``-1``, ``?``, ``batch``; ``source``:
         ``"--input-shapes"``/``"--input-data"``, ``"dim 'batch' of x"``, ``"model
-        metadata imgsz"``, ``"the model's stride 32"`` or ``"default 1"``), JSON-safe.
+        metadata imgsz"``, ``"the model's stride 32"``, ``"the smallest size the model's
+        shapes accept"`` or ``"default 1"``), JSON-safe.
 
     Raises:
         ConfigError: an ``input_shapes`` entry names no input, has another rank, or
@@ -135,7 +143,7 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
     meta = metadata_dims(model)
     changed: list[dict] = []
     strided: list[tuple] = []  # (dim, record, rank, stride): filled from the total stride, decided below
-    leaders: dict[str, dict] = {}  # dim name -> the record of its first dim, when that one is strided
+    leaders: dict[str, dict] = {}  # dim name -> the record of its first dim, when its size is chosen below
     followers: list[tuple] = []  # (dim, record, leader record): same-named dims of a strided one
     for inp in model.graph.input:
         tt = inp.type.tensor_type
@@ -162,18 +170,19 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
                 to, source = 1, DEFAULT_SOURCE
             else:
                 stride = input_stride(model, inp.name) if stride is None else stride
-                to, source = 1, (f"the model's stride {stride}" if stride > 1 and rank >= 3 else DEFAULT_SOURCE)
+                to, source = 1, (STRIDE_SOURCE.format(stride) if rank >= 3 else DEFAULT_SOURCE)
             record = {"input": inp.name, "axis": axis, "was": was, "to": to, "source": source}
             changed.append(record)
             if followers and followers[-1][0] is d:
                 followers[-1] = (d, record, followers[-1][1])
+            chosen = source == STRIDE_SOURCE.format(stride)  # its size is chosen below
             if name is not None and name not in named:
                 named[name] = (to, f"dim {axis} of {inp.name}")
-                if source.startswith("the model's stride"):
+                if chosen:
                     leaders[name] = record
             d.Clear()
             d.dim_value = to
-            if source.startswith("the model's stride"):
+            if chosen:
                 strided.append((d, record, rank, stride))
     if strided:
         _choose_strided_sizes(model, strided, followers)
@@ -258,19 +267,20 @@ def _max_scale(consts: dict, name: str) -> Fraction | None:
 
 def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -> None:
     """Set the dims of ``strided`` (``(dim, record, rank, stride)``, filled with 1 so far)
-    to the first size that onnx's strict shape inference accepts for the whole model:
-    each multiple of the stride (:data:`_STRIDE_MULTIPLES`), on the NCHW spatial dims
-    (axes >= 2), then on the NHWC ones (axes 1 .. rank - 2); the other dims of
-    ``strided`` keep 1 (with source ``default 1``). ``followers`` (``(dim, record,
-    leader record)``: dims named as a strided one) take their leader's value. When no
-    candidate passes, the NCHW dims get the stride itself (the whole-model run then says
-    what fails)."""
+    to the first size that the model's shapes accept (:func:`_shapes_accepted`): each
+    multiple of the stride (:data:`_STRIDE_MULTIPLES`), on the NCHW spatial dims (axes
+    >= 2), then on the NHWC ones (axes 1 .. rank - 2); the other dims of ``strided`` get
+    1. ``followers`` (``(dim, record, leader record)``: dims named as a strided one) take
+    their leader's value. When no candidate is accepted, the NCHW dims get the stride
+    itself (the whole-model run then says what fails). Each record's ``source`` says
+    which rule gave its size (``default 1`` for a 1)."""
 
     def apply(layout: str, k: int) -> None:
         for d, rec, rank, stride in strided:
             spatial = rec["axis"] >= 2 if layout == "nchw" else 1 <= rec["axis"] <= rank - 2
             d.dim_value = rec["to"] = stride * k if spatial else 1
-            rec["source"] = f"the model's stride {stride}" if spatial else DEFAULT_SOURCE
+            rec["source"] = (DEFAULT_SOURCE if rec["to"] == 1 else STRIDE_SOURCE.format(stride) if stride > 1
+                             else SHAPES_SOURCE)
         for d, rec, leader in followers:
             d.dim_value = rec["to"] = leader["to"]
 
@@ -284,13 +294,73 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
 
 def _shapes_accepted(model) -> bool:
     """True when onnx's strict shape inference (with data propagation) finds no
-    inconsistency in ``model`` with its current input shapes."""
+    inconsistency in ``model`` with its current input shapes and infers no negative dim,
+    nor a zero-size one unless an input has one (a convolution or pool window larger
+    than its input)."""
     probe = copy_proto(model)
     del probe.graph.value_info[:]
     for out in probe.graph.output:
         out.type.tensor_type.ClearField("shape")
     try:
-        onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=True, data_prop=True)
     except Exception:  # onnx raises InferenceError, ValidationError, RuntimeError
         return False
-    return True
+    empty_inputs = any(d.dim_value == 0 for vi in model.graph.input for d in vi.type.tensor_type.shape.dim)
+    least = 0 if empty_inputs else 1  # a zero-size tensor from non-empty inputs: a window larger than its input
+    return not any(d.HasField("dim_value") and d.dim_value < least
+                   for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+                   for d in vi.type.tensor_type.shape.dim)
+
+
+def guessed_dims(fixed: list[dict]) -> list[dict]:
+    """The records of :func:`fix_symbolic_dims` whose size nothing gave: a dim after the
+    batch set to 1 by default, to a multiple of the model's stride or to the smallest size
+    its shapes accept (not the batch dim's default 1, not a given, same-named or metadata
+    size)."""
+    return [d for d in fixed if d["source"] == SHAPES_SOURCE or d["source"].startswith(STRIDE_SOURCE.format(""))
+            or (d["source"] == DEFAULT_SOURCE and d["axis"] != 0)]
+
+
+def input_shapes_option(shapes: Mapping[str, list[int]]) -> str:
+    """``--input-shapes images:1x3x32x32 mask:1x32``: the option that gives these shapes."""
+    return "--input-shapes " + " ".join(f"{n}:{'x'.join(map(str, s))}" for n, s in shapes.items())
+
+
+def check_run_with_guessed_dims(fixed: list[dict], shapes: Mapping[str, list[int]], run: dict | None) -> str | None:
+    """Judge the whole-model reference run of a model whose input dims were partly
+    chosen here (:func:`guessed_dims`): when the run failed on a node, sizes the model
+    does not take may be why.
+
+    Args:
+        fixed: the records of :func:`fix_symbolic_dims`.
+        shapes: input name -> its full shape after fixing (``prepare.json``'s ``fixed_shapes``).
+        run: the run's summary (``prepare.json``'s ``model_run``: ``ran``, ``failed_nodes``,
+            ``nodes_run``, ``nodes_not_run``), or None.
+
+    Returns:
+        None when no dim was guessed, the run did not run or no node failed; else a
+        warning (without ``warning:``) naming the ``--input-shapes`` that gives the sizes.
+
+    Raises:
+        ConfigError: the run failed and more nodes got no value than got one (most of
+            the model would not be tested); the message names the ``--input-shapes`` to give.
+    """
+    guessed = guessed_dims(fixed)
+    if not guessed or not run or not run.get("ran") or not run.get("failed_nodes"):
+        return None
+    inputs = list(dict.fromkeys(d["input"] for d in guessed))
+    option = input_shapes_option({n: shapes[n] for n in inputs if n in shapes})
+    chosen = "; ".join(f"{n} dim(s) {', '.join(str(d['axis']) for d in guessed if d['input'] == n)} set to "
+                       f"{', '.join(str(d['to']) for d in guessed if d['input'] == n)}" for n in inputs)
+    first = run["failed_nodes"][0]
+    errors = "; ".join(f"{e}: {m}" for e, m in (first.get("errors") or {}).items())
+    where = f"{first.get('op_type')} node {first.get('name') or first.get('graph_index')} ({errors[:200]})"
+    not_run, ran = int(run.get("nodes_not_run") or 0), int(run.get("nodes_run") or 0)
+    if not_run > ran:
+        raise ConfigError(f"the whole-model reference run fails with the input sizes chosen for the dims nothing gave "
+                          f"({chosen}): {where}; {not_run} of {not_run + ran} nodes get no value, so most layers "
+                          f"could not be tested. Give the sizes the model is used at: {option} with those dims "
+                          "changed (or --input-data)")
+    return (f"the whole-model reference run failed on {len(run['failed_nodes'])} node(s), first {where}, with the "
+            f"input sizes chosen for the dims nothing gave ({chosen}); if the model takes other sizes, give them: "
+            f"{option} with those dims changed")
