@@ -284,9 +284,14 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
         for d, rec, leader in followers:
             d.dim_value = rec["to"] = leader["to"]
 
+    tried = set()
     for layout in ("nchw", "nhwc"):
         for k in _STRIDE_MULTIPLES:
             apply(layout, k)
+            sizes = tuple(rec["to"] for _, rec, _, _ in strided)
+            if sizes in tried:  # no dim of this layout to set: the same sizes again
+                continue
+            tried.add(sizes)
             if _shapes_accepted(model):
                 return
     apply("nchw", 1)
