@@ -135,6 +135,20 @@ def test_live_mode_shows_failures_only(streams):
     assert streams.out == ""
 
 
+
+def test_the_closing_line_counts_the_layers_not_tested(streams):
+    """The split job hands the number of layers that are not testable: the closing line
+    counts them (a partial run does not read as a clean one)."""
+    with ProgressDisplay("lines", what="discovery of m") as d:
+        d.emit(job_info(1, rule="split_layers"))
+        progress.job_verdict("success", "[ort] Relu_a: success (1 ms compile, 0.3 ms run)")
+        progress.job_verdict("not tested", "not tested: 2 of 3 layers are not testable", count=2)
+        d.emit(rec(None, event=LogEvent.PROGRESS, done=4, total=4))
+    text = streams.read().err
+    assert "not tested: 2 of 3 layers are not testable" in streams.out
+    assert "discovery of m: 4 of 4 steps done" in text and "verdicts: success 1, not tested 2 layers" in text
+
+
 def test_log_file_gets_snakemake_blocks(streams, tmp_path):
     log = tmp_path / "diag.log"
     with ProgressDisplay("lines", log_file=str(log)) as d:

@@ -10,11 +10,14 @@ can crash or hang run as subprocesses with timeouts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
+import traceback
 
 from .errors import ModelError, TorqGenConfigError
 from .isolation import WorkerCrash, WorkerTimeout, run_isolated
+from .logs import append_record
 
 #: One-line reasons of the bad-input errors (TorqGenConfigError) raised by jobs of
 #: this process (jobs are threads of the Snakemake process); workflow_api puts the
@@ -33,6 +36,26 @@ def records_failure(fn):
             return fn(*args, **kwargs)
         except TorqGenConfigError as e:
             JOB_FAILURES.append(f"{fn.__name__.removesuffix('_job')}: {e}")
+            raise
+
+    return wrapper
+
+
+def logs_failure(fn):
+    """Decorator for job bodies with a ``log`` keyword (the job's log file): an exception
+    is appended to that log before it is raised again (a bad-input error as its one line,
+    anything else with its traceback), so a failed job never leaves an empty log."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BaseException as e:
+            log = kwargs.get("log")
+            if log and not isinstance(e, (KeyboardInterrupt, SystemExit)):
+                text = str(e) if isinstance(e, TorqGenConfigError) else traceback.format_exc()
+                with contextlib.suppress(OSError):
+                    append_record(log, f"failed: {text}")
             raise
 
     return wrapper

@@ -35,14 +35,15 @@ from pathlib import Path
 
 from .lazy import (filelock, rich_console, rich_live, rich_progress_bar, rich_table, rich_text,
                    snakemake_logger_plugins, snakemake_logging)
-from .statuses import INCONCLUSIVE, SKIPPED, STATUSES, SUCCESS, TERMINAL_STYLES
+from .statuses import INCONCLUSIVE, NOT_TESTED, SKIPPED, STATUSES, SUCCESS, TERMINAL_STYLES
 
 #: The display of this process while one runs (the layer jobs are its threads: they hand
 #: it their verdicts, :func:`job_verdict`).
 _ACTIVE: list["ProgressDisplay"] = []
 #: Verdict order and colours of the counts (:data:`~.statuses.TERMINAL_STYLES`, as in ``view``);
-#: ``success*``: a success whose comparison could not have failed (counted apart, its line always shown).
-STATUS_STYLES = {s: TERMINAL_STYLES[s] for s in (SUCCESS, INCONCLUSIVE, *STATUSES[1:])}
+#: ``success*``: a success whose comparison could not have failed (counted apart, its line always shown);
+#: ``not tested``: the layers that are not testable (counted in layers, not verdicts).
+STATUS_STYLES = {s: TERMINAL_STYLES[s] for s in (SUCCESS, INCONCLUSIVE, *STATUSES[1:], NOT_TESTED)}
 #: In ``lines`` mode, the longest time between two progress lines while jobs finish (s),
 #: and the shortest (a short run prints only its summary line).
 LINE_EVERY_S = 30.0
@@ -150,18 +151,19 @@ def fd_capture() -> _FdCapture:
     return _FD_CAPTURE[0]
 
 
-def job_verdict(status: str, line: str) -> None:
+def job_verdict(status: str, line: str, count: int = 1) -> None:
     """A job's verdict, handed to the progress display of this process as a record: ``status``
     (a shown status, :mod:`.statuses`: ``success``, ``success*``, ``difference``, ...) is
-    counted as given and ``line`` (the job's summary, e.g. ``[llvm-cpu] Conv_r0: success (412
-    ms compile)``; more lines with ``-v``) is printed where job lines go. Without a display
+    counted ``count`` times and ``line`` (the job's summary, e.g. ``[llvm-cpu] Conv_r0: success
+    (412 ms compile)``; more lines with ``-v``) is printed where job lines go. The split job
+    hands ``not tested`` with the number of layers that are not testable. Without a display
     (a cluster job's own process, a library call) the line goes to stdout."""
     display = _ACTIVE[-1] if _ACTIVE else None
     if display is None:
         sys.stdout.write(line.rstrip("\n") + "\n")  # one write: jobs are threads
         sys.stdout.flush()
         return
-    display.verdict(status, line.rstrip("\n"))
+    display.verdict(status, line.rstrip("\n"), count)
 
 
 def _hms(seconds: float) -> str:
@@ -374,8 +376,10 @@ class ProgressDisplay(logging.Handler):
     # ------------------------------------------------------------------ what is shown
 
     def counts_text(self) -> str:
-        """``success 12, error 1`` (the verdicts printed so far, in :data:`STATUS_STYLES` order)."""
-        return ", ".join(f"{s} {self.counts[s]}" for s in STATUS_STYLES if self.counts.get(s))
+        """``success 12, error 1, not tested 3 layers`` (the verdicts printed so far, in
+        :data:`STATUS_STYLES` order; the layers that are not testable last)."""
+        return ", ".join(f"{s} {self.counts[s]}{' layers' if s == NOT_TESTED else ''}"
+                         for s in STATUS_STYLES if self.counts.get(s))
 
     def summary_line(self, final: bool = False) -> str:
         """One line: done / total steps (Snakemake's word for jobs), verdicts, elapsed and
@@ -406,7 +410,7 @@ class ProgressDisplay(logging.Handler):
             counts = Text("verdicts: ")
             for s, style in STATUS_STYLES.items():
                 if self.counts.get(s):
-                    counts.append(f"{s} {self.counts[s]}  ", style=style)
+                    counts.append(f"{s} {self.counts[s]}{' layers' if s == NOT_TESTED else ''}  ", style=style)
             if not self.counts:
                 counts.append("none yet", style="dim")
             now = list(self.running.values())
@@ -427,11 +431,11 @@ class ProgressDisplay(logging.Handler):
         """A line a job (or a worker process) printed: shown as it is."""
         self._print(line, original)
 
-    def verdict(self, status: str, line: str) -> None:
-        """A job's verdict (:func:`job_verdict`): counted; on a terminal, success and
-        skipped verdicts only count (the display shows them), the others are shown."""
+    def verdict(self, status: str, line: str, count: int = 1) -> None:
+        """A job's verdict (:func:`job_verdict`): counted ``count`` times; on a terminal,
+        success and skipped verdicts only count (the display shows them), the others are shown."""
         with self._lock:
-            self.counts[status] = self.counts.get(status, 0) + 1
+            self.counts[status] = self.counts.get(status, 0) + count
         if self._live is not None and status in (SUCCESS, SKIPPED):
             return
         self._print(line, self._saved[0])

@@ -202,7 +202,8 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     """Prepare the user's model for layer split and import.
 
     Steps: load and check; drop initializers from the graph inputs (IR < 4 style);
-    set symbolic or missing input dimensions (``input_shapes``, else 1); upgrade the
+    give every dynamic input dim a value (``input_shapes``, else the rule of
+    :mod:`torq_gen_config.model.symbolic_dims`: metadata, the model's stride, 1); upgrade the
     default-domain opset to ``target_opset`` when lower (IREE's importer legalizes
     several ops only from opset 17, notes/toolchain.md section 4), unless the upgrade
     would change the model's signature: then the model keeps its opset, with a warning
@@ -246,7 +247,8 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         ``user_nodes`` (see :func:`user_node_table`; in subgraph mode only the
         nodes the subgraph holds, with their indices in the user's model),
         ``prepared_nodes`` (per prepared node: ``op_type``, ``graph_index`` of the
-        user node it comes from), ``fixed_dims``, ``opset`` (original, prepared),
+        user node it comes from), ``fixed_dims``, ``fixed_shapes`` (the full shape of
+        each input with a fixed dim), ``opset`` (original, prepared),
         ``warnings``, and in subgraph mode ``subgraph`` (the resolved ends, the
         subgraph's inputs and outputs, the constant nodes taken from outside the range).
 
@@ -270,6 +272,9 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
         model.ir_version = 4
 
     info["fixed_dims"] = fix_symbolic_dims(model, input_shapes, shape_sources)
+    fixed_inputs = {d["input"] for d in info["fixed_dims"]}
+    info["fixed_shapes"] = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
+                            for i in model.graph.input if i.name in fixed_inputs}
 
     original_names = [n.name for n in model.graph.node]
     for i, n in enumerate(model.graph.node):

@@ -21,17 +21,21 @@ from ..core.lazy import ml_dtypes, np, onnx, zipfile
 from ..core.ort_io import numpy_dtype
 from ..inputs import DEFAULT_INPUT_SETTINGS, make_inputs
 from ..model.graph import copy_proto
+from ..model.symbolic_dims import declared_shape
 from ..precision.bf16_rounding import round_to_bf16
 
 #: File name of the model's input values in the work directory.
 
 
 def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict[str, list[int]]:  # noqa: F821
-    """Shapes that the user's ``--input-data`` arrays give the model's symbolic dims.
+    """Shapes that the user's ``--input-data`` arrays give the model's dynamic dims
+    (:func:`~torq_gen_config.model.symbolic_dims.is_dynamic`: a named dim, ``?``, no
+    value, ``-1``).
 
     An array of the input's rank gives its shape; one of rank + 1 (``N`` samples)
-    gives the shape of one sample. Inputs without a symbolic dim, or without an
-    array, are left out (:func:`load_input_data` checks them).
+    gives the shape of one sample; for an input that declares no shape, the array's
+    shape. Inputs without a dynamic dim, or without an array, are left out
+    (:func:`load_input_data` checks them).
 
     Raises:
         ModelError: the file cannot be read.
@@ -44,11 +48,14 @@ def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict
         for vi in model.graph.input:
             if vi.name in inits or vi.name not in data.files:
                 continue
-            tt = vi.type.tensor_type
-            if not tt.HasField("shape") or all(d.HasField("dim_value") for d in tt.shape.dim):
-                continue
+            declared = declared_shape(vi)
             shape = list(data[vi.name].shape)
-            rank = len(tt.shape.dim)
+            if declared is None:  # no shape declared: any array (ONNX Runtime takes any rank)
+                shapes[vi.name] = [int(d) for d in shape]
+                continue
+            if None not in declared:
+                continue
+            rank = len(declared)
             if len(shape) == rank + 1:
                 shape = shape[1:]
             if len(shape) == rank:
@@ -182,7 +189,9 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
     and ``|V2`` arrays (what ``numpy.savez`` makes of an ml_dtypes.bfloat16 array),
     read as bfloat16 bit patterns.
 
-    Zero-size dims are dims: an input of shape (2, 0, 4) takes a (2, 0, 4) array.
+    Zero-size dims are dims: an input of shape (2, 0, 4) takes a (2, 0, 4) array. A
+    dynamic dim (a named dim, ``?``, no value, ``-1``) takes any size, and an input that
+    declares no shape any array, as in ONNX Runtime.
     Arrays are converted to the input's dtype within a kind (float64 -> float32,
     int32 -> int64; ``notes`` gets a line per conversion and per array the model does
     not take); string inputs take numpy unicode arrays.
@@ -214,8 +223,9 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
                     raise ModelError(f"input data {path}: array {vi.name!r} cannot be read without pickle ({e}); "
                                      "save strings as a numpy unicode array (dtype 'U'), numbers with a numeric "
                                      "dtype") from None
-            dims = vi.type.tensor_type.shape.dim
-            shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+            shape = declared_shape(vi)
+            if shape is None:  # no shape declared: ONNX Runtime takes any
+                shape = (None,) * a.ndim
             if len(a.shape) == len(shape) + 1 and _fits(a.shape[1:], shape):
                 a = a[0]
             if not _fits(a.shape, shape):

@@ -143,8 +143,9 @@ def run_model_by_node(model, feeds: dict, *, on_value: Callable[[str, Any], None
         nodes it ran), ``fallback_nodes`` (nodes run by a later engine: ``graph_index``,
         ``op_type``, ``name``, ``errors`` per engine that failed), ``failed_nodes``
         (nodes no engine could run, same fields), ``unavailable`` (tensor name -> why it
-        has no value), ``nodes_run``, ``peak_live_bytes`` (largest total size of the
-        values held at once, bytes), ``seconds``, ``values`` (the ``keep`` tensors
+        has no value), ``nodes_run``, ``nodes_not_run`` (nodes that failed, had an input
+        without value or were not reached in time), ``peak_live_bytes`` (largest total
+        size of the values held at once, bytes), ``seconds``, ``values`` (the ``keep`` tensors
         that exist: name -> array).
     """
     start = time.perf_counter()
@@ -162,7 +163,8 @@ def run_model_by_node(model, feeds: dict, *, on_value: Callable[[str, Any], None
             remaining[t] = remaining.get(t, 0) + 1
     live: dict[str, Any] = {}
     result: dict[str, Any] = {"types": {}, "engines": {e: 0 for e in engines}, "fallback_nodes": [],
-                              "failed_nodes": [], "unavailable": {}, "nodes_run": 0, "peak_live_bytes": 0,
+                              "failed_nodes": [], "unavailable": {}, "nodes_run": 0, "nodes_not_run": 0,
+                              "peak_live_bytes": 0,
                               "seconds": None, "values": {}}
     live_bytes = 0
 
@@ -190,12 +192,14 @@ def run_model_by_node(model, feeds: dict, *, on_value: Callable[[str, Any], None
             for o in outs:
                 result["unavailable"][o] = f"input {missing[0]!r} of {node.op_type} node {node.name or j} " \
                                            f"is unavailable ({reason})" if not reason.startswith("input ") else reason
+            result["nodes_not_run"] += 1
             continue
         left = None if deadline is None else deadline - time.perf_counter()
         if left is not None and left <= 0:
             for o in outs:
                 result["unavailable"][o] = f"the whole-model run exceeded its {timeout_s:g} s limit before " \
                                            f"{node.op_type} node {node.name or j}"
+            result["nodes_not_run"] += 1
             continue
         feed = {t: live[t] for t in ins if t in live}
         m = node_model(model, node, feed, constants, types)
@@ -218,6 +222,7 @@ def run_model_by_node(model, feeds: dict, *, on_value: Callable[[str, Any], None
             msg = "; ".join(f"{engine_label(e)}: {m_}" for e, m_ in errors.items())
             for o in outs:
                 result["unavailable"][o] = f"{node.op_type} node {node.name or j} could not be evaluated ({msg})"
+            result["nodes_not_run"] += 1
             continue
         if errors:
             result["fallback_nodes"].append(record)
@@ -241,7 +246,8 @@ def run_model_by_node(model, feeds: dict, *, on_value: Callable[[str, Any], None
 def run_summary(res: dict, max_unavailable: int = 200) -> dict:
     """The JSON-safe summary of a :func:`run_model_by_node` result (no values, no types;
     at most ``max_unavailable`` unavailable tensors listed, ``num_unavailable`` counts all)."""
-    return {"engines": res["engines"], "nodes_run": res["nodes_run"], "seconds": res["seconds"],
+    return {"engines": res["engines"], "nodes_run": res["nodes_run"], "nodes_not_run": res.get("nodes_not_run", 0),
+            "seconds": res["seconds"],
             "peak_live_bytes": res["peak_live_bytes"], "fallback_nodes": res["fallback_nodes"],
             "failed_nodes": res["failed_nodes"],
             "unavailable": dict(list(res["unavailable"].items())[:max_unavailable]),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...core.fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
-from ...core.job_support import in_worker, records_failure
+from ...core.job_support import in_worker, logs_failure, records_failure
 from ...core.layout import mark_outdated
 from ...core.lazy import onnx
 from ...core.logs import append_record
@@ -22,6 +22,8 @@ from ...mlir import importer
 from ...model import prepare as model_prepare
 from ...model.graph import copy_proto
 from ...model.prepare import load_model
+from ...model.symbolic_dims import (DEFAULT_SOURCE, SHAPES_SOURCE, check_run_with_guessed_dims, guessed_dims,
+                                   input_shapes_option)
 from ...precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 from ...reference.model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
 from ...reference.model_run import run_model_by_node, run_summary
@@ -35,6 +37,7 @@ def prepare_model_job(**kwargs) -> None:
               without_run="model_run_failed", **kwargs)
 
 
+@logs_failure
 def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opset: int,
                       subgraph: tuple[str, str] | None = None, precision: dict | None = None,
                       model_inputs: str | None = None, input_settings: dict | None = None,
@@ -101,6 +104,13 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     m, info = model_prepare.prepare_model(model, target_opset=target_opset, subgraph=subgraph,
                                           conversions=conversions, input_shapes=shapes, shape_sources=sources,
                                           observe=observe, store=store)
+    # sizes chosen here that the model does not take: stop before anything is written
+    run_warning = check_run_with_guessed_dims(info["fixed_dims"], info.get("fixed_shapes") or {}, info.get("model_run"))
+    # what was chosen for the input dims first: the run's failures printed below may follow from it
+    for line in fixed_dims_lines(info["fixed_dims"], info.get("fixed_shapes")):
+        print(line, file=sys.stderr)
+    if run_warning:
+        print(f"warning: {run_warning}", file=sys.stderr)
     if precision.get("auto_convert_bf16") and precision.get("save_bf16_model"):
         Path(precision["save_bf16_model"]).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(precision["save_bf16_model"], self_contained_bytes(m))
@@ -126,6 +136,8 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     for key, rep in (info.get("precision") or {}).items():
         print(precision_summary(key, rep), file=sys.stderr)
     info["onnx_version"] = onnx.__version__
+    if run_warning:
+        info["warnings"].insert(0, run_warning)
     write_json(info_path, info)
     append_record(log, f"prepared {model}: opset {info['opset']}, {len(info['fixed_dims'])} dims fixed, "
                        f"{len(m.graph.node)} nodes, {time.perf_counter() - t0:.2f} s; shapes: "
@@ -139,9 +151,8 @@ def _prepare_model_job(*, model: str, prepared: str, info_path: str, target_opse
     for line in shape_summary(info):
         print(line, file=sys.stderr)
     for w in info["warnings"]:
-        print(f"warning: {w}", file=sys.stderr)
-    for line in fixed_dims_lines(info["fixed_dims"]):
-        print(line, file=sys.stderr)
+        if w != run_warning:
+            print(f"warning: {w}", file=sys.stderr)
 
 
 def _only_inputs(model, names: list[str]):
@@ -175,19 +186,33 @@ def shape_summary(info: dict) -> list[str]:
     return lines
 
 
-def fixed_dims_lines(fixed: list[dict]) -> list[str]:
-    """Console/report lines for the symbolic dims that were given values."""
+def fixed_dims_lines(fixed: list[dict], shapes: dict | None = None) -> list[str]:
+    """Console lines for the dynamic input dims that were given values (records of
+    :func:`~torq_gen_config.model.symbolic_dims.fix_symbolic_dims`; ``shapes``: input
+    name -> its full shape after fixing). The warnings come first: one per input with
+    dims whose size nothing gave (:func:`guessed_dims`), naming the ``--input-shapes``
+    that gives them; then a note per dim set from a given size, a same-named dim, the
+    model's metadata or the batch's default 1."""
+    shapes = shapes or {}
+    guessed = guessed_dims(fixed)
     lines = []
+    for name in dict.fromkeys(d["input"] for d in guessed):
+        dims = [d for d in guessed if d["input"] == name]
+        why = "; ".join(dict.fromkeys(
+            "1 by default" if d["source"] == DEFAULT_SOURCE else d["source"] if d["source"] == SHAPES_SOURCE
+            else f"the smallest multiple of {d['source']} that its shapes accept" for d in dims))
+        option = input_shapes_option({name: shapes[name]}) if name in shapes else "--input-shapes NAME:DIMS"
+        lines.append(f"warning: input {name} dim(s) {', '.join(str(d['axis']) for d in dims)} "
+                     f"({', '.join(d['was'] for d in dims)}) are dynamic and nothing gives their size: set to "
+                     f"{', '.join(str(d['to']) for d in dims)} ({why}); give the sizes the model is used at: "
+                     f"{option} with those dims changed")
     for d in fixed:
-        to = d.get("to", 1)
-        if d.get("source") not in (None, "default 1"):
-            lines.append(f"note: input {d['input']} dim {d['axis']} ({d['was']}) set to {to} ({d['source']})")
-        elif d["axis"] == 0:
-            lines.append(f"note: input {d['input']} dim 0 ({d['was']}, the batch) fixed to {to}")
+        if d in guessed:
+            continue
+        if d.get("source") not in (None, DEFAULT_SOURCE):
+            lines.append(f"note: input {d['input']} dim {d['axis']} ({d['was']}) set to {d.get('to', 1)} ({d['source']})")
         else:
-            lines.append(f"warning: input {d['input']} dim {d['axis']} ({d['was']}) is symbolic and was fixed to {to}; "
-                         "layers may see degenerate shapes: give --input-shapes NAME:DIMS or export the model with "
-                         "static shapes")
+            lines.append(f"note: input {d['input']} dim 0 ({d['was']}, the batch) fixed to {d.get('to', 1)}")
     return lines
 
 

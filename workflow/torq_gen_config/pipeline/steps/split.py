@@ -16,6 +16,8 @@ from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
 from ...core.layout import LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, VALUES_DIR, mark_outdated
 from ...core.logs import append_record, fold_log
+from ...core.progress import job_verdict
+from ...core.statuses import NOT_TESTED
 from ...mlir.importer import import_layer
 from ...model import split as model_split
 from ...reference import compute_reference, propagate_layer_inputs
@@ -32,14 +34,18 @@ def split_layers_job(**kwargs) -> None:
     """Checkpoint ``split_layers``: :func:`_split_layers_job` in a supervised worker
     (:func:`in_worker`)."""
 
-    in_worker(_split_layers_job, "the layer split and its whole-model run",
-              model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S), without_run="model_run_failed",
-              **kwargs)
+    not_testable = in_worker(_split_layers_job, "the layer split and its whole-model run",
+                             model_job_limit(kwargs.get("timeout_s") or DEFAULT_TIMEOUT_S),
+                             without_run="model_run_failed", **kwargs)
+    if not_testable:  # the closing line's counts include them (core.progress)
+        n, total = not_testable
+        job_verdict(NOT_TESTED, f"not tested: {n} of {total} layers are not testable (unknown tensor types; the "
+                                "report's NOT TESTABLE section says why each)", count=n)
 
 
 def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inputs: str | None = None,
                      layer_inputs: str = "propagate", timeout_s: float | None = None, log: str | None = None,
-                     model_run_failed: str | None = None) -> None:
+                     model_run_failed: str | None = None) -> tuple[int, int] | None:
     """Checkpoint ``split_layers``: one ONNX model per layer plus the manifest, and with
     ``layer_inputs`` ``propagate`` (the default) the whole-model reference run on the
     model's input values (``model_inputs``) that stores each layer's input values once
@@ -49,6 +55,9 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
     inputs are known together, and a rerun rewrites only the files that changed.
     ``model_run_failed``: why the whole-model run is skipped (it crashed or hung the
     worker in a first attempt); every layer then gets generated inputs and says why.
+
+    Returns:
+        ``(not testable layers, layers)`` when a layer is not testable, else None.
 
     Raises:
         ModelError: the model input values do not fit the model.
@@ -85,6 +94,8 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
                   f"ONNX reference implementation (ONNX Runtime failed: {f['errors'].get('onnxruntime', '')[:NOTE_CHARS]})",
                   file=sys.stderr)
     write_json(manifest, man)
+    not_testable = sum(1 for x in man["layers"] if x.get("not_testable"))
+    return (not_testable, len(man["layers"])) if not_testable else None
 
 
 @records_failure
