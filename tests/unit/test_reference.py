@@ -227,3 +227,19 @@ def test_a_dispute_is_settled_by_the_spec_in_float64(tmp_path):
                              values_dir=tmp_path / "values")
     assert "arbiter" not in meta
     assert judged_reference(*reversed(load_reference(tmp_path / "ref2.json")[1:]))[0] == "onnxruntime"
+
+
+def test_an_overflow_in_the_spec_is_not_a_console_warning():
+    """Issue 42 item 6: numpy's "overflow encountered in exp" from the second opinion reached the console."""
+    import warnings
+
+    from torq_gen_config.reference.reference_run import run_reference, run_spec_float64
+
+    m = make_model([helper.make_node("Exp", ["x"], ["y"])], [tvi("x", TensorProto.FLOAT, [3])],
+                   [tvi("y", TensorProto.FLOAT, [3])])
+    x = np.array([1, 100, 1000], np.float32)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for y in (run_reference(m, {"x": x}, ["y"], engine="onnx")[0], run_spec_float64(m, {"x": x}, ["y"])[0]):
+            assert y.dtype == np.float32 and np.isinf(y[1:]).all()
+    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]

@@ -200,7 +200,8 @@ def module_lines(section: Mapping) -> list[str]:
     lines = [f"One module: {m.get('status')}" + (f": {m['summary']}" if m.get("summary") and
                                                   section.get("mode") != "module" else ""),
              f"  compile {_fmt_ms(m.get('compile_ms'))}, run {_fmt_ms(m.get('run_ms'))}; devices: {devs or 'n/a'}; "
-             f"{m.get('transfers')} transfer(s); {m.get('shared_executables') or 0} executable(s) shared between "
+             + ("transfers: n/a" if m.get("transfers") is None else f"{m['transfers']} transfer(s)")
+             + f"; {m.get('shared_executables') or 0} executable(s) shared between "
              "devices (each device given its own copy)"]
     lines.extend(first_difference_lines(m.get("first_difference")))
     if pl:

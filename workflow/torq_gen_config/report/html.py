@@ -200,7 +200,7 @@ def _module_rows(fm: Mapping) -> list[list]:
     return [["one module", f"{m.get('status')}: {m.get('summary')}"],
             ["one module: compile (ms) / run (ms)", f"{m.get('compile_ms')} / {m.get('run_ms')}"],
             ["one module: devices", ", ".join(f"{d.get('executor')} ({d.get('device')})" for d in m.get("devices") or [])
-             + f"; {m.get('transfers')} transfer(s)"],
+             + ("; transfers: n/a" if m.get("transfers") is None else f"; {m['transfers']} transfer(s)")],
             ["placement (read back)", ", ".join(f"{k} {v}" for k, v in counts.items()) + " layer(s)"]]
 
 
