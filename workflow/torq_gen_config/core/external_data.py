@@ -32,11 +32,10 @@ WEIGHTS_DIR_PROP = "torq_gen_config.weights_dir"
 ORT_FOLDER_OPTION = "session.model_external_initializers_file_folder_path"
 
 
-def _graph_tensors(graph) -> Iterator[Any]:
-    """Every TensorProto of ``graph``: initializers, tensor attributes (``Constant``
-    values), and those of nested subgraphs."""
-    yield from graph.initializer
-    for node in graph.node:
+def _node_tensors(nodes) -> Iterator[Any]:
+    """Every TensorProto in the attributes of ``nodes`` (``Constant`` values, tensor
+    attributes) and in their subgraphs (If branches, Loop/Scan bodies, nested)."""
+    for node in nodes:
         for a in node.attribute:
             if a.HasField("t"):
                 yield a.t
@@ -47,15 +46,21 @@ def _graph_tensors(graph) -> Iterator[Any]:
                 yield from _graph_tensors(g)
 
 
+def _graph_tensors(graph) -> Iterator[Any]:
+    """Every TensorProto of ``graph``: initializers, tensor attributes (``Constant``
+    values), and those of nested subgraphs."""
+    yield from graph.initializer
+    yield from _node_tensors(graph.node)
+
+
 def model_tensors(model) -> Iterator[Any]:
-    """Every TensorProto of ``model`` (:func:`_graph_tensors` of the main graph and of
-    the model's local functions)."""
+    """Every TensorProto of ``model``: the initializers and tensor attributes of the main
+    graph, of every subgraph at any depth (If, Loop, Scan) and of the model's local
+    functions. Whatever moves tensors to or from external data walks this, so that no
+    tensor of a subgraph is left behind."""
     yield from _graph_tensors(model.graph)
     for f in model.functions:
-        for node in f.node:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    yield a.t
+        yield from _node_tensors(f.node)
 
 
 def is_external(tensor) -> bool:
