@@ -35,7 +35,7 @@ from torq_gen_config.backends import (
 from torq_gen_config.backends.iree import IreeBackend
 from torq_gen_config.backends.iree_tools import parse_mlir_signature
 from torq_gen_config.backends.onnxruntime import OnnxRuntimeBackend
-from torq_gen_config.backends.ort_session import free_dims, ort_reference_session, ort_version
+from torq_gen_config.backends.ort_session import ort_reference_session, ort_version
 from torq_gen_config.core import external_data as xd
 from torq_gen_config.core import weight_store as ws
 from torq_gen_config.core.errors import ConfigError
@@ -572,7 +572,7 @@ def test_ort_runs_an_if_whose_untaken_branch_fails_type_inference_once_dims_are_
     got, _ = run_reference_file(str(path), {"x": x}, ["y"], "onnxruntime", None)
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
 
-    free = free_dims(xd.load_model(path, weights=False))
+    free = xd.free_dims(xd.load_model(path, weights=False))
     assert [d.dim_param for d in free.graph.input[0].type.tensor_type.shape.dim] == ["x_0", "x_1", "x_2"]
     branches = [a.g for n in free.graph.node for a in n.attribute if a.HasField("g")]
     assert branches and all(not g.value_info for g in branches)

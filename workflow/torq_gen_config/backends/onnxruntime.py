@@ -16,7 +16,7 @@ Executor options (all optional):
 
 "Compile" is the creation of the ``InferenceSession`` (its time is ``compile_ms``; a
 failure is stage ``session``, not ``compile``); the layer model's dims are left symbolic
-where ONNX Runtime refuses them fixed (:func:`~.ort_session.open_session`: an ``If``
+where ONNX Runtime refuses them fixed (:func:`~torq_gen_config.core.external_data.open_session`: an ``If``
 branch that is never taken may not type-check once they are fixed); the session is kept in
 ``CompiledArtifact.handle`` and reused by :meth:`OnnxRuntimeBackend.run` and
 :meth:`OnnxRuntimeBackend.benchmark` (timing: ``session.run`` calls timed with
@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 from ..core import ort_io
+from ..core.external_data import open_session
 from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated, run_isolated_each
 from ..core.lazy import np, ort
 from ..core.logs import append_record
@@ -45,7 +46,6 @@ from .ort_session import (
     OPT_LEVELS,
     _run_session,
     missing_providers,
-    open_session,
     parse_ort_options,
     time_session_runs,
 )
@@ -102,7 +102,7 @@ class OnnxRuntimeBackend(Backend):
         return missing_providers(self.provider_names)
 
     def _create_session(self, onnx_path: str) -> tuple[Any, float, str | None]:
-        """Create the session (:func:`~.ort_session.open_session`: the layer model's dims
+        """Create the session (:func:`~torq_gen_config.core.external_data.open_session`: the layer model's dims
         are left symbolic where ONNX Runtime refuses them fixed).
 
         Returns:

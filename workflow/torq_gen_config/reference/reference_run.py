@@ -27,12 +27,12 @@ import time
 from typing import Any, Callable
 
 from ..core.lazy import np, onnx, ort
-from ..backends.ort_session import free_dims
 from ..core.ort_io import run as run_session  # float8/int4/... feeds and outputs through OrtValues
 from ..model.graph import copy_proto
 from ..core.external_data import (
     ORT_FOLDER_OPTION,
     detach_locations,
+    free_dims,
     is_external,
     load_model,
     load_weights,
@@ -157,11 +157,11 @@ def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: 
     except Exception as refusal:  # onnxruntime's own exception types
         # the prepared model's fixed dims can make an If branch that never runs fail ONNX
         # Runtime's type inference: the model is tried once more with its dims free
-        free, folder = detach_locations(free_dims(model))
         try:
+            free, folder = detach_locations(free_dims(model))
             sess = ort.InferenceSession(free.SerializeToString(), options(folder or data_folder),
                                         providers=["CPUExecutionProvider"])
-        except Exception:
+        except Exception:  # refused as well: the first message says what is wrong
             raise refusal from None
     run_options = ort.RunOptions()
     fired = threading.Event()
