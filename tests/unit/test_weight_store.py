@@ -12,11 +12,13 @@ import onnx
 import onnxruntime as ort
 import pytest
 from conftest import TensorProto, helper, make_model, tvi
+from fixtures.models import if_lstm_model
 from onnx import numpy_helper
 
 from torq_gen_config.core import external_data as xd
 from torq_gen_config.core import weight_store as ws
 from torq_gen_config.discovery.batch_compile import layer_weight_bytes, plan_batches
+from torq_gen_config.mlir.importer import import_layer, write_with_weights
 from torq_gen_config.model.folding import ConstantValues, fold_constants
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.split import split_layers
@@ -245,3 +247,51 @@ def test_engines_read_stored_tensors_without_copies(tmp_path):
     assert xd.is_external(m.graph.initializer[0])  # the caller's model is not changed
     by_node = run_model_by_node(m, {"x": x})
     np.testing.assert_allclose(by_node["values"]["z"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_every_subgraph_tensor_round_trips_through_the_store_and_the_import(tmp_path):
+    """Nested If branches whose weights are Constant nodes and branch initializers (issue
+    42 item 2): the preparation moves each of them into the store, the If layer's model
+    refers to them, ONNX Runtime reads them back, and the MLIR import writes each one's
+    own bytes (inline) or names it as a parameter (external), never an empty tensor."""
+    user = if_lstm_model(trap=False)
+    want = {t.name: numpy_helper.to_array(t) for t in xd.model_tensors(user)
+            if numpy_helper.to_array(t).nbytes >= ws.MIN_EXTERNAL_BYTES}
+    # Constants and initializers of the then-branch, of both inner branches (nested)
+    assert {"then_W", "then_B", "inner_then_R", "inner_else_B", "ii_big"} <= set(want), sorted(want)
+    src = tmp_path / "if_lstm.onnx"
+    onnx.save(user, src)
+    work = tmp_path / "work"
+    work.mkdir()
+    store = work / ws.STORE_FILE
+    model, info = prepare_model(src, store=store, input_shapes={"x": [5, 1, 64]})
+    ws.externalize(model, store)
+    xd.save_model(model, work / "prepared.onnx")
+    assert set(ws.archive_offsets(store)) == set(want)
+    whole = xd.load_model(work / "prepared.onnx", weights=False)
+    stored = {t.name for t in xd.model_tensors(whole) if xd.is_external(t)}
+    assert stored == set(want)  # none left inside a branch
+    man = split_layers(whole, info, work / "layers")
+    layer = next(la for la in man["layers"] if la["op_type"] == "If")
+    path = work / "layers" / layer["slug"] / "model.onnx"
+    read = {t.name: numpy_helper.to_array(t) for t in xd.model_tensors(xd.load_model(path)) if t.name in want}
+    assert set(read) == set(want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(read[name], value, err_msg=name)
+    x = np.random.default_rng(0).standard_normal((5, 1, 64), dtype=np.float32)
+    expected = onnx.reference.ReferenceEvaluator(user).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(path), xd.session_options(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.tanh(got), expected, rtol=1e-5, atol=1e-6)
+
+    mlir = tmp_path / "if.mlir"
+    res = import_layer(path, mlir)
+    assert res["status"] == "ok", res["message"]
+    write_with_weights(mlir, tmp_path / "if_weights.mlir")
+    text = (tmp_path / "if_weights.mlir").read_text()
+    for name, value in want.items():
+        assert value.tobytes().hex().upper() in text, name
+    res = import_layer(path, tmp_path / "if_params.mlir", parameters=True)
+    assert res["status"] == "ok", res["message"]
+    text = (tmp_path / "if_params.mlir").read_text()
+    for name in want:
+        assert f'#stream.parameter.named<"model"::"{name}">' in text, name

@@ -1,5 +1,5 @@
 """End-to-end fidelity: real shapes and realistic inputs on a PyTorch-style transformer
-encoder layer and a Loop model, the model's signature kept, and verdicts checked against
+encoder layer, a Loop model and nested If branches holding their weights, the model's signature kept, and verdicts checked against
 ground truth that does not come from ONNX Runtime (a numpy encoder, ONNX's node tests
 with their expected outputs). Real tools; marked slow."""
 
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from conftest import one_line_error, run_cli, work
-from fixtures.models import encoder_reference, loop_model, transformer_encoder_layer
+from fixtures.models import encoder_reference, if_lstm_model, loop_model, transformer_encoder_layer
 
 from torq_gen_config.core.fileio import load_npz
 from torq_gen_config.reference import load_reference
@@ -205,3 +206,48 @@ def test_a_string_input_does_not_stop_the_other_layers(tmp_path):
     r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", *ONLY_LLVM)
     assert r.returncode == 0, r.stderr[-2000:]
     assert _report(out, "str")["ops"]["Relu_r"]["executors"]["llvm-cpu"]["status"] == "success"
+
+
+def test_if_branch_weights_and_an_untaken_branch_onnx_runtime_runs(tmp_path):
+    """Issue 42 items 2 and 3 on :func:`if_lstm_model` (the dims fixed to 5x1x64): the
+    branches' stored weights reach IREE's import (its verdict is no import failure), the
+    ort executor runs the If as ONNX Runtime runs the user's model, the compiler JSON assigns
+    both layers, and ``run`` matches ONNX Runtime on the user's own model."""
+    path = tmp_path / "if_lstm.onnx"
+    onnx.save(if_lstm_model(), path)
+    out = tmp_path / "out"
+    shapes = ["--input-shapes", "x:5x1x64"]
+    r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", "--skip-executors", "vmvx", *shapes)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "full-model MLIR import failed" not in r.stderr and "CRITICAL" not in r.stdout
+    op = _report(out, "if_lstm")["ops"]["If_h"]
+    assert op["executors"]["ort"]["status"] == "success", op["executors"]["ort"]
+    assert op["executors"]["ort"]["reference_used"] == "onnxruntime"  # the reference took it too
+    llvm = op["executors"]["llvm-cpu"]
+    assert llvm["status"] == "success" or llvm["failure_report"]["stage"] not in ("import", None), llvm
+    compiler = json.loads((out / "torq_gen_config_if_lstm_compiler.json").read_text())["op_assignments"]
+    assert len(compiler) == 2 and {"executor": "ort"} in compiler.values()
+    r = run_cli("run", "--model", path, "--output-dir", out, "-j", "2", *shapes)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert _report(out, "if_lstm")["full_model"]["status"] == "success"
+    ins, outs, _ = load_reference(work(out) / "full" / "reference.npz")
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    user = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])  # all optimizations on
+    np.testing.assert_allclose(outs["y"], user.run(["y"], ins)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_if_branch_weights_compiled_by_iree_match_the_reference(tmp_path):
+    """Issue 42 item 2, the numbers: where IREE compiles the nested If (no Squeeze in the
+    untaken branch), the If layer whose every weight is a Constant or an initializer of a
+    branch, in the store, is a success on llvm-cpu, inline and as IREE parameters."""
+    path = tmp_path / "if_plain.onnx"
+    onnx.save(if_lstm_model(trap=False), path)
+    for mode in ("inline", "external"):
+        out = tmp_path / mode
+        r = run_cli("discover", "--model", path, "--output-dir", out, "-j", "2", *ONLY_LLVM,
+                    "--input-shapes", "x:5x1x64", "--parameters", mode)
+        assert r.returncode == 0, r.stderr[-3000:]
+        op = _report(out, "if_plain")["ops"]["If_h"]
+        assert op["executors"]["llvm-cpu"]["status"] == "success", (mode, op["executors"]["llvm-cpu"])
+        assert op["executors"]["llvm-cpu"]["metrics"]["outputs"][0]["max_abs_diff"] < 1e-5

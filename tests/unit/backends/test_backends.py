@@ -15,10 +15,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+from fixtures.models import if_lstm_model
 
 from torq_gen_config.backends import (
     BACKEND_KINDS,
@@ -33,8 +36,12 @@ from torq_gen_config.backends.iree import IreeBackend
 from torq_gen_config.backends.iree_tools import parse_mlir_signature
 from torq_gen_config.backends.onnxruntime import OnnxRuntimeBackend
 from torq_gen_config.backends.ort_session import ort_reference_session, ort_version
+from torq_gen_config.core import external_data as xd
+from torq_gen_config.core import weight_store as ws
 from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.core.tools import find_tool, run_tool
+from torq_gen_config.model.symbolic_dims import fix_symbolic_dims
+from torq_gen_config.reference.reference_run import run_reference_file
 
 TOL = 1e-5
 COMPILE_TIMEOUT_S = 300
@@ -519,17 +526,60 @@ def test_ort_backend_runs_op_iree_cannot_compile(models, tmp_path):
     np.testing.assert_allclose(out["y"], _reference(models["lppool"], {"x": x})["y"], rtol=0, atol=TOL)
 
 
-def test_ort_compile_error(models, tmp_path):
+def test_ort_session_error(models, tmp_path):
+    """A session onnxruntime cannot create is stage "session", not "compile"."""
     backend = OnnxRuntimeBackend("ort", {})
     log = tmp_path / "ort.log"
     with pytest.raises(StageError) as ei:
         backend.compile(onnx_path=models["conv_bf16"], mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=str(log))
-    assert ei.value.stage == "compile"
+    assert ei.value.stage == "session"
     assert "bfloat16" in ei.value.message
-    assert "FAILED (compile)" in log.read_text()
+    assert "FAILED (session)" in log.read_text()
 
 
-def test_ort_missing_provider_is_a_compile_error(models, tmp_path):
+def _if_lstm_layer(tmp_path) -> Path:
+    """:func:`if_lstm_model` as the preparation leaves a layer: the input dims fixed
+    (x: 5x1x64), every branch weight in the store, the file in a folder of its own."""
+    model = if_lstm_model()
+    fix_symbolic_dims(model, {"x": [5, 1, 64]})
+    ws.externalize(model, tmp_path / ws.STORE_FILE)
+    xd.resolve_locations(model, tmp_path)
+    path = tmp_path / "layers" / "If_h" / "model.onnx"
+    path.parent.mkdir(parents=True)
+    xd.save_model(model, path)
+    return path
+
+
+def test_ort_runs_an_if_whose_untaken_branch_fails_type_inference_once_dims_are_fixed(tmp_path):
+    """Issue 42 item 3: with the dims fixed, ONNX Runtime's optimizer folds the untaken
+    then-branch's Shape and its type inference then rejects the branch's LSTM; the
+    executor opens the layer with its dims free again, runs it as ONNX Runtime runs the
+    user's model, and says so in its log; the reference engine does the same."""
+    path = _if_lstm_layer(tmp_path)
+    so = xd.session_options(path)
+    so.log_severity_level = 4
+    with pytest.raises(Exception, match="First input tensor must have rank 3"):  # what the executor met
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(7).standard_normal((5, 1, 64)).astype(np.float32)
+    want = ReferenceEvaluator(if_lstm_model()).run(None, {"x": x})[0]
+    log = tmp_path / "ort.log"
+    backend = OnnxRuntimeBackend("ort", {})
+    art = backend.compile(onnx_path=str(path), mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=str(log))
+    out, _ = _run(backend, art, {"x": x}, ["y"], tmp_path)  # a new session in the run's worker: the same way
+    np.testing.assert_allclose(out["y"], want, rtol=1e-5, atol=1e-6)
+    text = log.read_text()
+    assert "input dims left symbolic: ONNX Runtime refused the model with the dims fixed" in text and "rank 3" in text
+    got, _ = run_reference_file(str(path), {"x": x}, ["y"], "onnxruntime", None)
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-6)
+
+    free = xd.free_dims(xd.load_model(path, weights=False))
+    assert [d.dim_param for d in free.graph.input[0].type.tensor_type.shape.dim] == ["x_0", "x_1", "x_2"]
+    branches = [a.g for n in free.graph.node for a in n.attribute if a.HasField("g")]
+    assert branches and all(not g.value_info for g in branches)
+    assert sum(xd.is_external(t) for t in xd.model_tensors(free)) == 10  # the weights are not touched
+
+
+def test_ort_missing_provider_is_a_session_error(models, tmp_path):
     import onnxruntime as ort
 
     if "CUDAExecutionProvider" in ort.get_available_providers():  # pragma: no cover
@@ -537,7 +587,7 @@ def test_ort_missing_provider_is_a_compile_error(models, tmp_path):
     backend = OnnxRuntimeBackend("ort-cuda", {"providers": [["CUDAExecutionProvider", {"device_id": 0}]]})
     with pytest.raises(StageError) as ei:
         backend.compile(onnx_path=models["relu"], mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=None)
-    assert ei.value.stage == "compile"
+    assert ei.value.stage == "session"
     assert "no execution provider CUDAExecutionProvider" in ei.value.message
     assert "CPUExecutionProvider" in ei.value.message
     assert backend.unavailable_reason() == ei.value.message  # the same line, once per run
@@ -565,7 +615,7 @@ def test_ort_compile_timeout_after_the_fact(models, tmp_path):
     backend = OnnxRuntimeBackend("ort", {})
     with pytest.raises(StageError) as ei:
         backend.compile(onnx_path=models["slow"], mlir_path=None, work_dir=str(tmp_path), timeout_s=1e-9, log_path=None)
-    assert ei.value.stage == "timeout" and ei.value.during == "compile"
+    assert ei.value.stage == "timeout" and ei.value.during == "session"
 
 
 def test_ort_run_error(models, tmp_path):
@@ -795,7 +845,7 @@ def test_ort_backend_bf16_conv_is_not_implemented(tmp_path):
     backend = OnnxRuntimeBackend("ort", {})
     with pytest.raises(StageError) as ei:
         backend.compile(onnx_path=path, mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=None)
-    assert ei.value.stage == "compile" and "NOT_IMPLEMENTED" in ei.value.message
+    assert ei.value.stage == "session" and "NOT_IMPLEMENTED" in ei.value.message
 
 
 def test_a_backends_run_wide_option_becomes_a_config_key_and_a_flag(monkeypatch, tmp_path):

@@ -7,9 +7,13 @@ import sys
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from torq_gen_config.model.prepare import _may_name_external_data, model_fingerprint
+from fixtures.models import if_lstm_model
+
+from torq_gen_config.core.errors import ModelError
+from torq_gen_config.model.prepare import _may_name_external_data, load_model, model_fingerprint
 
 
 def _model(path, external: bool):
@@ -47,3 +51,16 @@ def test_a_model_without_external_data_is_not_parsed(tmp_path):
             f"fp = model_fingerprint({str(p)!r}); assert fp['external_data'] == [] and fp['size'], fp; "
             "assert 'onnx' not in sys.modules, 'onnx was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_external_data_of_a_subgraph_is_part_of_the_fingerprint(tmp_path):
+    """A model whose only large tensor is a Constant inside an If branch, saved with
+    external data: that file is found (and a missing one refused) like a top-level one."""
+    p = tmp_path / "m.onnx"
+    onnx.save(if_lstm_model(trap=False), p, save_as_external_data=True, all_tensors_to_one_file=True,
+              location="branches.bin", size_threshold=1024)
+    (loc, size, _), = model_fingerprint(p)["external_data"]
+    assert loc == "branches.bin" and size == (tmp_path / "branches.bin").stat().st_size
+    (tmp_path / "branches.bin").unlink()
+    with pytest.raises(ModelError, match="branches.bin not found"):
+        load_model(p, graph_only=True)

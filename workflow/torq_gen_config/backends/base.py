@@ -33,11 +33,13 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["STAGES", "DURING", "StageError", "CompiledArtifact", "Backend", "RunWideOption", "check_options",
            "check_inputs"]
 
-#: Stages a layer can fail at, in pipeline order. "timeout" and "crash" say how a
-#: compile or run ended; ``StageError.during`` then says which of the two it was.
-STAGES = ("import", "compile", "run", "timeout", "crash")
+#: Stages a layer can fail at, in pipeline order. "session" is the creation of an
+#: in-process runtime session (ONNX Runtime's ``InferenceSession``), the step an onnxruntime
+#: executor has in place of a compile. "timeout" and "crash" say how a step ended;
+#: ``StageError.during`` then says which one it was.
+STAGES = ("import", "compile", "session", "run", "timeout", "crash")
 #: Values of ``StageError.during``.
-DURING = ("import", "compile", "run")
+DURING = ("import", "compile", "session", "run")
 
 
 @dataclass(frozen=True)
@@ -66,13 +68,14 @@ class StageError(Exception):
 
     Attributes:
         stage: one of :data:`STAGES`: ``"import"`` (ONNX to MLIR), ``"compile"``
-            (the compiler or session creation rejected the layer), ``"run"`` (the
+            (the compiler rejected the layer), ``"session"`` (a runtime session could
+            not be created: ONNX Runtime refused the model), ``"run"`` (the
             run failed), ``"timeout"`` (ran past its time limit), ``"crash"`` (the
             tool died of a signal).
         message: the tool's message, already bounded (see
             :func:`torq_gen_config.core.tools.bounded_message`); ``str(err) == message``.
         during: for ``"timeout"`` and ``"crash"``, the step that was running
-            (``"import"``, ``"compile"`` or ``"run"``); for the other stages it
+            (``"import"``, ``"compile"``, ``"session"`` or ``"run"``); for the other stages it
             defaults to None (the stage itself says it).
 
     Raises:

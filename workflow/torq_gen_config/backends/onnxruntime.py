@@ -6,7 +6,7 @@ Executor options (all optional):
     Execution providers in priority order. Each item is a provider name or a
     ``[name, {provider options}]`` pair, e.g. ``["CUDAExecutionProvider", {"device_id": 0}]``.
     A provider that this onnxruntime build does not have, or that fails to
-    initialise (onnxruntime then silently falls back to the CPU), makes the compile
+    initialise (onnxruntime then silently falls back to the CPU), makes the session
     step fail instead of measuring the wrong executor.
 ``graph_optimization_level`` (str, default ``"all"``)
     ``"all"``, ``"extended"``, ``"basic"`` or ``"disabled"`` (also ``"layout"``
@@ -14,7 +14,10 @@ Executor options (all optional):
 ``intra_op_num_threads`` (int, default 1)
     Threads inside one operator; 0 lets onnxruntime choose.
 
-"Compile" is the creation of the ``InferenceSession``; the session is kept in
+"Compile" is the creation of the ``InferenceSession`` (its time is ``compile_ms``; a
+failure is stage ``session``, not ``compile``); the layer model's dims are left symbolic
+where ONNX Runtime refuses them fixed (:func:`~torq_gen_config.core.external_data.open_session`: an ``If``
+branch that is never taken may not type-check once they are fixed); the session is kept in
 ``CompiledArtifact.handle`` and reused by :meth:`OnnxRuntimeBackend.run` and
 :meth:`OnnxRuntimeBackend.benchmark` (timing: ``session.run`` calls timed with
 ``time.perf_counter`` in this process, after untimed warm-up runs).
@@ -32,7 +35,7 @@ import time
 from typing import Any
 
 from ..core import ort_io
-from ..core.external_data import session_options
+from ..core.external_data import open_session
 from ..core.isolation import WorkerCrash, WorkerTimeout, run_isolated, run_isolated_each
 from ..core.lazy import np, ort
 from ..core.logs import append_record
@@ -81,7 +84,7 @@ class OnnxRuntimeBackend(Backend):
         level_name = OPT_LEVELS[self.graph_optimization_level]
         if not hasattr(ort.GraphOptimizationLevel, level_name):
             raise StageError(
-                "compile",
+                "session",
                 f"graph_optimization_level {self.graph_optimization_level!r} ({level_name}) is not "
                 f"supported by onnxruntime {ort.__version__}",
             )
@@ -98,27 +101,37 @@ class OnnxRuntimeBackend(Backend):
             return None
         return missing_providers(self.provider_names)
 
-    def _create_session(self, onnx_path: str) -> tuple[Any, float]:
-        """Create the session; return ``(session, wall_ms)``. Raises StageError("compile")."""
+    def _create_session(self, onnx_path: str) -> tuple[Any, float, str | None]:
+        """Create the session (:func:`~torq_gen_config.core.external_data.open_session`: the layer model's dims
+        are left symbolic where ONNX Runtime refuses them fixed).
+
+        Returns:
+            ``(session, wall_ms, note)``: ``note`` says why the dims were left symbolic, or None.
+
+        Raises:
+            StageError: ``"session"``: a requested provider is missing or fell back, or
+                onnxruntime cannot create the session.
+        """
         missing = missing_providers(self.provider_names)
         if missing:
-            raise StageError("compile", missing)
-        so = session_options(onnx_path, self._session_options())  # the weight store's folder
+            raise StageError("session", missing)
         start = time.perf_counter()
         try:
-            session = ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=self.providers)
+            session, note = open_session(onnx_path, self._session_options, self.providers)
+        except StageError:
+            raise
         except Exception as e:  # onnxruntime raises its own pybind exception types
-            raise StageError("compile", bounded_message(f"{type(e).__name__}: {e}")) from None
+            raise StageError("session", bounded_message(f"{type(e).__name__}: {e}")) from None
         wall_ms = (time.perf_counter() - start) * 1000.0
         active = session.get_providers()
         dropped = [n for n in self.provider_names if n not in active]
         if dropped:
             raise StageError(
-                "compile",
+                "session",
                 f"onnxruntime could not initialise execution provider {', '.join(dropped)} "
                 f"(session fell back to {', '.join(active)})",
             )
-        return session, wall_ms
+        return session, wall_ms, note
 
     def _compile_here(
         self,
@@ -145,12 +158,13 @@ class OnnxRuntimeBackend(Backend):
             CompiledArtifact with ``path=None``, ``compile_ms`` = session creation wall
             time in ms, ``info`` = ``{"onnx_path", "providers" (active ones),
             "graph_optimization_level", "intra_op_num_threads", "onnxruntime_version"}``
-            and ``handle`` = the session.
+            (plus ``session_note`` where the dims were left symbolic) and ``handle`` =
+            the session.
 
         Raises:
-            StageError: ``"compile"`` (onnxruntime cannot load the model, e.g. an
+            StageError: ``"session"`` (onnxruntime cannot create the session, e.g. an
                 unsupported operator or type; a requested provider is missing or fell
-                back), ``"timeout"`` with ``during="compile"``.
+                back), ``"timeout"`` with ``during="session"``.
             FileNotFoundError: ``onnx_path`` does not exist.
         """
         if not os.path.isfile(onnx_path):
@@ -160,16 +174,17 @@ class OnnxRuntimeBackend(Backend):
             f"graph_optimization_level={self.graph_optimization_level}, intra_op_num_threads={self.intra_op_num_threads})"
         )
         try:
-            session, wall_ms = self._create_session(onnx_path)
+            session, wall_ms, note = self._create_session(onnx_path)
         except StageError as e:
-            append_record(log_path, f"{what}\n--- FAILED (compile)\n{e.message}")
+            append_record(log_path, f"{what}\n--- FAILED (session)\n{e.message}")
             raise
-        append_record(log_path, f"{what}\n--- ok; wall {wall_ms:.1f} ms; active providers {session.get_providers()}")
+        append_record(log_path, f"{what}\n--- ok; wall {wall_ms:.1f} ms; active providers {session.get_providers()}"
+                                + (f"; {note}" if note else ""))
         if timeout_s and wall_ms > timeout_s * 1000.0:
             raise StageError(
                 "timeout",
                 f"onnxruntime session creation took {wall_ms / 1000.0:.3g} s, over the {timeout_s:g} s limit",
-                during="compile",
+                during="session",
             )
 
         info = {
@@ -179,6 +194,8 @@ class OnnxRuntimeBackend(Backend):
             "intra_op_num_threads": self.intra_op_num_threads,
             "onnxruntime_version": ort.__version__,
         }
+        if note:
+            info["session_note"] = note
         return CompiledArtifact(path=None, compile_ms=wall_ms, info=info, handle=session)
 
     def _session_and_feed(self, artifact: CompiledArtifact, inputs: dict, input_names: list[str],
@@ -202,7 +219,7 @@ class OnnxRuntimeBackend(Backend):
             onnx_path = (artifact.info or {}).get("onnx_path")
             if not onnx_path:
                 raise ValueError(f"executor {self.name!r}: artifact has no session and no onnx_path")
-            session, _ = self._create_session(onnx_path)
+            session, _, _ = self._create_session(onnx_path)
             artifact.handle = session
         feed = {n: np.asarray(inputs[n]) for n in input_names}
         return session, ort_io.prepare_feed(session, feed, list(output_names or []))
@@ -249,7 +266,7 @@ class OnnxRuntimeBackend(Backend):
         Raises:
             StageError: ``"timeout"`` with ``during="run"`` (terminated), ``"run"`` (any
                 other onnxruntime error, e.g. a wrong input shape or dtype), or
-                ``"compile"`` when the session has to be recreated and that fails.
+                ``"session"`` when the session has to be recreated and that fails.
             ValueError: an input is missing, or the artifact has neither a session
                 nor an ``onnx_path``.
         """
@@ -347,9 +364,9 @@ class OnnxRuntimeBackend(Backend):
 
         Raises:
             StageError: as :meth:`_compile_here`; ``"timeout"``/``"crash"`` with
-                ``during="compile"`` when the worker had to be stopped or died.
+                ``during="session"`` when the worker had to be stopped or died.
         """
-        return self._in_worker("compile", "compile", timeout_s, onnx_path=onnx_path, mlir_path=mlir_path,
+        return self._in_worker("compile", "session", timeout_s, onnx_path=onnx_path, mlir_path=mlir_path,
                                work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
 
     def run(self, artifact: CompiledArtifact, *, inputs: dict, input_names: list[str], output_names: list[str],
@@ -383,7 +400,7 @@ class OnnxRuntimeBackend(Backend):
             limit_s=limit, what=[f"onnxruntime compile of executor {self.name}",
                                  f"onnxruntime run of executor {self.name}"])
         if isinstance(compiled, BaseException):
-            raise self._worker_failure(compiled, "compile", "compile", limit)
+            raise self._worker_failure(compiled, "compile", "session", limit)
         if isinstance(ran, BaseException):
             error = self._worker_failure(ran, "run", "run", limit)
             if isinstance(error, StageError):

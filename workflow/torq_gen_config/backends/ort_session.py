@@ -1,6 +1,9 @@
 """ONNX Runtime sessions: the options of an onnxruntime executor, the workflow's
 reference session (CPU, optimizations off), runs that return any dtype, and the log
-lines of the onnxruntime backend. onnxruntime is imported only inside the functions."""
+lines of the onnxruntime backend. onnxruntime is imported only inside the functions.
+Sessions on the tool's model files are opened with
+:func:`~torq_gen_config.core.external_data.open_session` (their weights in the store, their
+dims left symbolic where ONNX Runtime refuses them fixed)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from ..core import ort_io
 from ..core.errors import ConfigError
 from ..core.lazy import difflib, ort
 from ..core.logs import append_record
-from ..core.external_data import session_options
+from ..core.external_data import open_session
 from ..core.tools import bounded_message
 from .base import StageError, check_options
 from .timing import runtime_stats
@@ -69,12 +72,16 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
     """
     if not os.path.isfile(onnx_path):
         raise FileNotFoundError(f"ONNX model not found: {onnx_path}")
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = int(intra_op_num_threads)
-    so.log_severity_level = 3  # errors only
-    session_options(onnx_path, so)  # a layer model's weights are in the work directory's store
-    return ort.InferenceSession(os.fspath(onnx_path), sess_options=so, providers=["CPUExecutionProvider"])
+
+    def options():
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.intra_op_num_threads = int(intra_op_num_threads)
+        so.log_severity_level = 3  # errors only
+        return so
+
+    # a layer model's weights are in the work directory's store; its dims free if need be
+    return open_session(onnx_path, options, ["CPUExecutionProvider"])[0]
 
 
 

@@ -152,7 +152,7 @@ def compare_expected(records: list[dict], executor: str, listed: dict[str, str],
                                                "message": res.get("message")})
         elif kind:
             out["expected_failures"] += 1
-            here = "compile" if res.get("stage") in ("import", "compile") else "run"
+            here = "compile" if res.get("stage") in ("import", "compile", "session") else "run"
             if kind in ("compile", "run") and here != kind:
                 out["stage_differs"].append({"test": test, "listed_as": kind, "outcome": res["outcome"],
                                              "stage": res.get("stage")})

@@ -14,7 +14,8 @@ class ConfigError(TorqGenConfigError):
 
 
 class ReportError(TorqGenConfigError):
-    """A report or compiler JSON is missing, malformed or of the wrong kind."""
+    """A report or compiler JSON is missing, malformed or of the wrong kind, or a compiler
+    JSON cannot be made (it would assign no op of a model that has layers)."""
 
 
 class OutputDirError(TorqGenConfigError):

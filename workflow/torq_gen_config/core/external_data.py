@@ -12,7 +12,8 @@ tensors with *absolute* locations, so that any step can read a tensor's values
 (:func:`tensor_array`, :func:`stored_bytes`) without knowing where the model came from;
 :func:`save_model` makes them relative again. Such a model is never handed to ONNX
 Runtime as it is (absolute locations are refused): sessions are made from saved files
-with :func:`session_options`, or from models whose tensors were read in
+with :func:`session_options` (:func:`open_session`, which also takes a model whose fixed
+dims ONNX Runtime refuses: :func:`free_dims`), or from models whose tensors were read in
 (:func:`load_weights`).
 """
 
@@ -20,9 +21,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .fileio import atomic_write_bytes, write_bytes_if_changed
+from .limits import NOTE_CHARS
 from .lazy import np, numpy_helper, onnx, ort
 
 #: Metadata property of a model whose store is not in the model's own folder: the store's
@@ -32,11 +34,10 @@ WEIGHTS_DIR_PROP = "torq_gen_config.weights_dir"
 ORT_FOLDER_OPTION = "session.model_external_initializers_file_folder_path"
 
 
-def _graph_tensors(graph) -> Iterator[Any]:
-    """Every TensorProto of ``graph``: initializers, tensor attributes (``Constant``
-    values), and those of nested subgraphs."""
-    yield from graph.initializer
-    for node in graph.node:
+def _node_tensors(nodes) -> Iterator[Any]:
+    """Every TensorProto in the attributes of ``nodes`` (``Constant`` values, tensor
+    attributes) and in their subgraphs (If branches, Loop/Scan bodies, nested)."""
+    for node in nodes:
         for a in node.attribute:
             if a.HasField("t"):
                 yield a.t
@@ -47,15 +48,21 @@ def _graph_tensors(graph) -> Iterator[Any]:
                 yield from _graph_tensors(g)
 
 
+def _graph_tensors(graph) -> Iterator[Any]:
+    """Every TensorProto of ``graph``: initializers, tensor attributes (``Constant``
+    values), and those of nested subgraphs."""
+    yield from graph.initializer
+    yield from _node_tensors(graph.node)
+
+
 def model_tensors(model) -> Iterator[Any]:
-    """Every TensorProto of ``model`` (:func:`_graph_tensors` of the main graph and of
-    the model's local functions)."""
+    """Every TensorProto of ``model``: the initializers and tensor attributes of the main
+    graph, of every subgraph at any depth (If, Loop, Scan) and of the model's local
+    functions. Whatever moves tensors to or from external data walks this, so that no
+    tensor of a subgraph is left behind."""
     yield from _graph_tensors(model.graph)
     for f in model.functions:
-        for node in f.node:
-            for a in node.attribute:
-                if a.HasField("t"):
-                    yield a.t
+        yield from _node_tensors(f.node)
 
 
 def is_external(tensor) -> bool:
@@ -312,3 +319,76 @@ def session_options(path: str | os.PathLike, so=None):
     if folder != Path(path).parent.resolve():
         so.add_session_config_entry(ORT_FOLDER_OPTION, str(folder))
     return so
+
+
+def free_dims(model) -> Any:
+    """A copy of ``model`` with the shapes the preparation fixed taken out again: every dim
+    of its graph inputs symbolic (``dim_param`` ``<input>_<axis>``, the rank kept), its
+    graph outputs' and every subgraph's outputs' shapes cleared, and the ``value_info`` of
+    the graph and of every subgraph (If branches, Loop/Scan bodies, nested) dropped; nodes,
+    weights (stored ones too) and types are unchanged. ONNX Runtime then infers the shapes
+    from the ops, as it does for a model with symbolic dims.
+
+    Why: with the dims fixed, ONNX Runtime's shape-data propagation and its optimizer's
+    constant folding of ``Shape`` make shapes in an ``If`` branch that is never taken
+    concrete, and its type inference then rejects the branch (``Graph attribute inferencing
+    failed: ... LSTM ... First input tensor must have rank 3``) although the model runs.
+    """
+    out = type(model)()
+    out.CopyFrom(model)
+    for inp in out.graph.input:
+        tt = inp.type.tensor_type
+        if inp.type.HasField("tensor_type") and tt.HasField("shape"):
+            for axis, d in enumerate(tt.shape.dim):
+                d.Clear()
+                d.dim_param = f"{inp.name}_{axis}"
+
+    def clear(graph) -> None:
+        del graph.value_info[:]
+        for o in graph.output:
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.ClearField("shape")
+        for node in graph.node:
+            for a in node.attribute:
+                if a.HasField("g"):
+                    clear(a.g)
+                for g in a.graphs:
+                    clear(g)
+
+    clear(out.graph)
+    return out
+
+
+def open_session(onnx_path: str | os.PathLike, make_options: Callable[[], Any],
+                 providers: list) -> tuple[Any, str | None]:
+    """An ``InferenceSession`` on the model file ``onnx_path`` (its weights found in the
+    store: :func:`session_options`), with the options ``make_options()`` returns and
+    ``providers``. When ONNX Runtime refuses the model as it
+    is, it is tried once more with its dims free (:func:`free_dims`): the preparation fixed
+    the dims for the compilers, ONNX Runtime does not need them, and a model ONNX Runtime
+    runs must not fail because of them.
+
+    Returns:
+        ``(session, note)``: ``note`` is None when the model was taken as it is, else one
+        line saying that its dims were left symbolic and why (ONNX Runtime's first refusal).
+
+    Raises:
+        onnxruntime's exceptions: the first refusal, when the model with free dims is
+            refused too (the model's own problem, not its fixed dims) or cannot be made.
+    """
+    try:
+        return ort.InferenceSession(os.fspath(onnx_path), sess_options=session_options(onnx_path, make_options()),
+                                    providers=providers), None
+    except Exception as first:  # onnxruntime raises its own pybind exception types
+        refusal = first
+    try:
+        free, folder = detach_locations(free_dims(load_model(onnx_path, weights=False)))
+        so = make_options()
+        if folder is not None:
+            so.add_session_config_entry(ORT_FOLDER_OPTION, folder)
+        session = ort.InferenceSession(free.SerializeToString(), sess_options=so, providers=providers)
+    except Exception:  # refused as well: the first message is the one that says what is wrong
+        raise refusal from None
+    first_line = next((ln.strip() for ln in str(refusal).splitlines() if ln.strip()), type(refusal).__name__)
+    return session, ("input dims left symbolic: ONNX Runtime refused the model with the dims fixed "
+                     f"({first_line[:NOTE_CHARS]})")

@@ -21,7 +21,7 @@ from typing import Any
 from ..core.fileio import atomic_write_text
 from ..core.external_data import external_entries, is_external, load_model, stored_bytes
 from ..core.lazy import np
-from ..core.lazy import ir, iree_importer_overrides, onnx_importer, util
+from ..core.lazy import ir, iree_importer_overrides, onnx, onnx_importer, util
 from ..core.weight_store import MIN_EXTERNAL_BYTES, PARAMETER_SCOPE, parameter_key
 
 #: the Python distribution of the ONNX -> MLIR importer (its version goes to the report)
@@ -80,8 +80,29 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
         def import_node(self, node):  # noqa: D401 - same contract as the base class
             before = len(self._b.operations)
             super().import_node(node)
-            if record_locations:
+            if record_locations and self._b == top_block[0]:  # a subgraph's nodes are inside their node's op
                 spans.append((before, len(self._b.operations)))
+
+        def import_regions(self, onnx_attrs, op):
+            """The base class's, with each subgraph (If branches, Loop/Scan bodies, nested)
+            imported by this class too, so that its initializers and ``Constant`` values in
+            the weight store are read from there (the base importer reads only in-line
+            values: a stored tensor would come out empty)."""
+            graphs = sorted((a for a in onnx_attrs if a.type == onnx.AttributeProto.AttributeType.GRAPH),
+                            key=lambda a: a.name)
+            for attr, region in zip(graphs, op.regions):
+                inputs = list(attr.g.input)
+                region.blocks.append(*[self._cc.type_proto_to_type(i.type) for i in inputs],
+                                     arg_locs=[op.location] * len(inputs))
+                block = region.blocks[0]
+                sub = _StoreImporter(onnx_importer.GraphInfo(self._gi.model_info, attr.g, is_subgraph=True),
+                                     parent_op=op, block=block, context_cache=self._cc, module_op=self._m,
+                                     module_cache=self._mc)
+                for i, value in zip(inputs, block.arguments):
+                    sub._nv_map[i.name] = value
+                for k, v in self._nv_map.items():  # outer-scope values (as the base class: they win)
+                    sub._nv_map[k] = v
+                sub.import_all(False)
 
         def import_initializer(self, initializer, extern_name=None):
             large_inline = initializer.HasField("raw_data") and len(initializer.raw_data) >= MIN_EXTERNAL_BYTES
@@ -140,6 +161,7 @@ def import_model(onnx_model: "onnx.ModelProto", mlir_path: str | os.PathLike, *,
     module = model_info.create_module(context=ctx).operation
     imp = onnx_importer.NodeImporter.define_function(model_info.main_graph, module)
     imp.__class__ = _StoreImporter
+    top_block = [imp._b]
     imp.import_all()
     module.verify()
     _write_asm(module, mlir_path, blobs, elide=elide_weights)

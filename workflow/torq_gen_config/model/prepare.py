@@ -28,7 +28,9 @@ from .shapes import apply_observed_types, complete_static_shapes, unknown_runtim
 from .subgraph import CONFIG_KEYS, extract_subgraph, resolve_range
 from .symbolic_dims import fix_symbolic_dims
 from ..core.limits import NOTE_CHARS
-from ..core.external_data import external_data_problem, load_weights, model_bytes, resolve_locations
+from ..core.external_data import (
+    external_data_problem, load_weights, model_bytes, model_tensors, resolve_locations,
+)
 from ..core.weight_store import MIN_EXTERNAL_BYTES, externalize
 from .onnx_file import WireError, read_skeleton
 
@@ -76,7 +78,7 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
         raise ModelError(f"{p}: not a valid ONNX model (cannot parse the protobuf: {_one_line(e)})") from None
     except OSError as e:
         raise ModelError(f"{p}: cannot read model: {_one_line(e)}") from None
-    missing = sorted({e.value for t in _all_tensors(model) for e in t.external_data if e.key == "location"
+    missing = sorted({e.value for t in model_tensors(model) for e in t.external_data if e.key == "location"
                       and not os.path.isabs(e.value) and not (p.parent / e.value).is_file()})
     if missing:
         raise ModelError(f"{p}: the model's external data file{'s' if len(missing) > 1 else ''} "
@@ -161,7 +163,7 @@ def model_fingerprint(path: str | os.PathLike, *, parse_limit_bytes: int = 64 <<
     if st.st_size <= parse_limit_bytes and _may_name_external_data(p):
         try:
             model = onnx.load(str(p), load_external_data=False)
-            locations = sorted({e.value for t in _all_tensors(model) for e in t.external_data if e.key == "location"})
+            locations = sorted({e.value for t in model_tensors(model) for e in t.external_data if e.key == "location"})
         except Exception:  # an unreadable model is reported by the preparation job itself
             locations = []
         for loc in locations:
@@ -172,16 +174,6 @@ def model_fingerprint(path: str | os.PathLike, *, parse_limit_bytes: int = 64 <<
             except OSError:
                 fp["external_data"].append([loc, None, None])
     return fp
-
-
-def _all_tensors(model) -> list:
-    """Initializers and Constant-node tensors of the main graph (for external data)."""
-    tensors = list(model.graph.initializer)
-    for n in model.graph.node:
-        for a in n.attribute:
-            if a.HasField("t"):
-                tensors.append(a.t)
-    return tensors
 
 
 def default_opset(model: "onnx.ModelProto") -> int:  # noqa: F821

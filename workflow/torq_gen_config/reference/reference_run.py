@@ -34,6 +34,7 @@ from ..model.graph import copy_proto
 from ..core.external_data import (
     ORT_FOLDER_OPTION,
     detach_locations,
+    free_dims,
     is_external,
     load_model,
     load_weights,
@@ -143,20 +144,35 @@ def run_reference_file(model_path: str, feeds: dict, output_names: list[str], en
 
 def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
                      model_path, intra_op_num_threads: int | None, data_folder: str | None = None) -> list:
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    if intra_op_num_threads is not None:
-        so.intra_op_num_threads = intra_op_num_threads
-    so.log_severity_level = 4  # failures come back as exceptions; no stderr noise
-    # weights from the store stay memory-mapped (file pages): pre-packing would copy every
-    # constant MatMul operand (a 4 GB decoder: 4 GB of anonymous memory); results agree to ~1 ulp
-    so.add_session_config_entry("session.disable_prepacking", "1")
-    if model_path is not None:
-        session_options(model_path, so)
-    elif data_folder is not None:
-        so.add_session_config_entry(ORT_FOLDER_OPTION, data_folder)
-    src = str(model_path) if model_path is not None else model.SerializeToString()
-    sess = ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+    def options(folder: str | None):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        if intra_op_num_threads is not None:
+            so.intra_op_num_threads = intra_op_num_threads
+        so.log_severity_level = 4  # failures come back as exceptions; no stderr noise
+        # weights from the store stay memory-mapped (file pages): pre-packing would copy every
+        # constant MatMul operand (a 4 GB decoder: 4 GB of anonymous memory); results agree to ~1 ulp
+        so.add_session_config_entry("session.disable_prepacking", "1")
+        if folder is not None:
+            so.add_session_config_entry(ORT_FOLDER_OPTION, folder)
+        return so
+
+    try:
+        if model_path is not None:
+            sess = ort.InferenceSession(str(model_path), session_options(model_path, options(None)),
+                                        providers=["CPUExecutionProvider"])
+        else:
+            sess = ort.InferenceSession(model.SerializeToString(), options(data_folder),
+                                        providers=["CPUExecutionProvider"])
+    except Exception as refusal:  # onnxruntime's own exception types
+        # the prepared model's fixed dims can make an If branch that never runs fail ONNX
+        # Runtime's type inference: the model is tried once more with its dims free
+        try:
+            free, folder = detach_locations(free_dims(model))
+            sess = ort.InferenceSession(free.SerializeToString(), options(folder or data_folder),
+                                        providers=["CPUExecutionProvider"])
+        except Exception:  # refused as well: the first message says what is wrong
+            raise refusal from None
     run_options = ort.RunOptions()
     fired = threading.Event()
     timer = None

@@ -386,6 +386,36 @@ def build_compiler_json(report: Mapping) -> dict:
     }
 
 
+def unassigned_reason(report: Mapping, compiler: Mapping) -> str | None:
+    """Why ``compiler`` (the compiler JSON of ``report``) assigns no op although the model
+    has layers, as one line for the user; None when it assigns one, or the report has no
+    layer. Such a compiler JSON is never written (:func:`~.publish.publish_report`): a
+    compiler would read it as "nothing to place" while discovery failed to place anything.
+    """
+    ops = report.get("ops") or {}
+    if not ops or (compiler.get("op_assignments") or {}):
+        return None
+    n = len(ops)
+    located = [op for op in ops.values() if isinstance(op.get("mlir_location"), str)
+               and _LOCATION_RE.match(op["mlir_location"])]
+    recommended = [op for op in ops.values() if op.get("recommended_executor")]
+    mlir = ((report.get("provenance") or {}).get("mlir") or {})
+    if not located:
+        cause = "no layer has an MLIR location (the compiler JSON's keys)"
+        if mlir.get("status") == "error":
+            message = (str(mlir.get("message") or "").strip().splitlines() or ["no message"])[0][:NOTE_CHARS]
+            cause += f": the full-model MLIR import failed ({message})"
+    elif not recommended:
+        skipped = sum(1 for op in ops.values() if op.get("skipped_reason"))
+        cause = ("no executor passed any layer" + (f" ({skipped} layer(s) skipped)" if skipped else "")
+                 + "; each verdict is in work/<model>/layers/<slug>/<executor>/result.json")
+    else:
+        cause = (f"the {len(recommended)} layer(s) with a recommended executor have no MLIR location, and the "
+                 f"{len(located)} with one have no recommended executor")
+    return (f"the compiler JSON would assign no op to an executor although the model has {n} layer(s), so it was "
+            f"not written: {cause}")
+
+
 def discovery_report_of(report: Mapping) -> dict:
     """A report's ``discovery_report`` computed from its ``ops`` (:func:`summarize`,
     :func:`trust_lists`): the one source of the summaries shown to a person (the render

@@ -264,7 +264,7 @@ def error_stage_plot(report: Mapping):
     if not stages:
         return None
     names = list(counts)
-    colors = {"import": "#6d4c41", "compile": "#c62828", "run": "#ef6c00", "compare": "#f9a825",
+    colors = {"import": "#6d4c41", "compile": "#c62828", "session": "#ad1457", "run": "#ef6c00", "compare": "#f9a825",
               "timeout": "#5e35b1", "crash": "#212121", "quantize": "#00838f", "reference": "#8e24aa"}
     fig = go.Figure([go.Bar(x=names, y=[counts[n].get(s, 0) for n in names], name=s,
                             marker_color=colors.get(s, "#78909c"),

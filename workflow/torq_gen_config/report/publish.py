@@ -15,7 +15,8 @@ from typing import Mapping
 
 from ..core.fileio import atomic_write_files, atomic_write_text, json_bytes, json_chunks, read_json
 from ..core.layout import REPORT_PREFIX, work_dir
-from .build import render_report
+from ..core.errors import ReportError
+from .build import render_report, unassigned_reason
 
 __all__ = ["publish_report", "read_report_summary"]
 
@@ -46,9 +47,14 @@ def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathL
         The compiler JSON (dict) written next to the report.
 
     Raises:
+        ReportError: the compiler JSON would assign no op although the report has layers
+            (:func:`~torq_gen_config.report.build.unassigned_reason`: why); nothing is written.
         OSError: a file cannot be written (then none was replaced).
     """
     compiler = render_report(report, full_model=full_model, rederive=rederive)
+    reason = unassigned_reason(report, compiler)
+    if reason:
+        raise ReportError(reason)
     files = {Path(report_path): json_chunks(report, one_line="ops"), Path(compiler_path): json_bytes(compiler)}
     files.update({Path(p): data for p, data in (extra_files or {}).items()})
     atomic_write_files(files, keep_unchanged=not force)
