@@ -66,6 +66,8 @@ else:
 
     onsuccess:
         run_lock.release(ctx.run_lock)
+        # a compiler JSON that assigns nothing (its error says why) is not a success
+        steps.report.exit_if_nothing_assigned(ctx.report)
 
 
     onerror:

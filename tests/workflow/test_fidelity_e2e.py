@@ -251,3 +251,27 @@ def test_if_branch_weights_compiled_by_iree_match_the_reference(tmp_path):
         op = _report(out, "if_plain")["ops"]["If_h"]
         assert op["executors"]["llvm-cpu"]["status"] == "success", (mode, op["executors"]["llvm-cpu"])
         assert op["executors"]["llvm-cpu"]["metrics"]["outputs"][0]["max_abs_diff"] < 1e-5
+
+
+def test_a_compiler_json_that_assigns_nothing_ends_with_exit_status_3(tmp_path):
+    """Issue 42 item 2: a model whose one layer no executor runs (an op of an unknown domain):
+    the report and the compiler JSON are written, the latter with its error; discover exits 3
+    with that one line; run refuses the report (exit 2)."""
+    from conftest import TensorProto, helper
+
+    node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = tmp_path / "nothing.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)]),
+              model)
+    out = tmp_path / "out"
+    r = run_cli("discover", "--model", model, "--output-dir", out, "-j", "2", "-q")
+    assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+    error = one_line_error(r)
+    assert "assigns no op to an executor although the model has 1 layer(s): no executor passed any layer" in error
+    compiler = json.loads((out / "torq_gen_config_nothing_compiler.json").read_text())
+    assert compiler["op_assignments"] == {} and compiler["error"] in error
+    assert _report(out, "nothing")["ops"]  # the report stays: why each executor failed
+    r = run_cli("run", "--model", model, "--output-dir", out, "-q")
+    assert r.returncode == 2 and "assigns no op" in one_line_error(r)

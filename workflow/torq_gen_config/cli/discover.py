@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..backends import run_wide_options
-from ..core.errors import ConfigError, ReportError, TorqGenConfigError
+from ..core.errors import EXIT_NOTHING_ASSIGNED, ConfigError, ReportError, TorqGenConfigError
 from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
 from ..core.limits import DEFAULT_TIMEOUT_S
 from .options import (
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from ..fullrun.reduce import parse_budget
     from ..pipeline.workflow_api import run_workflow
-    from ..report.publish import read_report_summary
+    from ..report.publish import compiler_json_error, read_report_summary
 
     resolve_execution_options(args)
     config = build_config(args)
@@ -183,4 +183,8 @@ def run(args: argparse.Namespace) -> int:
     from ..core.keep_work import measure, size_line
 
     print(size_line(measure(out / layout["work"], config["model"]), out / layout["work"], config["keep_work"]))
+    reason = compiler_json_error(summary)
+    if reason:  # written, with its error: the report says why each layer failed
+        print(f"torq-gen-config: error: {reason}", file=sys.stderr)
+        return EXIT_NOTHING_ASSIGNED
     return status

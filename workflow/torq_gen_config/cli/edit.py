@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from ..core.errors import ConfigError
+from ..core.errors import EXIT_NOTHING_ASSIGNED, ConfigError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -87,9 +87,9 @@ def run(args: argparse.Namespace) -> int:
     from ..report.edit import UNSET, edit_report_file
     from ..report.files import load_report, resolve_report_path
     from ..report.layer_select import list_layers
-
     from ..report.staleness import staleness
     from ..report.summary import status_counts_line
+    from ..report.publish import compiler_json_error
 
     path = resolve_report_path(args.report, args.model, args.output_dir)
     report = load_report(path)
@@ -132,4 +132,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"Report:        {result.report_path}")
     print(f"Compiler JSON: {result.compiler_path}")
     print(f"User choices:  {result.user_choices_path}")
+    reason = compiler_json_error(summary)
+    if reason:  # e.g. every layer set to an executor that has no verdict for it
+        print(f"torq-gen-config: error: {reason}", file=sys.stderr)
+        return EXIT_NOTHING_ASSIGNED
     return 0

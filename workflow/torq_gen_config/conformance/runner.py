@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 from ..core import run_lock
-from ..core.errors import ConfigError
+from ..core.errors import EXIT_NOTHING_ASSIGNED, ConfigError
 from ..core.fileio import atomic_write_text, write_bytes_if_changed, write_json
 from ..core.layout import lock_file
 from ..core.lazy import metadata, np
@@ -146,7 +146,8 @@ def run_test(case, settings: Settings, fp: str, case_digest: str, env: dict) -> 
            "domain": (node.domain if node is not None else "") or "", "opset": node_cases.opset(case.model),
            "fingerprint": fp, "timeout_s": settings.timeout_s, "seconds": round(secs, 2), "rtol": rtol, "atol": atol,
            "discover": {"status": "ok", "exit_status": rc, "message": None}, "reference": None, "executors": {}}
-    if rc is None or rc != 0 or not reports_in(d / "out"):
+    # EXIT_NOTHING_ASSIGNED: every executor failed the op (the compiler JSON assigns nothing): still judged
+    if rc is None or rc not in (0, EXIT_NOTHING_ASSIGNED) or not reports_in(d / "out"):
         # the product, not an executor, stopped the test: no executor's outputs to judge
         status, reason = ("timeout", "test timeout") if rc is None else ("refused", "refused")
         msg = (f"the test's discovery timed out after {settings.timeout_s:g} s" if rc is None else

@@ -14,8 +14,8 @@ class ConfigError(TorqGenConfigError):
 
 
 class ReportError(TorqGenConfigError):
-    """A report or compiler JSON is missing, malformed or of the wrong kind, or a compiler
-    JSON cannot be made (it would assign no op of a model that has layers)."""
+    """A report or compiler JSON is missing, malformed or of the wrong kind, or ``run`` is
+    given a report whose compiler JSON assigns no op of a model that has layers."""
 
 
 class OutputDirError(TorqGenConfigError):
@@ -27,3 +27,8 @@ class DamagedWorkFile(TorqGenConfigError):
     """A work file the workflow wrote (atomically) cannot be read: something outside the
     workflow damaged it. The file is removed, so the next run makes it again; the job
     fails (it is no verdict about an executor)."""
+
+
+#: The exit status of a discovery, ``edit`` or ``run`` whose compiler JSON assigns no op
+#: although the model has layers (the report and the compiler JSON's ``error`` say why).
+EXIT_NOTHING_ASSIGNED = 3

@@ -55,6 +55,17 @@ class WorkflowFailed(TorqGenConfigError):
     """Snakemake reported failed jobs or could not build the workflow."""
 
 
+#: set by :func:`run_workflow` and :func:`run_workflow_with_snakemake_args`: the command
+#: line runs the workflow in this process and decides its exit status itself
+_CALLED_FROM_API = False
+
+
+def called_from_api() -> bool:
+    """Whether the workflow runs under this package's command line (in this process),
+    not under Snakemake's own ``snakemake`` command."""
+    return _CALLED_FROM_API
+
+
 def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, targets: list[str] | None = None,
                  forcerun: list[str] | None = None, forceall: bool = False, dryrun: bool = False,
                  quiet: bool = False, verbose: bool = False, allowed_rules: list[str] | None = None,
@@ -90,6 +101,8 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
         WorkflowFailed: a job failed or the workflow could not be built; the message
             is Snakemake's reason in one line.
     """
+    global _CALLED_FROM_API
+    _CALLED_FROM_API = True
     absent = workflow_files.missing()
     if absent:
         raise WorkflowFailed(absent)
@@ -321,6 +334,8 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
     Raises:
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
     """
+    global _CALLED_FROM_API
+    _CALLED_FROM_API = True
     absent = workflow_files.missing()
     if absent:
         raise WorkflowFailed(absent)

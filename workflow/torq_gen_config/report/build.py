@@ -389,8 +389,9 @@ def build_compiler_json(report: Mapping) -> dict:
 def unassigned_reason(report: Mapping, compiler: Mapping) -> str | None:
     """Why ``compiler`` (the compiler JSON of ``report``) assigns no op although the model
     has layers, as one line for the user; None when it assigns one, or the report has no
-    layer. Such a compiler JSON is never written (:func:`~.publish.publish_report`): a
-    compiler would read it as "nothing to place" while discovery failed to place anything.
+    layer. Such a compiler JSON carries it as its ``error`` and the commands exit non-zero
+    (:func:`~.publish.publish_report`): a compiler would read it as "nothing to place"
+    while discovery failed to place anything.
     """
     ops = report.get("ops") or {}
     if not ops or (compiler.get("op_assignments") or {}):
@@ -412,8 +413,7 @@ def unassigned_reason(report: Mapping, compiler: Mapping) -> str | None:
     else:
         cause = (f"the {len(recommended)} layer(s) with a recommended executor have no MLIR location, and the "
                  f"{len(located)} with one have no recommended executor")
-    return (f"the compiler JSON would assign no op to an executor although the model has {n} layer(s), so it was "
-            f"not written: {cause}")
+    return f"the compiler JSON assigns no op to an executor although the model has {n} layer(s): {cause}"
 
 
 def discovery_report_of(report: Mapping) -> dict:

@@ -15,10 +15,9 @@ from typing import Mapping
 
 from ..core.fileio import atomic_write_files, atomic_write_text, json_bytes, json_chunks, read_json
 from ..core.layout import REPORT_PREFIX, work_dir
-from ..core.errors import ReportError
 from .build import render_report, unassigned_reason
 
-__all__ = ["publish_report", "read_report_summary"]
+__all__ = ["compiler_json_error", "publish_report", "read_report_summary"]
 
 
 def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathLike, report: dict, *,
@@ -43,18 +42,30 @@ def publish_report(report_path: str | os.PathLike, compiler_path: str | os.PathL
     Otherwise files whose bytes are already on disk are left untouched (their mtime
     too), so an unchanged compiler JSON reruns no full-model job.
 
+    A compiler JSON that would assign no op although the model has layers
+    (:func:`~torq_gen_config.report.build.unassigned_reason`) is written with its ``error``
+    (why), and the report's summary and text say the same (``compiler_json_error``): a
+    compiler must not read it as "nothing to place", and the commands exit non-zero on
+    it (:func:`compiler_json_error`); the report stays, to see why each layer failed.
+
     Returns:
         The compiler JSON (dict) written next to the report.
 
     Raises:
-        ReportError: the compiler JSON would assign no op although the report has layers
-            (:func:`~torq_gen_config.report.build.unassigned_reason`: why); nothing is written.
         OSError: a file cannot be written (then none was replaced).
     """
     compiler = render_report(report, full_model=full_model, rederive=rederive)
     reason = unassigned_reason(report, compiler)
+    summary = (report.get("discovery_report") or {}).get("summary")
+    if isinstance(summary, dict):
+        summary.pop("compiler_json_error", None)
     if reason:
-        raise ReportError(reason)
+        compiler["error"] = reason
+        if isinstance(summary, dict):
+            summary["compiler_json_error"] = reason
+        line = f"ERROR: {reason}"
+        if line not in (report.get("final_report_text") or ""):
+            report["final_report_text"] = (report.get("final_report_text") or "").rstrip("\n") + f"\n\n{line}\n"
     files = {Path(report_path): json_chunks(report, one_line="ops"), Path(compiler_path): json_bytes(compiler)}
     files.update({Path(p): data for p, data in (extra_files or {}).items()})
     atomic_write_files(files, keep_unchanged=not force)
@@ -118,3 +129,10 @@ def read_report_summary(report_path: str | os.PathLike) -> tuple[str, dict]:
         pass
     report = read_json(path, "report JSON")
     return report["final_report_text"], report["discovery_report"]["summary"]
+
+
+def compiler_json_error(summary: Mapping) -> str | None:
+    """Why the compiler JSON assigns no op although the model has layers (the
+    ``compiler_json_error`` :func:`publish_report` put in the summary), or None. The
+    commands print it as their error and exit with :data:`~torq_gen_config.core.errors.EXIT_NOTHING_ASSIGNED`."""
+    return (summary or {}).get("compiler_json_error")

@@ -13,8 +13,10 @@ from ...core.keep_work import finish
 from ...core.layout import clear_outdated
 from ...core.logs import append_record
 from ...report.assemble import assemble_report
-from ...report.publish import publish_report
+from ...core.errors import EXIT_NOTHING_ASSIGNED
+from ...report.publish import compiler_json_error, publish_report, read_report_summary
 from ...report.summary import status_counts_line
+from ..workflow_api import called_from_api
 
 
 @records_failure
@@ -75,3 +77,19 @@ def aggregate_report(input, output, params, log) -> dict:
     print(f"report: {output.report} ({len(rep['ops'])} layers, {summary['distinct_layers_tested']} tested; "
           f"{status_counts_line(summary)})")
     return rep
+
+
+def exit_if_nothing_assigned(report: str) -> None:
+    """The Snakefile's ``onsuccess``: under Snakemake's own command, a run whose compiler
+    JSON assigns no op although the model has layers ends with that reason on stderr and
+    exit status :data:`~torq_gen_config.core.errors.EXIT_NOTHING_ASSIGNED` (the command line,
+    which runs the workflow in-process, says it itself: :func:`torq_gen_config.cli.discover.discover`)."""
+    if called_from_api() or not os.path.isfile(report):
+        return
+    try:
+        reason = compiler_json_error(read_report_summary(report)[1])
+    except Exception:  # noqa: BLE001 - an unreadable report is reported where it is read
+        return
+    if reason:
+        print(f"torq-gen-config: error: {reason}", file=sys.stderr)
+        sys.exit(EXIT_NOTHING_ASSIGNED)
