@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import numpy as np
 
 from torq_gen_config.compare import FULL_MODEL_MIN_COSINE, compare_outputs
 from torq_gen_config.fullrun.execute import _compare_and_finish, difference_carrier
+from torq_gen_config.core.schemas import load_schema
 from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
 
 TOL = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01}
@@ -64,15 +66,23 @@ def test_without_a_differing_check_the_error_accumulates_and_the_largest_is_name
     assert difference_carrier([{"partition_check": None}]) is None  # one module: nobody to name
 
 
+def _valid(res):
+    props = load_schema("full_result.schema.yaml")["properties"]
+    for key in ("tolerance_widened", "difference_partition", "reference"):
+        jsonschema.validate(json.loads(json.dumps(res[key])), props[key])
+
+
 def test_widened_to_what_onnx_runtime_needs_a_run_closer_than_it_passes_and_says_so():
     rows = [_row(0, "llvm-cpu", "success", 1e-3), _row(1, "vmvx", "success", 8e-3)]
     before = _run(_off(0.018, 153), _meta(), [dict(r) for r in rows])
     assert before["status"] == "difference" and before["tolerance_widened"] is None
     assert "; no partition differs from ONNX Runtime on its own inputs" in before["summary"]
     assert before["difference_partition"]["partition"] == 1
+    _valid(before)
     res = _run(_off(0.018, 153), _meta(0.021), rows)
     assert res["status"] == "success" and res["num_over_tolerance"] == 0 and res["difference_partition"] is None
     w = res["tolerance_widened"]
+    _valid(res)
     assert w["margin"] == 2.0 and abs(w["outputs"]["y"]["fp_max_tol"] - 0.042) < 1e-6
     assert "tolerance widened to 2 x what ONNX Runtime (all optimizations) is off the reference: output 'y' " \
            "fp_max_tol 1.0e-02 -> 4.2e-02 (it is 2.1e-02 off)" in res["summary"]
