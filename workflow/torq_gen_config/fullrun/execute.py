@@ -286,8 +286,8 @@ def difference_carrier(rows: list) -> dict | None:
             return None
         row, how = max(sized, key=lambda r: r["partition_check"]["max_rel_diff"]), "accumulated"
     check = row["partition_check"]
-    where = (f"partition {row['index']} ({row['executor']}, nodes {row['first_node']}-{row['last_node']}, "
-             f"layers {_layer_span(row['layer_ids'])})")
+    where = (f"partition {row.get('index')} ({row.get('executor')}, nodes {row.get('first_node')}-"
+             f"{row.get('last_node')}, layers {_layer_span(row.get('layer_ids') or [])})")
     if how == "own check differs":
         line = (f"carried by {where}, which differs from ONNX Runtime on its own inputs: "
                 f"{str(check.get('summary') or '')[:NOTE_CHARS]}")
@@ -295,8 +295,8 @@ def difference_carrier(rows: list) -> dict | None:
         line = (f"no partition differs from ONNX Runtime on its own inputs, so the error accumulates across the "
                 f"{len(checked)} partition(s); the largest own deviation is {where} (max rel diff "
                 f"{check['max_rel_diff']:.1e})")
-    return {"partition": row["index"], "pid": row["pid"], "executor": row["executor"],
-            "layer_ids": list(row["layer_ids"]), "how": how, "max_rel_diff": check.get("max_rel_diff"),
+    return {"partition": row.get("index"), "pid": row.get("pid"), "executor": row.get("executor"),
+            "layer_ids": list(row.get("layer_ids") or []), "how": how, "max_rel_diff": check.get("max_rel_diff"),
             "line": line[:SUMMARY_LIMIT]}
 
 
