@@ -62,12 +62,15 @@ from .levels import (arrays_as_levels, compare_on_model, declared_output_shapes,
                      dequantized_outputs_of_file, quantized_data_outputs, quantized_data_outputs_of_file,
                      to_quantized_levels)
 from .metrics import FULL_MODEL_MIN_COSINE, compare_outputs
-from .tolerance import (DEFAULT_TOLERANCE, count_over_tolerance, default_int_atol, float_tolerance_keys,
-                        normalize_tolerance)
+from .tolerance import (DEFAULT_TOLERANCE, ENGINE_TOLERANCE_MARGIN, count_over_tolerance, default_int_atol,
+                        engine_widened_tolerances, float_tolerance_keys, normalize_tolerance, widening_note)
 from .verdict import Judgement, derive_status, inconclusive_reason, judge, shown_status, status_details
 
 __all__ = [
     "DEFAULT_TOLERANCE",
+    "ENGINE_TOLERANCE_MARGIN",
+    "engine_widened_tolerances",
+    "widening_note",
     "FULL_MODEL_MIN_COSINE",
     "ABS_FLOOR",
     "RELATIVE_FLOOR_FRACTION",

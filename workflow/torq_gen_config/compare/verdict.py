@@ -15,7 +15,7 @@ from ..core.limits import SUMMARY_CHARS as _SUMMARY_MAX_CHARS
 from ..core.statuses import INCONCLUSIVE, SUCCESS
 from .elementwise import _max_or_none
 from .levels import _compare_as_levels, declared_output_shapes, dequantized_outputs, quantized_data_outputs
-from .tolerance import _int_atol_for, _output_over, float_tolerance_keys, normalize_tolerance
+from .tolerance import _int_atol_for, _output_over, float_tolerance_keys, normalize_tolerance, output_tolerance
 
 def shown_status(result: Mapping) -> str | None:
     """A verdict's status as people see it: ``success*`` for a ``success`` whose comparison
@@ -163,11 +163,14 @@ def _cosine_problem(out: Mapping, metrics: Mapping) -> str | None:
     return None
 
 
-def status_details(metrics: Mapping, tolerance: Mapping | None = None) -> list[str]:
+def status_details(metrics: Mapping, tolerance: Mapping | None = None,
+                   output_tolerances: Mapping[str, Mapping] | None = None) -> list[str]:
     """All reasons for a ``"difference"`` verdict, one line each (empty on success).
 
     Same rule and inputs as :func:`derive_status`; useful for the longer
-    ``failure_report.message``.
+    ``failure_report.message``. ``output_tolerances`` (output name -> tolerance)
+    replace ``tolerance`` for those outputs (the full model's widened tolerances,
+    :func:`~.tolerance.engine_widened_tolerances`).
 
     Raises:
         ValueError: as :func:`derive_status`.
@@ -184,13 +187,14 @@ def status_details(metrics: Mapping, tolerance: Mapping | None = None) -> list[s
         extra_txt = f" (unexpected: {', '.join(extra)})" if extra else ""
         lines.append(f"executor produced {n_actual} outputs, reference has {n_expected}{extra_txt}")
     for out in outs:
-        problem = _output_problem(out, metrics, tol)
+        problem = _output_problem(out, metrics, output_tolerance(out, tol, output_tolerances))
         if problem is not None:
             lines.append(f"output '{out.get('name')}': {problem}" if len(outs) > 1 else problem)
     return lines
 
 
-def derive_status(metrics: Mapping, tolerance: Mapping | None = None) -> tuple[str, str]:
+def derive_status(metrics: Mapping, tolerance: Mapping | None = None,
+                  output_tolerances: Mapping[str, Mapping] | None = None) -> tuple[str, str]:
     """Verdict for one (layer, executor) run from its stored metrics.
 
     Uses only ``metrics`` (from :func:`compare_outputs`, possibly read back from
@@ -208,7 +212,8 @@ def derive_status(metrics: Mapping, tolerance: Mapping | None = None) -> tuple[s
     flagged ``quantized``); every bool output matches exactly. Otherwise
     ``"difference"``. An inconclusive comparison (:func:`inconclusive_reason`)
     keeps its status, but a success summary ends with ``"; inconclusive: "``
-    and the reason.
+    and the reason. ``output_tolerances`` (output name -> tolerance) replace
+    ``tolerance`` for those outputs (:func:`status_details`).
 
     Returns:
         ``(status, summary)``: status ``"success"`` or ``"difference"``; summary
@@ -223,7 +228,7 @@ def derive_status(metrics: Mapping, tolerance: Mapping | None = None) -> tuple[s
         ValueError: ``metrics`` is not a metrics dict, or the tolerance is
             invalid (:func:`normalize_tolerance`).
     """
-    lines = status_details(metrics, tolerance)
+    lines = status_details(metrics, tolerance, output_tolerances)
     if lines:
         summary = lines[0]
         if len(lines) > 1:
@@ -264,7 +269,8 @@ class Judgement(NamedTuple):
 
 def judge(actual: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], output_names: list[str],
           tolerance: Mapping | None = None, *, model=None, levels: Mapping[str, dict] | None = None,
-          quantized_outputs: Iterable[str] = (), min_cosine: float | None = None) -> Judgement:
+          quantized_outputs: Iterable[str] = (), min_cosine: float | None = None,
+          output_tolerances: Mapping[str, Mapping] | None = None) -> Judgement:
     """Compare an executor's outputs with the reference and decide the verdict.
 
     The one sequence every check runs (a layer test, a partition check, the
@@ -295,6 +301,9 @@ def judge(actual: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
         min_cosine: smallest accepted cosine similarity of every float output whose
             reference is not all zero (:data:`~.metrics.FULL_MODEL_MIN_COSINE` for
             the full-model and partition checks), or None (the layer tests).
+        output_tolerances: output name -> tolerance replacing ``tolerance`` for
+            that output (the full model's widened ones,
+            :func:`~.tolerance.engine_widened_tolerances`), or None.
 
     Returns:
         ``Judgement(status, summary, metrics)``: status ``"success"`` or
@@ -316,5 +325,5 @@ def judge(actual: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
         declared = None
     metrics = _compare_as_levels(actual, reference, output_names, levels=levels, quantized_outputs=quantized_outputs,
                                  declared_shapes=declared, min_cosine=min_cosine)
-    status, summary = derive_status(metrics, tolerance)
+    status, summary = derive_status(metrics, tolerance, output_tolerances)
     return Judgement(status, summary, metrics)

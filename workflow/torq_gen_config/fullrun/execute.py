@@ -12,8 +12,9 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import CompiledArtifact, StageError
-from ..compare import (FULL_MODEL_MIN_COSINE, count_over_tolerance, dequantized_outputs_of_file, judge,
-                       quantized_data_outputs_of_file)
+from ..compare import (ENGINE_TOLERANCE_MARGIN, FULL_MODEL_MIN_COSINE, count_over_tolerance,
+                       dequantized_outputs_of_file, engine_widened_tolerances, judge, quantized_data_outputs_of_file,
+                       widening_note)
 from ..core.isolation import run_isolated
 from ..core.keep_work import remove_run_files
 from ..core.lazy import onnx
@@ -176,7 +177,9 @@ def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
         "reference": {**{k: meta.get(k) for k in ("status", "message", "engine", "ort_version",
                                                     "graph_optimization_level", "run_ms")},
                       # the other engine, where it ran to stand in (judged_reference)
-                      "second": {k: (meta.get("second") or {}).get(k) for k in ("engine", "status", "message")}},
+                      "second": {k: (meta.get("second") or {}).get(k) for k in ("engine", "status", "message")},
+                      # ONNX Runtime as deployed against the reference: the tolerance widens to it
+                      "optimized": meta.get("optimized")},
         "fallbacks": plan.get("fallbacks") or [], "warnings": plan.get("warnings") or [],
         "layer_executors": plan.get("layer_executors"), "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -192,17 +195,28 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     Float outputs must also reach FULL_MODEL_MIN_COSINE. Where ONNX Runtime failed on the
     model and onnx's reference implementation ran, the outputs are compared with the latter
     (:func:`~torq_gen_config.reference.judged_reference`; ``result["reference"]`` gets
-    ``used`` and ``fallback``, and the summary ends with the fallback line)."""
+    ``used`` and ``fallback``, and the summary ends with the fallback line).
+
+    Each float output's tolerance is widened to what ONNX Runtime with all graph
+    optimizations needs against the same reference (``meta["optimized"]``, issue 42:
+    :func:`~torq_gen_config.compare.engine_widened_tolerances`, max(configured,
+    ENGINE_TOLERANCE_MARGIN x its error)); ``result["tolerance_widened"]`` records it and
+    the summary says so. Only when the judged reference is the configured engine's: the
+    spec standing in was not what ONNX Runtime was measured against. A ``difference`` of a
+    chain names the partition that carries it (:func:`difference_carrier`,
+    ``result["difference_partition"]``)."""
     used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
     result.setdefault("reference", {}).update({"used": used, "fallback": fallback})
     if used is None:
         return finish("unverified", f"the model ran, but the reference failed: "
                                     f"{first_error_line(meta.get('message') or '')}")
+    opt = (meta.get("optimized") or {}).get("metrics") if used == meta.get("engine") else None
     try:
+        widened = engine_widened_tolerances(tolerance, opt)
         status, summary, metrics = judge(actual, ref_outputs, meta["output_names"], tolerance, levels=levels,
                                          quantized_outputs=quantized_data_outputs_of_file(model_path),
-                                         min_cosine=FULL_MODEL_MIN_COSINE)
-        count, share = count_over_tolerance(metrics, tolerance)
+                                         min_cosine=FULL_MODEL_MIN_COSINE, output_tolerances=widened)
+        count, share = count_over_tolerance(metrics, tolerance, widened)
     except Exception as e:
         msg = f"{type(e).__name__}: {e}"
         return finish("error", f"compare failed: {msg}", {"stage": "compare", "during": None, "partition": None,
@@ -212,7 +226,78 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     result["metrics"] = metrics
     result["num_over_tolerance"] = count
     result["share_over_tolerance"] = share
+    result["tolerance_widened"] = widened_record(tolerance, widened, opt)
+    summary, carrier = full_summary(status, summary, result.get("partitions") or [], result["tolerance_widened"])
+    result["difference_partition"] = carrier
     return finish(status, f"{summary} ({fallback})" if fallback else summary)
+
+
+def widened_record(tolerance: Mapping, widened: Mapping[str, Mapping], engine_metrics: Mapping | None) -> dict | None:
+    """``result["tolerance_widened"]``: ``margin``, ``rule``, ``outputs`` (output name ->
+    the tolerance it was judged with) and ``note`` (one line: from what to what, and what
+    ONNX Runtime with all optimizations is off); None when no output's tolerance grew."""
+    if not widened:
+        return None
+    return {"margin": ENGINE_TOLERANCE_MARGIN,
+            "rule": f"per float output: tolerance = max(configured, {ENGINE_TOLERANCE_MARGIN:g} x ONNX Runtime "
+                    "(all graph optimizations) against the reference), for the max and the mean",
+            "outputs": {n: dict(t) for n, t in widened.items()},
+            "note": widening_note(tolerance, widened, engine_metrics)}
+
+
+def full_summary(status: str, summary: str, rows: list, widened: Mapping | None) -> tuple[str, dict | None]:
+    """The full-model summary with what it was judged with: ``summary``, for a
+    ``difference`` the partition that carries it (:func:`difference_carrier` of
+    ``rows``), and the widening note (``widened["note"]``, when a tolerance was widened).
+    Returns ``(summary, carrier or None)``; one place for the run's result and the
+    report's re-derived section."""
+    carrier = difference_carrier(rows) if status == "difference" else None
+    parts = [summary] + ([carrier["line"]] if carrier else []) + \
+            ([widened["note"]] if widened and widened.get("note") else [])
+    return "; ".join(parts), carrier
+
+
+def difference_carrier(rows: list) -> dict | None:
+    """Which partition of a chain carries a full-model ``difference`` (issue 42), from the
+    partition rows' ``partition_check`` (each partition against ONNX Runtime on the inputs
+    it got, at the configured tolerance).
+
+    The first partition (run order) whose check is a ``difference`` carries it: it is off
+    on inputs it was given, whatever came before (``how: "own check differs"``). When no
+    check differs, no single partition is wrong on its own: the error accumulates across
+    partitions, and the one with the largest own ``max_rel_diff`` (dimensionless, the ``d``
+    of docs/comparison.md) is named (``how: "accumulated"``). Where the deviation from the
+    whole-model reference first crosses the tolerance is not known here: the reference
+    holds only the model's outputs, not the partitions' (``run --reduce`` finds it).
+
+    Returns:
+        ``{"partition", "pid", "executor", "layer_ids", "how", "max_rel_diff", "line"}``
+        (``line``: one sentence for the summary), or None: no partition was checked (one
+        module, a whole-model compile, a run that failed first).
+    """
+    checked = [r for r in rows if (r.get("partition_check") or {}).get("status")]
+    if not checked:
+        return None
+    row = next((r for r in checked if r["partition_check"]["status"] == "difference"), None)
+    how = "own check differs"
+    if row is None:
+        sized = [r for r in checked if r["partition_check"].get("max_rel_diff") is not None]
+        if not sized:
+            return None
+        row, how = max(sized, key=lambda r: r["partition_check"]["max_rel_diff"]), "accumulated"
+    check = row["partition_check"]
+    where = (f"partition {row.get('index')} ({row.get('executor')}, nodes {row.get('first_node')}-"
+             f"{row.get('last_node')}, layers {_layer_span(row.get('layer_ids') or [])})")
+    if how == "own check differs":
+        line = (f"carried by {where}, which differs from ONNX Runtime on its own inputs: "
+                f"{str(check.get('summary') or '')[:NOTE_CHARS]}")
+    else:
+        line = (f"no partition differs from ONNX Runtime on its own inputs, so the error accumulates across the "
+                f"{len(checked)} partition(s); the largest own deviation is {where} (max rel diff "
+                f"{check['max_rel_diff']:.1e})")
+    return {"partition": row.get("index"), "pid": row.get("pid"), "executor": row.get("executor"),
+            "layer_ids": list(row.get("layer_ids") or []), "how": how, "max_rel_diff": check.get("max_rel_diff"),
+            "line": line[:SUMMARY_LIMIT]}
 
 
 def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..backends import capabilities
-from ..compare import count_over_tolerance, derive_status, normalize_tolerance
+from ..compare import count_over_tolerance, derive_status, engine_widened_tolerances, normalize_tolerance
 from .common import MODULE_MODE, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span
+from .execute import full_summary, widened_record
 from .selection import _executor_name
 
 #: Marker of the full-model part of ``final_report_text``.
@@ -15,15 +16,25 @@ TEXT_MARKER = "--- Full Model Comparison ---"
 
 def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str | None = None) -> dict:
     """The report's ``full_model`` section, with the verdict re-derived from the
-    metrics with ``tolerance`` (the report's ``default_tolerance``)."""
+    metrics with ``tolerance`` (the report's ``default_tolerance``), each float output's
+    widened to what ONNX Runtime with all optimizations needs as the run does
+    (:func:`~torq_gen_config.fullrun.execute._compare_and_finish`: ``tolerance_widened``,
+    ``difference_partition``)."""
     tol = normalize_tolerance(tolerance)
     mode = result.get("mode") or PARTITIONS_MODE
     status, summary = result.get("status"), result.get("summary")
     count, share = result.get("num_over_tolerance"), result.get("share_over_tolerance")
+    widened_rec, carrier = result.get("tolerance_widened"), result.get("difference_partition")
     if result.get("metrics") and status in ("success", "difference"):
-        status, summary = derive_status(result["metrics"], tol)
-        count, share = count_over_tolerance(result["metrics"], tol)
-        fallback = (result.get("reference") or {}).get("fallback")
+        ref = result.get("reference") or {}
+        opt = (ref.get("optimized") or {}).get("metrics") if ref.get("used", ref.get("engine")) == ref.get("engine") \
+            else None
+        widened = engine_widened_tolerances(tol, opt)
+        status, summary = derive_status(result["metrics"], tol, widened)
+        count, share = count_over_tolerance(result["metrics"], tol, widened)
+        widened_rec = widened_record(tol, widened, opt)
+        summary, carrier = full_summary(status, summary, result.get("partitions") or [], widened_rec)
+        fallback = ref.get("fallback")
         if fallback:  # judged against the spec: the summary says so, as the result's does
             summary = f"{summary} ({fallback})"
     execs: dict[str, int] = {}
@@ -37,6 +48,8 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         "summary": summary,
         "mode": mode,
         "tolerance_used": tol,
+        "tolerance_widened": widened_rec,
+        "difference_partition": carrier,
         "metrics": result.get("metrics"),
         "num_over_tolerance": count,
         "share_over_tolerance": share,
@@ -166,6 +179,7 @@ def render_full_model_text(section: Mapping) -> str:
                          f">= {m.get('min_cosine')})")
         lines.append(f"Number of differences (over tolerance): {section.get('num_over_tolerance')} "
                      f"of {m.get('num_elements')} elements")
+    lines.extend(tolerance_lines(section))
     f = section.get("failure")
     if f and f.get("summary") != section.get("summary"):
         lines.append(f"Failure: {f.get('summary')}")
@@ -187,6 +201,26 @@ def render_full_model_text(section: Mapping) -> str:
                          f"({_layer_span(p['layer_ids'])}): {c.get('status')}: {c.get('summary')}")
     lines.extend(reduced_lines(section.get("reduced")))
     return "\n".join(lines) + "\n"
+
+
+def tolerance_lines(section: Mapping) -> list[str]:
+    """The lines on what the full model was judged with beyond the configured tolerance:
+    the tolerance widened to ONNX Runtime with all optimizations (``tolerance_widened``:
+    the rule, per output from what to what and that engine's error) and, for a
+    ``difference``, the partition that carries it (``difference_partition``); also a
+    failed optimized run (nothing widened, the configured tolerance stands)."""
+    lines = []
+    w = section.get("tolerance_widened")
+    if w:
+        lines.append(f"Tolerance: {w.get('note')} (rule: {w.get('rule')})")
+    opt = (section.get("reference") or {}).get("optimized") or {}
+    if opt and opt.get("status") not in ("ok", "not run"):
+        lines.append(f"Tolerance: as configured (ONNX Runtime with all optimizations could not be measured: "
+                     f"{opt.get('message') or opt.get('status')})")
+    c = section.get("difference_partition")
+    if c and section.get("status") == "difference":
+        lines.append(f"Difference: {c.get('line')}")
+    return lines
 
 
 def module_lines(section: Mapping) -> list[str]:

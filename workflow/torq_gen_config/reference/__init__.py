@@ -30,7 +30,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..compare import compare_on_model, derive_status
+from ..compare import FULL_MODEL_MIN_COSINE, compare_on_model, derive_status
 from ..core.errors import DamagedWorkFile
 from ..core.fileio import load_npz, save_npz
 from ..core.value_store import ValueStore, read_record, write_record
@@ -95,7 +95,8 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
                       input_ranges: dict[str, list[float]] | None = None, engine: str = "onnxruntime",
                       timeout_s: float | None = None, inputs: dict | None = None, inputs_source: str | None = None,
                       second_opinion: bool | str = True, subject: str = "the layer",
-                      values_dir: str | os.PathLike | None = None, tolerance: dict | None = None) -> dict:
+                      values_dir: str | os.PathLike | None = None, tolerance: dict | None = None,
+                      optimized_check: bool = False) -> dict:
     """A layer's inputs and its outputs on both reference engines, stored in one file.
 
     Inputs: with ``inputs_path`` (``--layer-inputs propagate``, the default) the
@@ -115,6 +116,14 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     both ran, ``meta["engines_agreement"]`` holds the metrics of ONNX Runtime's
     outputs against the ONNX reference implementation's (:func:`~torq_gen_config.compare.compare_outputs`),
     from which the report derives a reference dispute for any tolerance.
+
+    ``optimized_check`` (the whole model, rule ``full_reference``): where the reference
+    ran, ONNX Runtime also runs the model as deployed, all graph optimizations on, on the
+    same inputs (same threads, no weight pre-packing), and ``meta["optimized"]`` records
+    its ``status``, ``message``, ``run_ms`` and ``metrics`` against the reference (with
+    the full-model cosine bound): what a production engine legitimately differs by, from
+    which the full-model verdict widens its tolerance
+    (:func:`~torq_gen_config.compare.engine_widened_tolerances`). Its outputs are not kept.
 
     Storage: ``out_path`` ending in ``.json`` (a layer's ``reference.json``) is a record of
     the value store in ``values_dir`` (:mod:`torq_gen_config.core.value_store`); the second
@@ -232,8 +241,42 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
         if outputs and tolerance is not None:  # they disagree: the spec in float64 settles it
             meta["arbiter"], arbiter_outputs = _arbitrate(layer, layer_path, inputs, output_names, outputs,
                                                           second_outputs, engine, timeout_s, limit)
+    if optimized_check:
+        meta["optimized"] = _optimized_record(layer, layer_path, inputs, output_names, outputs, timeout_s, limit,
+                                              intra_op_num_threads, subject)
     _save_reference(out_path, values_dir, inputs, outputs, second_outputs, meta, arbiter_outputs)
     return meta
+
+
+def _optimized_record(layer, layer_path, inputs: dict, output_names: list[str], outputs: list,
+                      timeout_s: float | None, limit: float, threads: int, subject: str) -> dict:
+    """``meta["optimized"]`` of :func:`compute_reference`: ONNX Runtime with all graph
+    optimizations on the same inputs, compared with the reference's ``outputs`` (none:
+    ``status: "not run"``, nothing to compare with)."""
+    rec: dict[str, Any] = {"engine": "onnxruntime", "graph_optimization_level": "all", "intra_op_num_threads": threads,
+                           "status": "not run", "message": None, "run_ms": None, "metrics": None}
+    if not outputs:
+        rec["message"] = "the reference did not run"
+        return rec
+    outcome = run_isolated_each([(run_reference_file, (str(layer_path), inputs, output_names, "onnxruntime",
+                                                       timeout_s, threads), {"optimized": True})],
+                                limit_s=limit, what=["ONNX Runtime (all optimizations) on " + subject])[0]
+    if isinstance(outcome, BaseException):
+        rec["status"] = ("timeout" if isinstance(outcome, (ReferenceTimeout, WorkerTimeout)) else
+                         "crash" if isinstance(outcome, WorkerCrash) else "error")
+        rec["message"] = (f"ONNX Runtime (all optimizations) failed on {subject}: "
+                          f"{str(outcome).strip()[:DETAIL_CHARS]}")
+        return rec
+    outs, run_ms = outcome
+    rec["run_ms"] = round(run_ms, 3)
+    try:
+        rec["metrics"] = compare_on_model(layer, dict(zip(output_names, outs)), dict(zip(output_names, outputs)),
+                                          output_names, min_cosine=FULL_MODEL_MIN_COSINE)
+        rec["status"] = "ok"
+    except Exception as e:  # a non-numeric output: nothing to widen from
+        rec["status"] = "error"
+        rec["message"] = f"compare failed: {type(e).__name__}: {e}"[:NOTE_CHARS]
+    return rec
 
 
 def _arbitrate(layer, layer_path, inputs: dict, output_names: list[str], outputs: list, second_outputs: list,

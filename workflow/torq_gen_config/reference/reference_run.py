@@ -78,7 +78,8 @@ def engine_label(engine: str) -> str:
 
 def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str], *,  # noqa: F821
                   engine: str = "onnxruntime", timeout_s: float | None = None,
-                  model_path: str | os.PathLike | None = None, intra_op_num_threads: int | None = 1) -> list:
+                  model_path: str | os.PathLike | None = None, intra_op_num_threads: int | None = 1,
+                  optimized: bool = False) -> list:
     """Run ``model`` on a reference engine and return the arrays of ``output_names``.
 
     Args:
@@ -89,6 +90,10 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
         timeout_s: wall-clock limit in seconds (None: no limit).
         model_path: the model's file, if any (ONNX Runtime loads it from there).
         intra_op_num_threads: ONNX Runtime intra-op threads (1: deterministic).
+        optimized: ONNX Runtime only: all graph optimizations on (``ORT_ENABLE_ALL``:
+            fusions, layout transforms, other kernels), the engine as deployed; not a
+            reference, the measure of what such an engine differs by (the full model's
+            ``optimized`` record, :func:`~torq_gen_config.reference.compute_reference`).
 
     Returns:
         One numpy array per name (sequence outputs as lists of arrays).
@@ -117,7 +122,7 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
                  for k, v in feeds.items()}
     if engine == "onnxruntime":
         outs = _run_onnxruntime(model, feeds, output_names, timeout_s=timeout_s, model_path=model_path,
-                                intra_op_num_threads=intra_op_num_threads, data_folder=folder)
+                                intra_op_num_threads=intra_op_num_threads, data_folder=folder, optimized=optimized)
     else:
         outs = call_with_deadline(lambda: _run_onnx_reference(model, feeds, output_names), timeout_s,
                                   what=f"the ONNX reference implementation")
@@ -127,7 +132,8 @@ def run_reference(model: "onnx.ModelProto", feeds: dict, output_names: list[str]
 
 
 def run_reference_file(model_path: str, feeds: dict, output_names: list[str], engine: str,
-                       timeout_s: float | None, intra_op_num_threads: int | None = 1) -> tuple[list, float]:
+                       timeout_s: float | None, intra_op_num_threads: int | None = 1,
+                       optimized: bool = False) -> tuple[list, float]:
     """:func:`run_reference` on the model file ``model_path`` (for a worker process:
     the path crosses the process boundary, not the model): ``(outputs, run_ms)``,
     ``run_ms`` the engine's wall time in milliseconds.
@@ -138,15 +144,17 @@ def run_reference_file(model_path: str, feeds: dict, output_names: list[str], en
     model = load_model(model_path, weights=False)
     t0 = time.perf_counter()
     outs = run_reference(model, feeds, output_names, engine=engine, timeout_s=timeout_s, model_path=model_path,
-                         intra_op_num_threads=intra_op_num_threads)
+                         intra_op_num_threads=intra_op_num_threads, optimized=optimized)
     return outs, (time.perf_counter() - t0) * 1000.0
 
 
 def _run_onnxruntime(model, feeds: dict, output_names: list[str], *, timeout_s: float | None,
-                     model_path, intra_op_num_threads: int | None, data_folder: str | None = None) -> list:
+                     model_path, intra_op_num_threads: int | None, data_folder: str | None = None,
+                     optimized: bool = False) -> list:
     def options(folder: str | None):
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                       else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         if intra_op_num_threads is not None:
             so.intra_op_num_threads = intra_op_num_threads
         so.log_severity_level = 4  # failures come back as exceptions; no stderr noise

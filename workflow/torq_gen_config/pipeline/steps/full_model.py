@@ -86,12 +86,12 @@ def compile_partition(input, output, params, log, wildcards) -> None:
 
 def full_reference(input, output, params, log) -> None:
     """Rule ``full_reference``: the whole model's reference outputs on the model's input
-    values (or on ``run --input-data``). Params: ``inputs``, ``engine``, ``quantized``;
-    untracked ``timeout_s``."""
+    values (or on ``run --input-data``). Params: ``inputs``, ``engine``, ``quantized``,
+    ``optimized_check``; untracked ``timeout_s``."""
     full_reference_job(prepared=input.model, reference=output.reference,
                        input_settings=params.inputs, model_inputs=input.model_inputs,
                        run_data=input.run_data[0] if input.run_data else None,
-                       quantized=params.quantized, engine=params.engine,
+                       quantized=params.quantized, engine=params.engine, optimized_check=params.optimized_check,
                        timeout_s=params.timeout_s.value, log=log[0])
 
 
@@ -278,7 +278,7 @@ def compile_partition_job(*, pid: str, model: str, executor: dict, compiled: str
 @records_failure
 def full_reference_job(*, prepared: str, reference: str, input_settings: dict, model_inputs: str | None = None,
                        run_data: str | None = None, quantized: bool = False, engine: str = "onnxruntime",
-                       timeout_s: float | None = None, log: str | None = None) -> None:
+                       optimized_check: bool = True, timeout_s: float | None = None, log: str | None = None) -> None:
     """Rule ``full_reference``: the model's input values (``model_inputs``: the user's
     ``--input-data``, else the generated ones every whole-model step uses; in subgraph
     mode the subgraph's inputs from a whole-model run) and the reference outputs of the
@@ -298,9 +298,12 @@ def full_reference_job(*, prepared: str, reference: str, input_settings: dict, m
             feeds = None
     meta = compute_reference(prepared, reference, input_settings, inputs=feeds, inputs_source=source,
                              input_ranges=quantized_input_ranges(prepared, {}) if quantized else None,
-                             engine=engine, timeout_s=timeout_s, second_opinion="on_failure", subject="the model")
+                             engine=engine, timeout_s=timeout_s, second_opinion="on_failure", subject="the model",
+                             optimized_check=optimized_check)
+    opt = meta.get("optimized") or {}
     append_record(log, f"full-model reference {meta['status']} ({meta.get('run_ms')} ms) {meta.get('message') or ''}; "
-                       f"inputs: {meta.get('layer_inputs')}")
+                       f"inputs: {meta.get('layer_inputs')}; ONNX Runtime (all optimizations): {opt.get('status')}"
+                       + (f", max rel diff {opt['metrics'].get('max_rel_diff')}" if opt.get("metrics") else ""))
 
 
 @records_failure
