@@ -243,3 +243,25 @@ def test_an_overflow_in_the_spec_is_not_a_console_warning():
         for y in (run_reference(m, {"x": x}, ["y"], engine="onnx")[0], run_spec_float64(m, {"x": x}, ["y"])[0]):
             assert y.dtype == np.float32 and np.isinf(y[1:]).all()
     assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+
+
+def test_lrn_is_the_spec_pages_formula_in_the_engine_and_in_folding():
+    """onnx 1.23's LRN loops over the batch, not the channels (16 channels, batch 1: 50 % off);
+    the second engine, the spec in float64 and constant folding (the fresh-user test: a
+    folded LRN made the next layer's reference 6.19 off) all use the spec page's formula."""
+    import math
+
+    from torq_gen_config.model.folding import evaluate_node
+    from torq_gen_config.reference.reference_run import run_reference, run_spec_float64
+
+    x = (np.random.default_rng(0).standard_normal((1, 16, 4, 4)) * 50).astype(np.float32)
+    xd, want = x.astype(np.float64), np.empty((1, 16, 4, 4))
+    for c in range(16):  # onnx.ai/onnx/operators/onnx__LRN.html
+        ss = (xd[:, max(0, c - 2):min(15, c + math.ceil(4 / 2)) + 1] ** 2).sum(axis=1)
+        want[:, c] = xd[:, c] / (1.0 + 1e-4 / 5 * ss) ** 0.75
+    node = helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=1.0)
+    m = make_model([node], [tvi("x", TensorProto.FLOAT, [1, 16, 4, 4])], [tvi("y", TensorProto.FLOAT, [1, 16, 4, 4])])
+    for got in (run_reference(m, {"x": x}, ["y"], engine="onnx")[0], run_spec_float64(m, {"x": x}, ["y"])[0],
+                evaluate_node(node, {"x": x}, {"": 17})[0],
+                run_reference(m, {"x": x}, ["y"], engine="onnxruntime")[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5)

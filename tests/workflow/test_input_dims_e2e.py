@@ -53,6 +53,6 @@ def test_sizes_nothing_gave_that_the_model_does_not_take_stop_with_one_line(tmp_
     assert r.returncode != 0
     line = one_line_error(r)
     assert "the whole-model reference run fails with the input sizes chosen" in line
-    assert "--input-shapes x:1x3x1x1 with those dims changed" in line
+    assert "--input-shapes x:1x3x32x32 with those dims changed" in line
     log = (work(tmp_path / "out") / "logs" / "prepare_model.log").read_text()
     assert "failed: the whole-model reference run fails" in log

@@ -97,7 +97,7 @@ def test_the_direction_classifier_declaration_is_dynamic_as_in_onnx_runtime(tmp_
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    assert [(d["axis"], d["was"], d["to"]) for d in fix_symbolic_dims(m)] == [(0, "-1", 1), (2, "?", 1), (3, "?", 1)]
+    assert [(d["axis"], d["was"], d["to"]) for d in fix_symbolic_dims(m)] == [(0, "-1", 1), (2, "?", 32), (3, "?", 32)]
 
     m.CopyFrom(model)
     fixed = fix_symbolic_dims(m, {"x": [1, 3, 48, 192]})
@@ -168,12 +168,12 @@ def test_without_metadata_the_spatial_dims_get_the_smallest_size_the_strides_acc
 
 def test_without_strides_the_smallest_size_the_shapes_accept():
     """Four unpadded 3x3 Convs need 9x9 at least: 1 (and 8, which leaves 0x0) are refused
-    by ONNX Runtime; the smallest candidate the shapes accept is 16."""
+    by ONNX Runtime; the sizes tried start at 32 (MIN_SPATIAL), which the shapes accept."""
     user = _conv_model([-1, 3, "?", "?"], pads=0, layers=4)
     assert not _ort_runs(user, (1, 3, 1, 1)) and not _ort_runs(user, (1, 3, 8, 8))
     model = onnx.load_from_string(user.SerializeToString())
     fixed = fix_symbolic_dims(model)
-    assert _fixed(model) == (1, 3, 16, 16) and _ort_runs(user, _fixed(model))
+    assert _fixed(model) == (1, 3, 32, 32) and _ort_runs(user, _fixed(model))
     assert fixed[1]["source"] == "the smallest size the model's shapes accept"
 
 

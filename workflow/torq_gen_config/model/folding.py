@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from ..core.lazy import helper, np, onnx
 from .graph import copy_proto, node_attr
+from .spec_ops import spec_evaluator
 from ..core.external_data import is_external, tensor_array
 from ..core.limits import NOTE_CHARS
 
@@ -176,4 +177,4 @@ def evaluate_node(node, values: dict, opsets: dict) -> list:
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()])
     feeds = {t: values[t] for t in ins}
     graph.input.extend([helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(values[t].dtype), values[t].shape) for t in ins])
-    return onnx.reference.ReferenceEvaluator(m).run(None, feeds)
+    return spec_evaluator(m).run(None, feeds)  # the spec's LRN, not onnx 1.23's

@@ -14,9 +14,11 @@ Where a dynamic dim's value comes from, first that applies (docs/shapes_and_inpu
 3. the model's metadata: Ultralytics exports write ``imgsz`` (``[640, 640]``) and
    ``batch``; they give dims 2, 3 and 0 of a 4-D input;
 4. dim 0 (the batch): 1;
-5. the other dims of an input of rank 3 or more: the smallest of S, 2S, 4S, ... 32S
-   (S: the input's total stride, :func:`input_stride`, 1 without strided convolutions
-   or pools) for which onnx's strict shape inference accepts the whole model without
+5. the other dims of an input of rank 3 or more: the smallest of B, 2B, 4B, ... 32B
+   (B: the least multiple of S that is at least 32, S the input's total stride,
+   :func:`input_stride`, 1 without strided convolutions or pools: a feature map smaller
+   than a kernel is legal but not what the model is for, and IREE's compile of such a
+   degenerate Conv fails where a real size passes) for which onnx's strict shape inference accepts the whole model without
    a negative or (from non-empty inputs) zero-size dim, on the dims after N, C (NCHW), else on those between N and C (NHWC);
    when none is accepted, S on the NCHW dims (the whole-model run then shows what
    fails: :func:`check_run_with_guessed_dims`);
@@ -41,8 +43,10 @@ STRIDE_SOURCE = "the model's stride {}"
 SHAPES_SOURCE = "the smallest size the model's shapes accept"
 #: the ops whose ``strides`` attribute divides the spatial dims
 _STRIDED_OPS = {"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "LpPool"}
-#: the multiples of the total stride tried for the spatial dims
+#: the multiples of the base size tried for the spatial dims
 _STRIDE_MULTIPLES = (1, 2, 4, 8, 16, 32)
+#: the least spatial size tried (the base is the least multiple of the stride >= this)
+MIN_SPATIAL = 32
 #: dim names that mean "unknown" (each such dim is its own)
 _ANONYMOUS = ("", "?")
 
@@ -268,17 +272,19 @@ def _max_scale(consts: dict, name: str) -> Fraction | None:
 def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -> None:
     """Set the dims of ``strided`` (``(dim, record, rank, stride)``, filled with 1 so far)
     to the first size that the model's shapes accept (:func:`_shapes_accepted`): each
-    multiple of the stride (:data:`_STRIDE_MULTIPLES`), on the NCHW spatial dims (axes
-    >= 2), then on the NHWC ones (axes 1 .. rank - 2); the other dims of ``strided`` get
-    1. ``followers`` (``(dim, record, leader record)``: dims named as a strided one) take
-    their leader's value. When no candidate is accepted, the NCHW dims get the stride
-    itself (the whole-model run then says what fails). Each record's ``source`` says
+    multiple (:data:`_STRIDE_MULTIPLES`) of the least multiple of the stride that is at
+    least :data:`MIN_SPATIAL`, on the NCHW spatial dims (axes >= 2), then on the NHWC ones
+    (axes 1 .. rank - 2); the other dims of ``strided`` get 1. ``followers`` (``(dim,
+    record, leader record)``: dims named as a strided one) take their leader's value.
+    When no candidate is accepted, the NCHW dims get that least size (the whole-model run
+    then says what fails). Each record's ``source`` says
     which rule gave its size (``default 1`` for a 1)."""
 
     def apply(layout: str, k: int) -> None:
         for d, rec, rank, stride in strided:
             spatial = rec["axis"] >= 2 if layout == "nchw" else 1 <= rec["axis"] <= rank - 2
-            d.dim_value = rec["to"] = stride * k if spatial else 1
+            base = stride * -(-MIN_SPATIAL // stride)
+            d.dim_value = rec["to"] = base * k if spatial else 1
             rec["source"] = (DEFAULT_SOURCE if rec["to"] == 1 else STRIDE_SOURCE.format(stride) if stride > 1
                              else SHAPES_SOURCE)
         for d, rec, leader in followers:

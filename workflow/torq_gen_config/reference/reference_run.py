@@ -42,6 +42,7 @@ from ..core.external_data import (
     session_options,
 )
 from ..precision.bf16_rounding import round_to_bf16
+from ..model.spec_ops import spec_evaluator
 from ..precision.widening import widen_bf16_to_fp32, widen_fp32_to_fp64
 
 ENGINES = ("onnxruntime", "onnx")
@@ -256,30 +257,8 @@ def run_spec_float64_file(model_path: str, feeds: dict, output_names: list[str],
     return outs, (time.perf_counter() - t0) * 1000.0
 
 
-def _lrn_op():
-    """LRN as its spec page defines it (onnx.ai/onnx/operators/onnx__LRN.html): square_sum
-    over the channels ``[c - floor((size-1)/2), c + ceil((size-1)/2)]``. onnx 1.23's
-    reference implementation loops over the batch instead of the channels (channels >= N
-    get square_sum 0: 50 % off on a 16-channel LRN), so the evaluator gets this one."""
-    from onnx.reference.op_run import OpRun
-
-    class LRN(OpRun):
-        op_domain = ""
-
-        def _run(self, x, alpha=None, beta=None, bias=None, size=None):
-            channels = x.shape[1]
-            lo, hi = (size - 1) // 2, -(-(size - 1) // 2)
-            sq = x ** 2
-            square_sum = np.zeros_like(x)
-            for c in range(channels):
-                square_sum[:, c] = sq[:, max(0, c - lo):min(channels, c + hi + 1)].sum(axis=1)
-            return ((x / (bias + (alpha / size) * square_sum) ** beta).astype(x.dtype),)
-
-    return LRN
-
-
 def _run_onnx_reference(model, feeds: dict, output_names: list[str]) -> list:
-    ev = onnx.reference.ReferenceEvaluator(model, new_ops=[_lrn_op()])
+    ev = spec_evaluator(model)
     # an overflow to inf (exp of a large input) is what the spec computes, not news for the console
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)

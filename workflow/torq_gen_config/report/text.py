@@ -230,8 +230,8 @@ def trust_lines(report: Mapping) -> list[str]:
     section(f"NOT TESTABLE: {len(trust.get('not_testable') or [])} layer(s) have no verdicts (a tensor's type or "
             "shape is unknown):", trust.get("not_testable") or [],
             lambda x: f"{x['layer_id']}: {_cut(str(x['reason']), 300)}")
-    section(f"REFERENCE FAILED on {len(trust.get('reference_failures') or [])} layer(s) (their verdicts are "
-            "unverified, not the executors' fault):", trust.get("reference_failures") or [],
+    section(f"REFERENCE FAILED on {len(trust.get('reference_failures') or [])} layer(s) (an executor that ran there "
+            "is unverified, not at fault; compile errors stay errors):", trust.get("reference_failures") or [],
             lambda x: f"{x['layer_id']}: {_cut(str(x.get('message') or ''), 300)}")
     section(f"REFERENCE FALLBACK: {len(trust.get('reference_fallbacks') or [])} layer(s) judged against onnx's "
             "reference implementation, with no second opinion (ONNX Runtime failed on them):",
