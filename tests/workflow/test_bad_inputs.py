@@ -71,7 +71,7 @@ CASES = [
      "no such file"),
     ("input data not npz", _write("x.npz", b"garbage\n"),
      ["discover", "--model", str(SQUEEZENET), "--input-data", "{p}", "--output-dir", "{d}/out"],
-     "is not an .npz archive"),
+     "is neither an .npz archive nor an .npy array"),
     ("input data without the model's input", _npz(wrong=((1, 3, 224, 224), "float32")),
      ["discover", "--model", str(SQUEEZENET), "--input-data", "{p}", "--output-dir", "{d}/out"],
      "has no array 'data_0'; the model's inputs are ['data_0'], the file has ['wrong']"),

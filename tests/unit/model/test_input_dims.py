@@ -196,3 +196,20 @@ def test_a_run_that_fails_with_guessed_dims_is_a_warning_or_an_error_naming_inpu
     assert lines[0].startswith("warning: input images dim(s) 2, 3 (height, width)")
     assert "--input-shapes images:1x3x32x32" in lines[0] and lines[1].startswith("note: input images dim 0")
 
+
+
+def test_input_data_as_one_npy_array_for_a_model_with_one_input(tmp_path):
+    """The fresh-user test: a single .npy array was refused; it is the input of a model
+    with one input, and a clear one-line error for a model with several."""
+    from torq_gen_config.reference.model_inputs import input_data_shapes, load_input_data
+
+    model = _conv_model([-1, 3, "?", "?"])
+    x = np.random.default_rng(0).random((1, 3, 48, 192), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert input_data_shapes(tmp_path / "x.npy", model) == {"x": [1, 3, 48, 192]}
+    np.testing.assert_array_equal(load_input_data(tmp_path / "x.npy", model)["x"], x)
+    two = make_model([helper.make_node("Add", ["a", "b"], ["y"])], [tvi("a", TensorProto.FLOAT, [2]),
+                                                                    tvi("b", TensorProto.FLOAT, [2])],
+                     [tvi("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(ModelError, match=r"single \.npy array, and the model has 2 inputs \['a', 'b'\]"):
+        load_input_data(tmp_path / "x.npy", two)

@@ -41,7 +41,7 @@ def input_data_shapes(path: str | os.PathLike, model: "onnx.ModelProto") -> dict
         ModelError: the file cannot be read.
     """
 
-    data = open_input_data(path)
+    data = open_input_data(path, model)
     shapes = {}
     inits = {t.name for t in model.graph.initializer}
     with data:
@@ -152,15 +152,38 @@ def load_model_inputs(path: str | os.PathLike, model: "onnx.ModelProto | None" =
     return feeds, meta
 
 
-def open_input_data(path: str | os.PathLike):
-    """Open an ``--input-data`` file (``.npz``, arrays by input name) without unpickling.
+class _OneArray:
+    """A single ``.npy`` array read as an archive holding it under one name (the model's
+    one input): the interface of ``NpzFile`` that :func:`load_input_data` uses."""
+
+    def __init__(self, array, name: str):
+        self.files, self._array = [name], array
+
+    def __getitem__(self, name: str):
+        return self._array
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+
+def open_input_data(path: str | os.PathLike, model: "onnx.ModelProto | None" = None):  # noqa: F821
+    """Open an ``--input-data`` file without unpickling: an ``.npz`` (arrays by input
+    name), or a single ``.npy`` array for a model with one input (``model``: the array is
+    that input's; without a model, only checked to be readable).
 
     Returns:
-        The ``numpy.lib.npyio.NpzFile`` (a context manager).
+        The ``numpy.lib.npyio.NpzFile`` (a context manager), or an object with the same
+        ``files``, item access and ``close``.
 
     Raises:
-        ModelError: the file is missing or unreadable, or it is not an ``.npz`` archive
-            (a single ``.npy`` array has no input names).
+        ModelError: the file is missing or unreadable, it is neither an ``.npz`` nor an
+            ``.npy`` file, or it is an ``.npy`` array and the model has several inputs.
     """
 
     try:
@@ -168,8 +191,19 @@ def open_input_data(path: str | os.PathLike):
     except OSError as e:
         raise ModelError(f"cannot read input data {path}: {e.strerror or e}") from None
     if not is_zip:
-        raise ModelError(f"input data {path} is not an .npz archive (write one with numpy.savez(path, "
-                         "<input name>=array, ...))")
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"input data {path} is neither an .npz archive nor an .npy array ({e}); write one with "
+                             "numpy.savez(path, <input name>=array, ...)") from None
+        if model is None:
+            return _OneArray(array, "")
+        inits = {t.name for t in model.graph.initializer}
+        names = [vi.name for vi in model.graph.input if vi.name not in inits]
+        if len(names) != 1:
+            raise ModelError(f"input data {path} is a single .npy array, and the model has {len(names)} inputs "
+                             f"{names}: write an .npz with numpy.savez(path, <input name>=array, ...)")
+        return _OneArray(array, names[0])
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
@@ -178,7 +212,8 @@ def open_input_data(path: str | os.PathLike):
 
 def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: F821
                     notes: list[str] | None = None) -> dict[str, "np.ndarray"]:  # noqa: F821
-    """Model inputs from a user's ``.npz`` (``--input-data``), keyed by input name.
+    """Model inputs from a user's ``.npz`` (``--input-data``), keyed by input name (or an
+    ``.npy`` array for a model with one input: :func:`open_input_data`).
 
     An array may carry one extra leading sample dimension (``N`` samples of the
     input's shape); the first sample is used.
@@ -203,7 +238,7 @@ def load_input_data(path: str | os.PathLike, model: "onnx.ModelProto",  # noqa: 
             bfloat16 input.
     """
 
-    data = open_input_data(path)
+    data = open_input_data(path, model)
     feeds = {}
     with data:
         taken = {vi.name for vi in model.graph.input}
