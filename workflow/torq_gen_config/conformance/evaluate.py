@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .. import backends
+from ..backends.base import StageError
 from ..core.layout import LAYER_REFERENCE_FILE
+from ..core.lazy import onnx
+from ..mlir.importer import import_layer
 from ..reference import load_reference
 from .cases import expected_of, inputs_of, tolerances
 from .discovery import Discovery, first_line, rerun_executor, tidy
@@ -15,7 +19,7 @@ from .expected import close_to_expected, same_values
 
 #: outcomes of (test, executor): the executor's outputs against the test's expected outputs;
 #: ``not judged`` when the executor's outputs could not be had for a reason that is not the
-#: executor's (the node folded to a constant, the discovery refused the test, ...)
+#: executor's (the discovery refused the test, ...)
 PASSED, DIFFERING, FAILED, NOT_JUDGED = "passed", "differing", "failed", "not judged"
 
 
@@ -85,12 +89,13 @@ def executor_outcome(disc: Discovery, case, executor: dict, out_layers: list[dic
     the test's expected outputs with the test's rtol/atol. ``failed`` carries the verdict's
     failure stage (``import``, ``compile``, ``run``, ``timeout``, ``crash``, ...); ``not
     judged`` the reason the executor's outputs are unknown through no fault of its own:
-    ``no layer`` (folded to a constant), ``not testable``, ``unavailable`` (its device is
+    ``not testable``, ``unavailable`` (its device is
     missing), ``skipped`` (skip mode), ``missing`` (no verdict file) or ``rerun`` (running it
-    again failed, so its outputs are unknown)."""
+    again failed, so its outputs are unknown). A node folded to a constant (no layer) is
+    judged on the test's own model (:func:`unfolded_outcome`)."""
     name = executor["name"]
-    if missing or not out_layers:
-        return not_judged("no layer", f"no layer writes the model output(s) {missing}")
+    if missing or not out_layers:  # folded to a constant: the executor runs the test's own model
+        return unfolded_outcome(executor, case, work / "unfolded" / name, timeout_s)
     unavailable = {u.get("name"): u for u in disc.report.get("unavailable_executors") or []
                    if isinstance(u, dict)}
     if name in unavailable:
@@ -128,3 +133,46 @@ def executor_outcome(disc: Discovery, case, executor: dict, out_layers: list[dic
     except Exception as e:  # running it again failed: the outputs are unknown
         return not_judged("rerun", f"{type(e).__name__}: {first_line(str(e))}", verdict, verdict_message=summary)
     return {"outcome": PASSED, "stage": None, "verdict": verdict, "message": None, "verdict_message": summary}
+
+
+def unfolded_outcome(executor: dict, case, work: Path, timeout_s: float) -> dict:
+    """The outcome of ``executor`` on a test whose node the product folds to a constant (no
+    layer writes its outputs, so no discovery runs an executor on it; issue 42: ONNX
+    Runtime fails ``OptionalHasElement`` without an input, which a "not judged" hid): the
+    test's own model, imported as a layer is (MLIR backends) and compiled and run by the
+    product's backend on the test's inputs, against its expected outputs. ``verdict`` is
+    None (the product gave none) and ``unfolded`` True; a stage failure is ``failed`` at
+    that stage (``import``, ``session``, ``compile``, ``run``, ...)."""
+    work.mkdir(parents=True, exist_ok=True)
+    model_path = work / "model.onnx"
+    model = onnx.ModelProto()
+    model.CopyFrom(case.model)
+    model.graph.name = "main"  # the function name the backends run, as for a layer model
+    onnx.save(model, str(model_path))
+    inputs, expected = inputs_of(case), expected_of(case)
+    rtol, atol = tolerances(case)
+    base = {"verdict": None, "unfolded": True}
+    try:
+        backend = backends.make_backend(executor)
+    except Exception as e:  # noqa: BLE001 - its device or tool is missing here
+        return not_judged("unavailable", f"{type(e).__name__}: {first_line(str(e))}", **base)
+    mlir = None
+    if backend.needs_mlir:
+        mlir = work / "model.mlir"
+        st = import_layer(model_path, mlir)
+        if st["status"] != "ok":
+            return {"outcome": FAILED, "stage": "import", "message": tidy(first_line(st["message"] or "")), **base}
+    try:
+        _, outs, _ = backend.compile_and_run(onnx_path=str(model_path), mlir_path=str(mlir) if mlir else None,
+                                             inputs=inputs, input_names=list(inputs),
+                                             output_names=[o.name for o in case.model.graph.output],
+                                             work_dir=str(work), timeout_s=timeout_s, log_path=None)
+    except StageError as e:
+        return {"outcome": FAILED, "stage": e.stage, "message": tidy(first_line(e.message)), **base}
+    except Exception as e:  # noqa: BLE001 - a backend bug: said, not hidden
+        return not_judged("rerun", f"{type(e).__name__}: {first_line(str(e))}", **base)
+    for n, want in expected.items():
+        why = close_to_expected(outs[n], want, rtol, atol) if n in outs else "no output"
+        if why:
+            return {"outcome": DIFFERING, "stage": None, "message": f"output {n!r}: {why}", **base}
+    return {"outcome": PASSED, "stage": None, "message": None, **base}
