@@ -81,13 +81,15 @@ def _work_dir(tmp_path: Path) -> Path:
         _file(pdir / "model.onnx", 100)
         _file(pdir / "model.mlir", 4000)
     _file(alone / "module.vmfb", 3000)
+    _file(member / "run" / "in_0.npy", 200)  # the partition run's copies of activations
+    _file(member / "run" / "out_0.npy", 200)
     module = full / "partitions" / "module-cccccccccccc"  # the one-module run: its side file and record stay
     write_json(module / "compiled.json", {"status": "ok", "artifact": {"path": f"{module}/module.vmfb"}})
     for name, size in (("placement.json", 100), ("module.vmfb", 3000), ("placed.mlir", 9000),
                        ("ir/m/0_dedup.mlir", 2000), ("sources/e.mlir", 500), ("run/out_0.npy", 200),
                        ("bisect/module.vmfb", 3000)):
         _file(module / name, size)
-    _file(full / "batches" / "vmvx" / "0000-1" / "module.vmfb", 3000)  # a Snakemake output: kept
+    _file(full / "batches" / "vmvx" / "0000-1" / "module.vmfb", 3000)  # a Snakemake temp() output: Snakemake's
     _file(full / "batches" / "vmvx" / "0000-1" / "batch.mlir", 3000)
     red = full / "reduce"
     write_json(red / "partitions" / "p-ok" / "compiled.json", {"status": "ok"})
@@ -111,6 +113,7 @@ def test_removable_selects_the_intermediates_and_nothing_a_reader_needs(tmp_path
         "layers/Conv_a/llvm-cpu/in_0.npy", "layers/Conv_a/llvm-cpu/out_0.npy",  # a success's run files only
         "full/batches/vmvx/0000-1/batch.mlir",
         "full/partitions/llvm-cpu-aaaaaaaaaaaa/module.vmfb", "full/partitions/llvm-cpu-aaaaaaaaaaaa/model.mlir",
+        "full/partitions/vmvx-bbbbbbbbbbbb/run/in_0.npy", "full/partitions/vmvx-bbbbbbbbbbbb/run/out_0.npy",
         *(f"full/partitions/module-cccccccccccc/{name}" for name in (
             "module.vmfb", "placed.mlir", "ir/m/0_dedup.mlir", "sources/e.mlir", "run/out_0.npy",
             "bisect/module.vmfb")),
@@ -125,18 +128,18 @@ def test_clean_removes_them_records_the_layer_mlir_and_validates(tmp_path):
     before = units.file_identity(mlir)
     expected = keep_work.freed_by(keep_work.removable(w))
     total = keep_work.disk_usage(w)[0]
-    assert keep_work.clean(w) == {"files": 20, "bytes": expected}
+    assert keep_work.clean(w) == {"files": 22, "bytes": expected}
     assert not mlir.exists() and not (w / "full/reduce/partitions/p-ok").exists()
     assert (w / "full/reduce/partitions/p-bad/model.mlir").is_file()
     assert keep_work.disk_usage(w)[0] == total - expected + _blocks(w / keep_work.KEEP_WORK_FILE)
     rec = json.loads((w / keep_work.KEEP_WORK_FILE).read_text())
     assert list(rec["restorable"]) == ["layers/Conv_a/model.mlir"]  # a partition's MLIR names no key
     assert rec["restorable"]["layers/Conv_a/model.mlir"][:2] == before
-    assert rec["last"]["files"] == 20 and rec["total"] == {"files": 20, "bytes": expected}
+    assert rec["last"]["files"] == 22 and rec["total"] == {"files": 22, "bytes": expected}
     assert schema_for(f"work/m/{keep_work.KEEP_WORK_FILE}") == "keep_work.schema.yaml"
     validator("keep_work.schema.yaml").validate(rec)
     assert keep_work.clean(w) == {"files": 0, "bytes": 0}  # nothing left to remove: the record stays
-    assert json.loads((w / keep_work.KEEP_WORK_FILE).read_text())["total"]["files"] == 20
+    assert json.loads((w / keep_work.KEEP_WORK_FILE).read_text())["total"]["files"] == 22
 
 
 def test_a_removed_layer_mlir_keeps_its_identity_in_the_currency_checks(tmp_path):
@@ -196,13 +199,13 @@ def test_measure_finish_and_the_summary_lines(tmp_path):
     assert f"the model's 20.0 kB); --keep-work minimal would free {keep_work.human(sec['removable_bytes'])}" in line
     lines = []
     after = keep_work.finish(w, "minimal", model, output_dir=tmp_path, echo=lines.append)
-    assert after["freed_files"] == 20 and after["freed_bytes"] == sec["removable_bytes"]
+    assert after["freed_files"] == 22 and after["freed_bytes"] == sec["removable_bytes"]
     record = _blocks(w / keep_work.KEEP_WORK_FILE)
     assert after["bytes"] == sec["bytes"] - sec["removable_bytes"] + record and after["removable_bytes"] == 0
-    assert lines == [f"--keep-work minimal: removed 20 file(s), {keep_work.human(after['freed_bytes'])}, from {w}"]
+    assert lines == [f"--keep-work minimal: removed 22 file(s), {keep_work.human(after['freed_bytes'])}, from {w}"]
     assert keep_work.finish(w, "minimal", model, output_dir=tmp_path, echo=lines.append) == after  # a rerun
     assert len(lines) == 1
-    assert f"--keep-work minimal freed {keep_work.human(after['freed_bytes'])} (20 files, " in \
+    assert f"--keep-work minimal freed {keep_work.human(after['freed_bytes'])} (22 files, " in \
         keep_work.size_line(after, w, "minimal")
     assert "freed" in keep_work.recorded_line(after) and "when the report was written" in keep_work.recorded_line(after)
     fresh = _work_dir(tmp_path / "other")

@@ -22,8 +22,9 @@ NAME = "light_squeezenet"
 
 
 def run_cmd(*args, timeout=900):
-    """``torq-gen-config run ...`` (the console script)."""
-    return run_cli("run", *args, timeout=timeout)
+    """``torq-gen-config run ... --keep-work all`` (the console script): these tests check
+    that a rerun reuses the compiled batches, which the default ``minimal`` removes."""
+    return run_cli("run", *args, "--keep-work", "all", timeout=timeout)
 
 
 def compile_lines(r) -> list[str]:

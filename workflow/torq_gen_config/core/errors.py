@@ -14,8 +14,7 @@ class ConfigError(TorqGenConfigError):
 
 
 class ReportError(TorqGenConfigError):
-    """A report or compiler JSON is missing, malformed or of the wrong kind, or ``run`` is
-    given a report whose compiler JSON assigns no op of a model that has layers."""
+    """A report or compiler JSON is missing, malformed or of the wrong kind."""
 
 
 class OutputDirError(TorqGenConfigError):

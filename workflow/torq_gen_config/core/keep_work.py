@@ -194,6 +194,9 @@ def _select(work: Path, entries: list[tuple[tuple[str, ...], os.DirEntry]]) -> l
             out.append(Path(e.path))
         elif parts[:2] == ("full", "partitions") and n == 4 and name in ("module.vmfb", "model.mlir"):
             partitions.setdefault(parts[2], []).append(Path(e.path))
+        elif parts[:2] == ("full", "partitions") and n == 5 and parts[3] == "run" \
+                and any(fnmatch.fnmatchcase(name, p) for p in RUN_IO):  # the run's copies of activations
+            out.append(Path(e.path))
         elif parts[:2] == ("full", "partitions") and n >= 4 and parts[2].startswith(MODULE_PARTITION_PREFIX) \
                 and name not in (MODULE_SIDE_FILE, COMPILED_FILE):  # placed.mlir (weights), IR dumps, run files
             partitions.setdefault(parts[2], []).append(Path(e.path))
@@ -225,7 +228,8 @@ def removable(work: str | os.PathLike) -> list[Path]:
       Snakemake ``temp()`` output: Snakemake removes it once ``run_full_model`` is done);
     - ``full/partitions/<pid>/``: ``module.vmfb`` and ``model.mlir`` of a partition
       compiled alone (its ``compiled.json`` names that module; the full-model run
-      compiles it again if it runs again);
+      compiles it again if it runs again), and the runtime's input and output files in its
+      ``run/`` (:data:`RUN_IO`: the run compared them in memory);
     - ``full/reduce/partitions/<pid>/`` of a candidate partition compiled without error
       (the whole folder: the reduction compiles it again if a new candidate needs it;
       a failing one stays, its MLIR is the reproducer's) and

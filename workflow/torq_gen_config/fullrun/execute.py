@@ -16,7 +16,6 @@ from ..compare import (ENGINE_TOLERANCE_MARGIN, FULL_MODEL_MIN_COSINE, count_ove
                        dequantized_outputs_of_file, engine_widened_tolerances, judge, quantized_data_outputs_of_file,
                        widening_note)
 from ..core.isolation import run_isolated
-from ..core.keep_work import remove_run_files
 from ..core.lazy import onnx
 from ..core.limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..core.tools import bounded_message, first_error_line
@@ -156,7 +155,6 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
             part_levels = dequantized_outputs_of_file(str(pdir / PARTITION_MODEL))
             levels.update({n: q for n, q in part_levels.items() if n in keep})
         store.update(outs)
-        remove_run_files(work)  # its outputs are in memory now: no copy of an activation stays on disk
         for name in [n for n in store if last_use.get(n, -1) <= k and n not in keep]:
             del store[name]  # no later partition reads it: free the memory
 
