@@ -200,12 +200,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
             outs, run_ms = outcome
             info["run_ms"] = round(run_ms, 3)
             return info, outs
-        if isinstance(outcome, (ReferenceTimeout, WorkerTimeout)):
-            info["status"] = "timeout"
-        elif isinstance(outcome, WorkerCrash):
-            info["status"] = "crash"
-        else:  # each engine raises its own exception types
-            info["status"] = "error"
+        info["status"] = _failure_status(outcome)
         info["message"] = f"{engine_label(eng)} failed on {subject}: {str(outcome).strip()[:DETAIL_CHARS]}"
         return info, []
 
@@ -248,6 +243,15 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     return meta
 
 
+def _failure_status(outcome: BaseException) -> str:
+    """The status of an engine run in a supervised worker that failed: ``timeout`` (its own
+    limit or the worker's), ``crash`` (the worker died) or ``error`` (each engine raises its
+    own exception types)."""
+    if isinstance(outcome, (ReferenceTimeout, WorkerTimeout)):
+        return "timeout"
+    return "crash" if isinstance(outcome, WorkerCrash) else "error"
+
+
 def _optimized_record(layer, layer_path, inputs: dict, output_names: list[str], outputs: list,
                       timeout_s: float | None, limit: float, threads: int, subject: str) -> dict:
     """``meta["optimized"]`` of :func:`compute_reference`: ONNX Runtime with all graph
@@ -262,8 +266,7 @@ def _optimized_record(layer, layer_path, inputs: dict, output_names: list[str], 
                                                        timeout_s, threads), {"optimized": True})],
                                 limit_s=limit, what=["ONNX Runtime (all optimizations) on " + subject])[0]
     if isinstance(outcome, BaseException):
-        rec["status"] = ("timeout" if isinstance(outcome, (ReferenceTimeout, WorkerTimeout)) else
-                         "crash" if isinstance(outcome, WorkerCrash) else "error")
+        rec["status"] = _failure_status(outcome)
         rec["message"] = (f"ONNX Runtime (all optimizations) failed on {subject}: "
                           f"{str(outcome).strip()[:DETAIL_CHARS]}")
         return rec
@@ -292,8 +295,7 @@ def _arbitrate(layer, layer_path, inputs: dict, output_names: list[str], outputs
     outcome = run_isolated_each([(run_spec_float64_file, (str(layer_path), inputs, output_names, timeout_s), {})],
                                 limit_s=limit, what=[f"{engine_label(SPEC_FLOAT64)} on the layer"])[0]
     if isinstance(outcome, BaseException):
-        info["status"] = ("timeout" if isinstance(outcome, (ReferenceTimeout, WorkerTimeout))
-                          else "crash" if isinstance(outcome, WorkerCrash) else "error")
+        info["status"] = _failure_status(outcome)
         info["message"] = f"{engine_label(SPEC_FLOAT64)} failed on the layer: {str(outcome).strip()[:DETAIL_CHARS]}"
         return info, []
     spec_outs, run_ms = outcome
