@@ -56,7 +56,7 @@ from ..core.layout import (
     work_dir,
 )
 from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
-from ..fullrun.common import PARTITIONS_MODE, RUN_RULES
+from ..fullrun.common import NOT_AS_ASSIGNED, PARTITIONS_MODE, RUN_RULES
 from ..fullrun.selection import (
     assignment_bytes,
     check_selection,
@@ -312,8 +312,11 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         from ..core.keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "minimal")))
-    # a module that failed or differed is a finding even when its partitions pass
-    module_ok = (section.get("module") or {}).get("status") in (None, "success", "unverified")
+    # a module that failed or differed is a finding even when its partitions pass; one that
+    # did not keep the assignment under auto was replaced by the partitions, which keep it
+    module_status = (section.get("module") or {}).get("status")
+    module_ok = module_status in (None, "success", "unverified") or (
+        module_status == NOT_AS_ASSIGNED and section.get("mode") == PARTITIONS_MODE)
     return (0 if section["status"] == "success" and module_ok else 1), section
 
 

@@ -17,6 +17,9 @@ RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_mo
 PARTITIONS_MODE = "partitions"
 #: the run mode of one IREE module with per-op devices (module_mode.py)
 MODULE_MODE = "module"
+#: the status of a one-module run whose outputs match the reference while some layer ran
+#: on another device than assigned (the read-back): not the program the user asked about
+NOT_AS_ASSIGNED = "success, not as assigned"
 #: what a read-back flag means, in the text report and the HTML alike
 TWO_BACKENDS_NOTE = "IREE's shared-executable bug: its numbers may be wrong"
 ELSEWHERE_NOTE = "read back from the compiled program; IREE merges identical fills and copies, so placement can leak"
@@ -35,3 +38,18 @@ def _layer_span(layer_ids: list[str]) -> str:
 
 def _round(x: float | None) -> float | None:
     return None if x is None else round(float(x), 3)
+
+
+def not_as_assigned_summary(placement: dict | None) -> str | None:
+    """The summary of a module result whose outputs match while layers ran elsewhere than
+    assigned (``placement``: :func:`~.module_run.layer_placement`'s record): the count and
+    the first three layers; None when every layer with a kernel ran as assigned."""
+    pl = placement or {}
+    away = list(pl.get("elsewhere") or [])
+    if not away:
+        return None
+    rows = pl.get("layers") or {}
+    first = "; ".join(f"{lid} (assigned {(rows.get(lid) or {}).get('assigned')}, ran on "
+                      f"{', '.join((rows.get(lid) or {}).get('ran_on') or [])})" for lid in away[:3])
+    return (f"{NOT_AS_ASSIGNED}: the outputs match, but {len(away)} of {len(rows)} layer(s) ran elsewhere than "
+            f"assigned: {first}" + (f" and {len(away) - 3} more" if len(away) > 3 else ""))

@@ -234,7 +234,7 @@ def module_fingerprint(mlir_digest: str, assignment: Mapping, executors: list[Ma
 def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[str, str], key_layer: Mapping[str, str],
                 executors: list[Mapping], full_mlir: str, partitions_dir: str | os.PathLike,
                 debug_ir: str | None = None, version: str | None = None,
-                node_keys: Iterable[str | None] = ()) -> tuple[dict, dict[str, bytes]]:
+                node_keys: Iterable[str | None] = (), run_mode: str = "auto") -> tuple[dict, dict[str, bytes]]:
     """The plan of a module run and its side file.
 
     Args:
@@ -249,6 +249,8 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
             backend is configured: the compile imports the prepared model again with them).
         node_keys: ``line:col`` of each prepared node in ``full_mlir`` (None: none), to check
             that the import with weights has the same keys.
+        run_mode: the mode asked for (``auto`` or ``module``): under ``auto`` a module that
+            ran layers elsewhere than assigned falls back to the partitions.
 
     Returns:
         ``(plan, {path: bytes})``: the plan (``mode: "module"``, ``module``: the partition
@@ -275,7 +277,7 @@ def module_plan(partitions_plan: Mapping, *, reason: str, assignment: Mapping[st
             "inputs": list(partitions_plan["graph_inputs"]), "outputs": list(partitions_plan["graph_outputs"]),
             "num_initializers": 0, "model": str(side_path), "executor_def": compile_def, "compile_def": compile_def,
             "compile_batch": None, "run_executors": list(executors)}
-    plan = {**partitions_plan, "schema": PLAN_SCHEMA, "mode": MODULE_MODE, "mode_reason": reason,
+    plan = {**partitions_plan, "schema": PLAN_SCHEMA, "mode": MODULE_MODE, "mode_reason": reason, "run_mode": run_mode,
             "module": part, "full_mlir": full_mlir}
     data = (json.dumps(side, indent=2, sort_keys=True) + "\n").encode("utf-8")
     return plan, {str(side_path): data}
@@ -326,7 +328,7 @@ def module_or_partitions(plan: dict, *, run_mode: str, model, manifest: Mapping,
     debug_ir = (assignment.get("options") or {}).get("debug_ir")
     mplan, files = module_plan(plan, reason=reason, assignment=keys, key_layer=key_layer, executors=defs,
                                full_mlir=full_mlir, partitions_dir=parts_dir,
-                               debug_ir=debug_ir,
+                               debug_ir=debug_ir, run_mode=run_mode,
                                node_keys=[f"{n['line']}:{n['col']}" if n.get("line") is not None else None
                                           for n in (locations or {}).get("nodes") or []])
     if write:

@@ -29,7 +29,7 @@ from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
 from ..core.tools import bounded_message, first_error_line
 from ..mlir.importer import import_full_model
 from ..reference import load_reference
-from .common import COMPILED_SCHEMA, MODULE_MODE, PARTITIONS_MODE, _round
+from .common import COMPILED_SCHEMA, MODULE_MODE, NOT_AS_ASSIGNED, PARTITIONS_MODE, _round, not_as_assigned_summary
 from .execute import _compare_and_finish, _new_result, run_partitions
 from .module_bisect import bisect_module, verdict_tail
 
@@ -244,8 +244,22 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
         f = failure("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
         return finish("error", f["summary"], f)
     row.update(run_ms=_round(run_ms), status="ran")
-    return _compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance,
-                               model_path=plan.get("prepared_model"))
+    return judge_placement(_compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance,
+                                               model_path=plan.get("prepared_model")))
+
+
+def judge_placement(result: dict) -> dict:
+    """A module result whose numbers match (``success``) but where some placed layer ran
+    on another device than assigned becomes :data:`~.common.NOT_AS_ASSIGNED`: the
+    program that passed is not the assignment the user asked about. The summary gives
+    the count and the first layers; ``no kernel`` layers (folded into a copy, fused into
+    a neighbour) do not count. Other statuses are left as they are."""
+    summary = not_as_assigned_summary((result.get("module") or {}).get("placement"))
+    if result.get("status") != "success" or summary is None:
+        return result
+    result.update(status=NOT_AS_ASSIGNED, summary=summary[:SUMMARY_CHARS])
+    result["module"].update(status=NOT_AS_ASSIGNED, summary=result["summary"])
+    return result
 
 
 def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tolerance: Mapping, timeout_s: float,
@@ -260,8 +274,9 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
             and returns its ``compiled.json`` content (the step's job; an existing one is reused).
 
     Returns:
-        The module's result (:func:`run_module`) when it matches the reference; else the
-        partitions' result (:func:`~.execute.run_partitions`) with ``mode_reason`` saying
+        The module's result (:func:`run_module`) when it matches the reference with every
+        layer as assigned, or matches with layers elsewhere under ``run_mode: module``
+        (:data:`~.common.NOT_AS_ASSIGNED`); else the partitions' result (:func:`~.execute.run_partitions`) with ``mode_reason`` saying
         why the partitions ran, ``module`` (the module's result, placement included) and,
         when the partitions pass, a verdict that says the failure is in compiling the
         assignment as one program and names the first differing output and layer
@@ -271,6 +286,8 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
                       timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
     if mres["status"] in ("success", "unverified") or not plan.get("partitions"):
         return mres
+    if mres["status"] == NOT_AS_ASSIGNED and plan.get("run_mode") == MODULE_MODE:
+        return mres  # asked for: the verdict says it, the run exits 1
     fb = {k: v for k, v in plan.items() if k != "module"}
     fb["mode"] = PARTITIONS_MODE
     comp = {p["pid"]: compile_partition(p) for p in fb["partitions"]}
@@ -278,10 +295,15 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
                           partitions_dir=partitions_dir, log_path=log_path)
     module = {**mres["module"], "metrics": mres.get("metrics"), "failure": mres.get("failure"),
               "num_over_tolerance": mres.get("num_over_tolerance")}
-    what = "failed" if mres["status"] == "error" else "differs from the reference"
-    pres["mode_reason"] = f"{plan.get('mode_reason')}; the module {what} ({mres['summary']}), so the partitions ran"
     pres["module"] = module
     pres["module_timing"] = mres.get("timing")
+    if mres["status"] == NOT_AS_ASSIGNED:
+        pres["mode_reason"] = (f"{plan.get('mode_reason')}; the module did not keep the assignment "
+                               f"({mres['summary']}), so the partitions ran (each keeps its layers on their "
+                               "executor by construction)")
+        return pres
+    what = "failed" if mres["status"] == "error" else "differs from the reference"
+    pres["mode_reason"] = f"{plan.get('mode_reason')}; the module {what} ({mres['summary']}), so the partitions ran"
     if pres["status"] == "success":
         first = first_difference_of(plan, mres, reference_npz=reference_npz, tolerance=tolerance,
                                     timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)

@@ -1,5 +1,5 @@
 """The assignment compiled and run as ONE IREE module with per-op devices
-(notes/one_module_placement.md; issue 22, phase 1: not yet used by ``run``).
+(notes/one_module_placement.md; ``run --run-mode module``, :mod:`.module_run`).
 
 Steps (:func:`compile_one_module`, then :func:`run_one_module`):
 
@@ -9,14 +9,18 @@ Steps (:func:`compile_one_module`, then :func:`run_one_module`):
    cached per command line);
 2. :func:`torq_gen_config.mlir.placement.place_module` declares one HAL device per executor
    and inserts the transfers (``placed.mlir``);
-3. ``iree-compile --iree-execution-model=async-external --compile-to=stream`` (bytecode
+3. ``iree-compile --iree-execution-model=async-external --compile-to=flow`` (bytecode
    out: it keeps the locations and the weights; with ``--mlir-print-ir-before=
    iree-flow-deduplicate-executables`` into ``ir/``), then
+   :func:`~torq_gen_config.mlir.placement.pin_affinities` puts every dispatch on its
+   executor's device (``stream.affinity``: the transfers alone leave the other ops free,
+   and IREE moves producers to their consumers' device);
+4. ``--compile-from=flow --compile-to=stream``, then
    :func:`~torq_gen_config.mlir.stream_split.split_shared_executables` (``split.mlirbc``),
    then ``--compile-from=stream`` with ``--iree-hal-dump-executable-sources-to=sources/``
    into ``module.vmfb``; ``split=False`` skips the split (to show the IREE bug);
-4. :func:`~torq_gen_config.mlir.readback.read_placement`: where each op ran;
-5. ``iree-run-module`` with one ``--device=`` per declared device, in ordinal order.
+5. :func:`~torq_gen_config.mlir.readback.read_placement`: where each op ran;
+6. ``iree-run-module`` with one ``--device=`` per declared device, in ordinal order.
 
 Every tool call goes through :func:`torq_gen_config.core.tools.run_tool` with a timeout, the
 ``iree-compile`` of the backend (``$IREE_COMPILE`` applies) and the executors' own
@@ -35,7 +39,7 @@ from ..backends.iree_tools import FUNCTION, parse_mlir_signature
 from ..core.errors import ConfigError
 from ..core.lazy import ir
 from ..core.tools import run_tool
-from ..mlir.placement import executor_of, place_module
+from ..mlir.placement import executor_of, pin_affinities, place_module
 from ..mlir.readback import executable_backends, flow_sites, read_placement
 from ..mlir.stream_split import split_shared_executables, write_bytecode
 
@@ -43,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
 PLACED_FILE = "placed.mlir"
+FLOW_FILE = "flow.mlirbc"
 STREAM_FILE = "stream.mlirbc"
 SPLIT_FILE = "split.mlirbc"
 MODULE_FILE = "module.vmfb"
@@ -127,19 +132,23 @@ def iree_backends(executors: list[Mapping], names) -> dict[str, Any]:
 def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors: list[Mapping], *,
                        work_dir: str | Path, timeout_s: float, default: str | None = None, split: bool = True,
                        mlir_path: str | None = None, log_path: str | None = None,
-                       extra_results: list[str] | None = None) -> dict:
-    """Place, compile (two halves, the split between them) and read back the placement.
+                       extra_results: list[str] | None = None, pin: bool = True) -> dict:
+    """Place, pin, compile (two halves, the split between them) and read back the placement.
 
     Args:
         mlir_text: ``full.mlir`` with its weights (the importer's text).
         assignment: ``{"line:col": executor or {"executor": name} or None}``.
         executors: the configured executors (``{"name", "backend", "options"}``), in
             priority order; those the assignment names (and ``default``) must be IREE ones.
-        work_dir: where every file goes (created): ``placed.mlir``, ``stream.mlirbc``,
+        work_dir: where every file goes (created): ``placed.mlir``, ``stream.mlirbc``
+            (``flow.mlirbc`` while it is needed),
             ``split.mlirbc``, ``ir/``, ``sources/``, ``module.vmfb``.
         timeout_s: limit of each ``iree-compile`` call, seconds.
         default: the default executor (see :func:`~torq_gen_config.mlir.placement.place_module`).
         split: run the executable split (False only to show the IREE bug it avoids).
+        pin: pin every dispatch to its device (:func:`~torq_gen_config.mlir.placement.pin_affinities`
+            on the ``--compile-to=flow`` output); False only to show what IREE does
+            with the transfers alone (producers follow their consumers' device).
         mlir_path: ``full.mlir``'s path (for the function signature; default: read from
             ``mlir_text``).
         extra_results: ``line:col`` keys of ops whose results the function also returns
@@ -151,8 +160,9 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
         "hal_device", "device"}] (``device``: the runtime ``--device`` value),
         "transfers": int, "split": {executable: [device symbols]}, "placement":
         :func:`~torq_gen_config.mlir.readback.read_placement`'s record, "unplaced":
-        {line:col: reason}, "compile_ms": {"targets", "place", "to_stream", "split",
-        "from_stream", "total"} (ms), "argv": [first half, second half], "signature",
+        {line:col: reason}, "compile_ms": {"targets", "place", "to_flow", "pin", "to_stream", "split",
+        "from_stream", "total"} (ms), "argv": [to flow, flow to stream, from stream],
+        "pinned": {"pinned": {executor: ops}, "keys": placed ops pinned} (``{}`` without ``pin``), "signature",
         "extra_results": [{"key", "result", "type"}] (with ``extra_results``: the results
         after the model's own), "not_exposed": {line:col: reason}}``.
 
@@ -186,11 +196,22 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
     for b in backends.values():
         flags += [f for f in b.compile_flags if f not in flags]
     threading = [] if any(b.compile_threads for b in backends.values()) else ["--mlir-disable-threading"]
+    symbols = {d["executor"]: d["symbol"] for d in placed["devices"]}
     ir_dir = work / "ir"
-    first = [compile_tool, str(work / PLACED_FILE), EXECUTION_MODEL, "--compile-to=stream", "--mlir-print-debuginfo",
-             "--mlir-print-ir-before=iree-flow-deduplicate-executables", f"--mlir-print-ir-tree-dir={ir_dir}",
-             "--emit-mlir-bytecode", *threading, *flags, "-o", str(work / STREAM_FILE)]
+    to_flow = [compile_tool, str(work / PLACED_FILE), EXECUTION_MODEL, "--compile-to=flow", "--mlir-print-debuginfo",
+               "--mlir-print-ir-before=iree-flow-deduplicate-executables", f"--mlir-print-ir-tree-dir={ir_dir}",
+               "--emit-mlir-bytecode", *threading, *flags, "-o", str(work / FLOW_FILE)]
+    times["to_flow"] = _compile(to_flow, work / FLOW_FILE, timeout_s, log_path)
+    t = time.perf_counter()
+    pinned: dict = {}
+    if pin:
+        pinned = pin_affinities((work / FLOW_FILE).read_bytes(), placed["placed"], symbols)
+        write_bytecode(pinned.pop("module"), work / FLOW_FILE)
+    times["pin"] = _ms(t)
+    first = [compile_tool, str(work / FLOW_FILE), "--compile-from=flow", EXECUTION_MODEL, "--compile-to=stream",
+             "--mlir-print-debuginfo", "--emit-mlir-bytecode", *threading, *flags, "-o", str(work / STREAM_FILE)]
     times["to_stream"] = _compile(first, work / STREAM_FILE, timeout_s, log_path)
+    (work / FLOW_FILE).unlink()
 
     t = time.perf_counter()
     res = split_shared_executables((work / STREAM_FILE).read_bytes())
@@ -204,11 +225,10 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
               *threading, *flags, "-o", str(work / MODULE_FILE)]
     times["from_stream"] = _compile(second, work / MODULE_FILE, timeout_s, log_path)
 
-    symbols = {d["symbol"]: d["executor"] for d in placed["devices"]}
     dumps = sorted(ir_dir.rglob("*iree-flow-deduplicate-executables*.mlir"))
     flow = flow_sites(dumps[0].read_text(encoding="utf-8")) if dumps else []
     stream_sites = res["sites"] if split else split_shared_executables((work / STREAM_FILE).read_bytes())["sites"]
-    placement = read_placement(flow=flow, stream=stream_sites, devices=symbols, assignment=placed["placed"],
+    placement = read_placement(flow=flow, stream=stream_sites, devices={s: e for e, s in symbols.items()}, assignment=placed["placed"],
                                backends=executable_backends(sources))
     times["total"] = _ms(t0)
     devices = [{**d, "device": backends[d["executor"]].device} for d in placed["devices"]]
@@ -217,7 +237,7 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
                  else _signature_of(mlir_text, work, placed["function"]))
     return {"module": str(work / MODULE_FILE), "function": placed["function"], "devices": devices, "transfers": placed["transfers"],
             "split": res["split"] if split else {}, "shared_executables": res["split"], "placement": placement,
-            "unplaced": placed["unplaced"], "compile_ms": times, "argv": [first, second], "signature": signature,
+            "unplaced": placed["unplaced"], "compile_ms": times, "argv": [to_flow, first, second], "pinned": pinned, "signature": signature,
             "extra_results": placed.get("extra_results") or [], "not_exposed": placed.get("not_exposed") or {}}
 
 

@@ -6,7 +6,7 @@ from typing import Mapping
 
 from ..backends import capabilities
 from ..compare import count_over_tolerance, derive_status, engine_widened_tolerances, normalize_tolerance
-from .common import MODULE_MODE, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span
+from .common import MODULE_MODE, NOT_AS_ASSIGNED, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span, not_as_assigned_summary
 from .execute import full_summary, widened_record
 from .selection import _executor_name
 
@@ -25,7 +25,7 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
     status, summary = result.get("status"), result.get("summary")
     count, share = result.get("num_over_tolerance"), result.get("share_over_tolerance")
     widened_rec, carrier = result.get("tolerance_widened"), result.get("difference_partition")
-    if result.get("metrics") and status in ("success", "difference"):
+    if result.get("metrics") and status in ("success", "difference", NOT_AS_ASSIGNED):
         ref = result.get("reference") or {}
         opt = (ref.get("optimized") or {}).get("metrics") if ref.get("used", ref.get("engine")) == ref.get("engine") \
             else None
@@ -37,6 +37,9 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         fallback = ref.get("fallback")
         if fallback:  # judged against the spec: the summary says so, as the result's does
             summary = f"{summary} ({fallback})"
+        away = not_as_assigned_summary((result.get("module") or {}).get("placement")) if mode == MODULE_MODE else None
+        if status == "success" and away:  # the outputs match, the program is not the assignment
+            status, summary = NOT_AS_ASSIGNED, away
     execs: dict[str, int] = {}
     for ex in (result.get("layer_executors") or {}).values():
         execs[ex] = execs.get(ex, 0) + 1

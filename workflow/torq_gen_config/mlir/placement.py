@@ -40,8 +40,14 @@ _ONNX_CONSTANT = '"onnx.Constant"'
 _VTENSOR = re.compile(r"!torch\.vtensor<\[([^\]]*)\],\s*([A-Za-z0-9_]+)>\Z")
 _INT = re.compile(r"[su]i(\d+)\Z")
 _SYMBOL_CHARS = re.compile(r"[^A-Za-z0-9_]")
+_FILE_LOC = re.compile(r'"[^"]*":(\d+):(\d+)')
+#: ops that keep no pin: constants and globals (weights, parameters), the transfers
+#: (their target is their device), the ABI's imports and exports
+_UNPINNED_PREFIXES = ("arith.constant", "util.global", "flow.tensor.transfer", "hal.", "torch_c.", "func.", "util.return")
 #: what may come before an op on its line: blanks and its results
 _OP_START = re.compile(r"\s*(%[\w#.$-]+(:\d+)?(\s*,\s*%[\w#.$-]+(:\d+)?)*\s*=\s*)?")
+#: the ops whose bodies are kernels (their ops are not placed one by one)
+_EXECUTABLES = ("flow.executable", "hal.executable", "stream.executable")
 #: name of the location given to the ops a transfer adds
 TRANSFER_LOC = "placement.transfer"
 
@@ -66,6 +72,11 @@ def location_key(op) -> str | None:
         return f"{loc.start_line}:{loc.start_col}"
     except AttributeError:
         return None
+
+
+def location_keys(loc_text: str) -> list[str]:
+    """Every ``line:col`` in a location's text (a fused location has several)."""
+    return [f"{m.group(1)}:{m.group(2)}" for m in _FILE_LOC.finditer(loc_text)]
 
 
 def executor_of(value: Any) -> str | None:
@@ -211,6 +222,61 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
             "extra_results": exposed, "not_exposed": not_exposed}
 
 
+def pin_affinities(flow_ir: str | bytes, placed: Mapping[str, str], symbols: Mapping[str, str]) -> dict:
+    """Pin every dispatch and tensor op of a placed module, compiled to IREE's flow level,
+    to its executor's device: ``stream.affinity = #hal.device.affinity<@device_<executor>>``
+    on each op outside the executables whose location is a placed op's ``line:col``.
+
+    Why: the transfers of :func:`place_module` fix only the values that cross devices;
+    every other op is free, and IREE's affinity analysis moves a producer to the device
+    of the consumer that needs its value (a detector's backbone followed a head moved to
+    vmvx; a Conv's padding copy ran beside its neighbour's on the other device). IREE's
+    stream dialect honours ``stream.affinity`` on ``flow.dispatch`` and the ``flow.tensor``
+    ops (the affinity interface); the attribute does not survive from torch or linalg ops
+    to the dispatches IREE forms, hence this step runs on the output of
+    ``iree-compile --compile-to=flow``, where the dispatches exist. A dispatch keeps the
+    location of its root op; fusion never crosses devices (a transfer stands between).
+
+    Left free: the transfers (their target is their device), globals (weights and
+    parameters: IREE places each with its users), the ABI's imports and exports. An op
+    with a fused location takes the first of its ``line:col`` keys that is placed.
+
+    Args:
+        flow_ir: the module after ``--compile-to=flow`` (text or bytecode, with its
+            locations: ``--mlir-print-debuginfo``).
+        placed: ``{"line:col": executor}`` (``place_module()["placed"]``).
+        symbols: executor -> device symbol (``place_module()["devices"]``).
+
+    Returns:
+        ``{"module": the pinned ``ir.Module``, "pinned": {executor: ops pinned},
+        "keys": number of placed keys that pinned at least one op}``.
+
+    Raises:
+        ValueError: ``flow_ir`` does not parse.
+        ConfigError: an executor of ``placed`` has no symbol.
+    """
+    missing = sorted({e for e in placed.values() if e not in symbols})
+    if missing:
+        raise ConfigError(f"executor {missing[0]!r} has no device in the placed module")
+    ctx = ir.Context()
+    module = parse_module(flow_ir, "the flow-level IR", ctx)
+    pinned: dict[str, int] = {}
+    keys: set[str] = set()
+    with ctx:
+        attrs = {e: ir.Attribute.parse(f"#hal.device.affinity<@{s}>") for e, s in symbols.items()}
+        for op in _nested(module.operation, skip=_EXECUTABLES):
+            if op.name.startswith(_UNPINNED_PREFIXES) or not any("tensor<" in str(r.type) for r in op.results):
+                continue
+            key = next((k for k in location_keys(str(op.location)) if k in placed), None)
+            if key is None:
+                continue
+            ex = placed[key]
+            op.attributes["stream.affinity"] = attrs[ex]
+            pinned[ex] = pinned.get(ex, 0) + 1
+            keys.add(key)
+    return {"module": module, "pinned": pinned, "keys": len(keys)}
+
+
 def _index_locations(module_op, ctx, source_name: str) -> dict[str, Any]:
     """``line:col`` -> op for every op of the module (nested ones too); renames the
     file of each location to ``source_name``."""
@@ -240,13 +306,14 @@ def _outer(value, device_of: Mapping, func_block) -> bool:
     return value in device_of
 
 
-def _nested(op):
-    """Every op inside ``op``'s regions, depth first."""
+def _nested(op, skip: tuple[str, ...] = ()):
+    """Every op inside ``op``'s regions, depth first (not inside ops named in ``skip``)."""
     for region in op.regions:
         for block in region.blocks:
             for child in block.operations:
                 yield child.operation
-                yield from _nested(child.operation)
+                if child.operation.name not in skip:
+                    yield from _nested(child.operation, skip)
 
 
 def _declare_devices(module, order: list[str], targets: Mapping, hal_devices: Mapping[str, str]) -> dict[str, str]:

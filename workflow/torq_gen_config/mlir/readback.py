@@ -25,18 +25,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..core.lazy import ir
-from .placement import parse_module
+from .placement import location_keys, parse_module
 
 #: ops whose location says nothing about which op a kernel computes
 IGNORED_OPS = ("tensor.empty", "linalg.fill", "arith.constant")
-_FILE_LOC = re.compile(r'"[^"]*":(\d+):(\d+)')
 _VARIANT = re.compile(r"hal\.executable\.variant\s+(?:public\s+|private\s+)?@([A-Za-z0-9_$.-]+)")
 _EXECUTABLE = re.compile(r"hal\.executable\s+(?:public\s+|private\s+)?@\"?([A-Za-z0-9_$.-]+)")
-
-
-def location_keys(loc_text: str) -> list[str]:
-    """Every ``line:col`` in a location's text (a fused location has several)."""
-    return [f"{m.group(1)}:{m.group(2)}" for m in _FILE_LOC.finditer(loc_text)]
 
 
 def flow_sites(flow_text: str) -> list[dict]:

@@ -24,8 +24,8 @@ from typing import Mapping
 from ..core.errors import ReportError
 from ..core.fileio import atomic_write_text, read_json
 from ..core.lazy import pio, plotly_offline
-from ..core.statuses import HTML_COLORS, HTML_TEXT_COLORS
-from ..fullrun.common import ELSEWHERE_NOTE, TWO_BACKENDS_NOTE
+from ..core.statuses import DIFFERENCE, HTML_COLORS, HTML_TEXT_COLORS
+from ..fullrun.common import ELSEWHERE_NOTE, NOT_AS_ASSIGNED, TWO_BACKENDS_NOTE
 from .build import build_compiler_json, discovery_report_of
 from .cells import executor_names
 from .files import compiler_path_for_report, is_compiler_json, load_report
@@ -103,9 +103,10 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def _pill(status: str) -> tuple[str, str]:
-    color = HTML_COLORS.get(status, "#78909c")
-    fg = HTML_TEXT_COLORS.get(status, "#fff")
+def _pill(status: str, like: str | None = None) -> tuple[str, str]:
+    """A status shown as a coloured pill, in the colours of ``like`` (default: its own)."""
+    color = HTML_COLORS.get(like or status, "#78909c")
+    fg = HTML_TEXT_COLORS.get(like or status, "#fff")
     return ("html", f'<span class="status-pill" style="background:{color};color:{fg}">{escape(status)}</span>')
 
 
@@ -223,7 +224,9 @@ def _full_model(report: Mapping) -> str:
         out.append(f'<div class="warn" id="full-model-stale"><b>OUT OF DATE</b>: {escape(stale)}. The result below '
                    "is of the assignment the run used, not the current one.</div>")
     moved = stale_layers(fm, report.get("ops") or {})
-    rows = [["status", ("html", _pill(status)[1] + (" (out of date)" if stale else ""))],
+    # a run that did not keep the assignment is a caution, in a difference's colours
+    pill = _pill(status, DIFFERENCE if status == NOT_AS_ASSIGNED else None)[1]
+    rows = [["status", ("html", pill + (" (out of date)" if stale else ""))],
             ["summary", fm.get("summary")], ["mode", fm.get("mode")],
             ["assignment", f"{a.get('source_file') or a.get('source')}: "
                            + ", ".join(f"{k} {v}" for k, v in (a.get("layer_counts") or {}).items()) + " layers"
