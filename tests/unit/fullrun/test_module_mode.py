@@ -246,3 +246,74 @@ def test_a_runtime_option_keeps_the_partition_ids():
     assert partition_id(b"m", compile_definition(with_option), None) == partition_id(b"m", compile_definition(plain), None)
     flags = {**plain, "options": {**plain["options"], "compile_flags": ["--iree-opt-level=O3"]}}
     assert partition_id(b"m", compile_definition(flags), None) != partition_id(b"m", compile_definition(plain), None)
+
+
+# --- issue 38: a module whose outputs match while layers ran elsewhere is not plain success
+
+
+def test_judge_placement_names_the_layers_that_ran_elsewhere():
+    from torq_gen_config.fullrun.common import NOT_AS_ASSIGNED
+    from torq_gen_config.fullrun.module_run import judge_placement
+
+    res = judge_placement(_module_result())
+    assert res["status"] == NOT_AS_ASSIGNED and res["module"]["status"] == NOT_AS_ASSIGNED
+    assert "1 of 3 layer(s) ran elsewhere than assigned: B (assigned vmvx, ran on llvm-cpu, vmvx)" in res["summary"]
+    jsonschema.validate(res, load_schema("full_result.schema.yaml"))
+    # a difference stays a difference; every layer as assigned (or without a kernel) stays success
+    assert judge_placement({**_module_result(), "status": "difference"})["status"] == "difference"
+    clean = _module_result()
+    clean["module"]["placement"] = layer_placement(
+        {"ops": {"3:10": {"assigned": "vmvx", "ran_on": ["vmvx"], "status": "as assigned"},
+                 "5:10": {"assigned": "llvm-cpu", "ran_on": [], "status": "no kernel"}}},
+        {"3:10": "A", "5:10": "C"}, {"A": "vmvx", "C": "llvm-cpu"})
+    assert judge_placement(clean)["status"] == "success"
+
+
+@pytest.mark.parametrize("run_mode", ["auto", "module"])
+def test_not_as_assigned_falls_back_to_partitions_only_under_auto(monkeypatch, run_mode):
+    from torq_gen_config.cli.run import run_exit_status
+    from torq_gen_config.fullrun import module_run
+    from torq_gen_config.fullrun.common import NOT_AS_ASSIGNED
+
+    mres = module_run.judge_placement(_module_result())
+    part_res = {**_module_result(mode="partitions"), "status": "success", "summary": "partitions"}
+    part_res.pop("module")
+    part_res.pop("verdict")
+    monkeypatch.setattr(module_run, "run_module", lambda plan, **kw: dict(mres))
+    monkeypatch.setattr(module_run, "run_partitions", lambda plan, **kw: dict(part_res))
+    plan = {"mode": "module", "run_mode": run_mode, "mode_reason": f"{run_mode}: one module",
+            "module": {"pid": "m"}, "partitions": [{"pid": "a"}]}
+    res = module_run.run_module_plan(plan, reference_npz="r", compiled={}, tolerance={}, timeout_s=1,
+                                     partitions_dir="p", compile_partition=lambda p: {})
+    section = full_model_section(res, tolerance={})
+    text = render_full_model_text(section)
+    if run_mode == "module":  # asked for: the verdict, exit 1
+        assert res["mode"] == "module" and section["status"] == NOT_AS_ASSIGNED
+        assert f"Status: {NOT_AS_ASSIGNED}" in text and "ran elsewhere than assigned: B" in text
+        assert run_exit_status(section) == 1
+    else:  # auto: the partitions keep the assignment; the reason says why they ran
+        assert res["mode"] == "partitions" and section["status"] == "success"
+        assert "did not keep the assignment" in res["mode_reason"] and "partitions ran" in res["mode_reason"]
+        assert section["module"]["status"] == NOT_AS_ASSIGNED and "verdict" not in res
+        assert f"One module: {NOT_AS_ASSIGNED}" in text
+        assert run_exit_status(section) == 0
+    jsonschema.validate(res, load_schema("full_result.schema.yaml"))
+
+
+def test_not_as_assigned_in_the_html_is_a_caution():
+    from torq_gen_config.core.statuses import DIFFERENCE, HTML_COLORS
+    from torq_gen_config.fullrun.module_run import judge_placement
+    from torq_gen_config.report.html import _full_model
+
+    section = full_model_section(judge_placement(_module_result()), tolerance={})
+    html = _full_model({"full_model": section, "ops": {}})
+    assert "success, not as assigned" in html and HTML_COLORS[DIFFERENCE] in html
+
+
+def test_run_exit_status():
+    from torq_gen_config.cli.run import run_exit_status
+
+    assert run_exit_status({"status": "success"}) == 0
+    assert run_exit_status({"status": "difference"}) == 1
+    assert run_exit_status({"status": "success", "mode": "partitions", "module": {"status": "difference"}}) == 1
+    assert run_exit_status({"status": "success", "mode": "module", "module": {"status": "success"}}) == 0

@@ -31,6 +31,7 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+from typing import Mapping
 
 from ..backends import capabilities, executor_with_tool_options, run_wide_overrides, unavailable_executors
 from ..core import run_lock
@@ -312,12 +313,19 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         from ..core.keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "minimal")))
-    # a module that failed or differed is a finding even when its partitions pass; one that
-    # did not keep the assignment under auto was replaced by the partitions, which keep it
+    return run_exit_status(section), section
+
+
+def run_exit_status(section: Mapping) -> int:
+    """``run``'s exit status for its ``full_model`` section: 0 when the model's outputs match
+    the reference as assigned, else 1. A one-module run that failed or differed is a
+    finding even when its partitions pass; one that did not keep the assignment is 1 under
+    ``--run-mode module`` (its status says so) and 0 under ``auto`` when the partitions
+    that replaced it (they keep the assignment by construction) pass."""
     module_status = (section.get("module") or {}).get("status")
     module_ok = module_status in (None, "success", "unverified") or (
         module_status == NOT_AS_ASSIGNED and section.get("mode") == PARTITIONS_MODE)
-    return (0 if section["status"] == "success" and module_ok else 1), section
+    return 0 if section.get("status") == "success" and module_ok else 1
 
 
 def check_runnable(selection: dict, config: dict, work: Path) -> None:
