@@ -208,8 +208,9 @@ def check_save_bf16_path(model_path: str | os.PathLike, save_path: str | os.Path
 def check_precision_matches(report: dict, config: dict, *, report_name: str = "the report") -> None:
     """``run`` must use the precision flags discovery used (seed 001: "pass the same
     --quantize/--per-channel/--full-integer/--quant-format flags to run"; the original
-    did not record them, notes/reference_tool.md s6). Reports written before the flags
-    were recorded count as "all off".
+    did not record them, notes/reference_tool.md s6). ``run`` takes them from the report
+    (``cli/run.py`` ``with_discovery_inputs``), so this catches only a config that still
+    differs; reports written before the flags were recorded count as "all off".
 
     Raises:
         ConfigError: the flags differ; the message shows both sets as CLI flags.

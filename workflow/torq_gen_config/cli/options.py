@@ -116,8 +116,8 @@ def resolve_execution_options(args: argparse.Namespace) -> None:
 
 
 def add_precision_options(p: argparse.ArgumentParser) -> None:
-    """The precision-mode options (docs/precision.md); ``run`` needs the ones discovery used."""
-    g = p.add_argument_group("precision modes (docs/precision.md; run needs the same flags as discover)")
+    """The precision-mode options (docs/precision.md); ``run`` follows discovery's (another value is refused)."""
+    g = p.add_argument_group("precision modes (docs/precision.md; run follows discovery's: another value is refused)")
     g.add_argument("--auto-convert-bf16", action="store_true",
                    help="convert FP32 tensors to BF16 before the layer split (schema-aware; model I/O become bf16; "
                         "opset 22); references are computed in fp32 on bf16-rounded inputs and rounded to bf16")

@@ -45,19 +45,23 @@ from ..core.layout import (
     LAYERS_DIR,
     LOCATIONS_FILE,
     MANIFEST_FILE,
+    OUTDATED_MARKER,
     PLAN_FILE,
     PREPARED_MODEL_FILE,
     QUANTIZED_MODEL_FILE,
     RESULT_FILE,
+    clear_outdated,
     compiler_file,
     full_run_file,
     lock_file,
+    mark_outdated,
     reduced_dir,
     report_file,
     work_dir,
 )
 from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
 from ..fullrun.common import NOT_AS_ASSIGNED, PARTITIONS_MODE, RUN_RULES
+from ..report.staleness import layer_files_digest
 from ..fullrun.selection import (
     assignment_bytes,
     check_selection,
@@ -148,23 +152,34 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-#: Settings that define the prepared model and its input values: ``run`` must use
-#: discovery's (the compiler JSON's line:col and the layers' verdicts refer to them).
-DISCOVERY_INPUT_KEYS = ("input_shapes", "target_opset", "inputs", "input_data")
+#: Settings that define the prepared model, its input values and the layers' files: ``run``
+#: uses discovery's (the compiler JSON's line:col and the layers' verdicts refer to them).
+DISCOVERY_INPUT_KEYS = ("input_shapes", "target_opset", "inputs", "input_data", "layer_inputs",
+                        "auto_convert_bf16", "auto_convert_int32", "save_bf16_model", "quantize", "per_channel",
+                        "full_integer", "quant_format", "calibration_data", "calibration_samples")
+#: Of those, the ones that change the model ``run`` runs: another value on run's command
+#: line is refused (rerun discover with it first)
+MODEL_DEFINING_FLAGS = {"target_opset": "--target-opset", "auto_convert_bf16": "--auto-convert-bf16",
+                        "auto_convert_int32": "--auto-convert-int32", "save_bf16_model": "--save-bf16-model",
+                        "quantize": "--quantize", "per_channel": "--per-channel", "full_integer": "--full-integer",
+                        "quant_format": "--quant-format", "calibration_data": "--calibration-data",
+                        "calibration_samples": "--calibration-samples"}
 
 
 def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, layout: dict, *,
                           report_name: str = "the report") -> dict:
-    """``config`` with discovery's input settings (``DISCOVERY_INPUT_KEYS`` recorded in
-    the report's provenance): the prepared model ``run`` partitions is the one
-    discovery tested. ``--input-data`` other than discovery's feeds only the full-model
-    reference (config ``run_input_data``); other ``--input-shapes`` or
-    ``--target-opset`` than discovery's are refused. Reports written before these were
-    recorded leave ``config`` as it is.
+    """``config`` with discovery's settings (``DISCOVERY_INPUT_KEYS`` recorded in the report's
+    provenance): the prepared model ``run`` partitions, its input values and the layers'
+    files are the ones discovery made, so ``run`` re-makes none of them. ``--input-data``
+    other than discovery's feeds only the full-model reference (config ``run_input_data``);
+    other ``--input-shapes`` or model-defining flags
+    (:data:`MODEL_DEFINING_FLAGS`: opset, precision conversion, quantization) than
+    discovery's are refused. A setting the report does not record (an older report) is
+    left as ``config`` has it.
 
     Raises:
-        ConfigError: ``--input-shapes``/``--target-opset`` differ from discovery's, or
-            discovery's input data file is gone, or another ``--input-data`` in
+        ConfigError: ``--input-shapes`` or a model-defining flag differs from discovery's,
+            or discovery's input data file is gone, or another ``--input-data`` in
             subgraph mode (the subgraph's inputs come from a whole-model run).
     """
     recorded = (report.get("provenance") or {}).get("options") or {}
@@ -183,11 +198,19 @@ def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, 
                     used = ", ".join(f"{d['input']} dim {d['axis']} ({d['was']}) -> {d.get('to', 1)}" for d in fixed)
                     raise ConfigError(f"--input-shapes {' '.join(given_shapes)} differs from the shapes discovery "
                                       f"tested ({used}; {report_name}); rerun discover with the new ones first")
-    if getattr(args, "target_opset", None) is not None and args.target_opset != recorded.get("target_opset"):
-        raise ConfigError(f"--target-opset {args.target_opset} differs from discovery's ({recorded.get('target_opset')}, "
-                          f"{report_name}); rerun discover with it first")
-    for key in ("input_shapes", "target_opset", "inputs"):
-        if key in recorded:
+    for key, flag in MODEL_DEFINING_FLAGS.items():
+        given = getattr(args, key, None)
+        if given in (None, False) or key not in recorded:  # not on run's command line: discovery's applies
+            continue
+        if key in ("save_bf16_model", "calibration_data"):
+            given = str(Path(given).expanduser().resolve())
+        if given != recorded[key]:
+            asked = flag if given is True else f"{flag} {given}"
+            had = recorded[key] if recorded[key] not in (None, False, "") else "not given"
+            raise ConfigError(f"{asked} differs from discovery's ({flag}: {had}; {report_name}): run follows the "
+                              "discovery it runs; rerun discover with it first")
+    for key in DISCOVERY_INPUT_KEYS:
+        if key in recorded and key != "input_data":
             config[key] = recorded[key]
     if getattr(args, "reference", None) is None and recorded.get("reference"):
         config["reference"] = recorded["reference"]
@@ -277,6 +300,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
             stale.unlink(missing_ok=True)
     # the job's own verdict line uses the tolerance the report section is judged with
     config = {**config, "tolerance": {**config["tolerance"], **tolerance}}
+    marker = out / layout["work"] / OUTDATED_MARKER
+    layers_before = None if marker.is_file() or report is None else layer_files_digest(out / layout["work"])
     try:
         if profile:
             run_workflow_with_snakemake_args(config=config, workdir=out, cores=cores, quiet=quiet, profile=profile,
@@ -287,6 +312,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     except WorkflowFailed as e:
         print(f"torq-gen-config: error: the {what} failed: {e}", file=sys.stderr)
         return 1, None
+    if layers_before is not None and marker.is_file():  # a job re-made model or layer files
+        settle_outdated_marker(marker, layers_before, out / layout["work"])
     result = read_json(out / result_file, "full-model result")
     section = full_model_section(result, tolerance=tolerance, result_file=result_file)
     work_sec = finish_work(config, out, layout)  # --keep-work minimal: the finished run's intermediates removed
@@ -314,6 +341,18 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "minimal")))
     return run_exit_status(section), section
+
+
+def settle_outdated_marker(marker: Path, layers_before: str, work: Path) -> None:
+    """After a ``run`` that finished, the out-of-date marker its jobs set (they re-made the
+    prepared model, the MLIR or the split) says the truth: removed when the files the
+    report rests on are what they were (:func:`~torq_gen_config.report.staleness.layer_files_digest`),
+    else given the reason (the report then describes other layer files: rerun discover)."""
+    if layer_files_digest(work) == layers_before:
+        clear_outdated(marker)
+    else:
+        mark_outdated(marker, reason="a run that finished re-made the prepared model or the layers' files, and "
+                                     "they differ from those the report's verdicts were computed on")
 
 
 def run_exit_status(section: Mapping) -> int:

@@ -98,11 +98,15 @@ def user_choices_file(name: str) -> str:
     return f"{work_dir(name)}/user_choices.json"
 
 
-def mark_outdated(marker: str | os.PathLike) -> None:
-    """Create the out-of-date marker (:data:`OUTDATED_MARKER`) with the time it was set."""
+def mark_outdated(marker: str | os.PathLike, reason: str | None = None) -> None:
+    """Create the out-of-date marker (:data:`OUTDATED_MARKER`) with the time it was set;
+    with ``reason``, write it anew with that reason on its second line (what the report's
+    staleness says instead of "a later run did not finish")."""
     p = Path(marker)
     p.parent.mkdir(parents=True, exist_ok=True)
-    if not p.exists():
+    if reason is not None:
+        p.write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n" + reason.replace("\n", " ") + "\n")
+    elif not p.exists():
         p.write_text(time.strftime("%Y-%m-%d %H:%M:%S") + "\n")
 
 

@@ -15,7 +15,20 @@ import hashlib
 import os
 from pathlib import Path
 from typing import Mapping
-from ..core.layout import OUTDATED_MARKER, REPORT_PREFIX, lock_file, work_dir
+from ..core.layout import (
+    LAYER_INPUTS_FILE,
+    LAYERS_DIR,
+    LOCATIONS_FILE,
+    MANIFEST_FILE,
+    MODEL_INPUTS_FILE,
+    OUTDATED_MARKER,
+    PREPARE_INFO_FILE,
+    QUANT_DIR,
+    QUANTIZE_INFO_FILE,
+    REPORT_PREFIX,
+    lock_file,
+    work_dir,
+)
 from ..core.run_lock import running_holder
 from ..model.prepare import model_fingerprint
 
@@ -55,11 +68,14 @@ def staleness(report_path: str | os.PathLike, report: Mapping, model_path: str |
     name = report.get("model_name") or Path(report_path).stem.removeprefix(REPORT_PREFIX)
     marker = Path(report_path).parent / work_dir(str(name)) / OUTDATED_MARKER
     if marker.is_file():
-        since = marker.read_text(errors="replace").strip()
+        since, _, reason = marker.read_text(errors="replace").strip().partition("\n")
         running = running_holder(Path(report_path).parent / lock_file(str(name)))
         if running:
             lines.append(f"a run of {name} is in progress ({running}): this report is from before it and is "
                          "replaced when that run finishes")
+        elif reason.strip():  # set by a run that finished (cli/run.py): its own words
+            lines.append(f"the report is out of date: {reason.strip()} (at {since.strip() or '?'}); rerun discover "
+                         "to update the report")
         else:
             lines.append(f"the report is out of date: a later run of {name} started at {since or '?'} changed its "
                          "work files and did not finish (it failed or was stopped); rerun discover to update the "
@@ -74,3 +90,23 @@ def staleness(report_path: str | os.PathLike, report: Mapping, model_path: str |
             lines.append(f"the model {model_path} changed since this report was written (SHA-256 {now[:12]}..., the "
                          f"report has {recorded[:12]}...); rerun discover")
     return lines
+
+
+def layer_files_digest(work: str | os.PathLike) -> str:
+    """SHA-256 (hex) of the work files a report's verdicts rest on and a ``run`` may make
+    again: the preparation record, the model's input values, the MLIR locations, the
+    layer manifest (with quantize, the quantized one and its record) and every layer's
+    ``inputs.json`` (digests of the values it receives). Equal before and after a run:
+    the report still describes them. Missing files count as empty."""
+    w = Path(work)
+    h = hashlib.sha256()
+    files = [w / PREPARE_INFO_FILE, w / MODEL_INPUTS_FILE, w / LOCATIONS_FILE, w / LAYERS_DIR / MANIFEST_FILE,
+             w / QUANT_DIR / MANIFEST_FILE, w / QUANT_DIR / QUANTIZE_INFO_FILE,
+             *sorted((w / LAYERS_DIR).glob(f"*/{LAYER_INPUTS_FILE}"))]
+    for f in files:
+        h.update(str(f.relative_to(w)).encode() + b"\0")
+        try:
+            h.update(hashlib.sha256(f.read_bytes()).digest())
+        except OSError:
+            h.update(b"-")
+    return h.hexdigest()
