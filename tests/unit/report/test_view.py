@@ -210,6 +210,19 @@ def test_cli_output_into_a_pipe_closed_early_exits_0_without_traceback(out_dir):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
+def test_edit_list_into_a_pipe_closed_early_exits_0(out_dir):
+    """`torq-gen-config edit --list ... | head -1` only prints: the same rule as view (issue 38)."""
+    import os
+
+    read_fd, write_fd = os.pipe()
+    os.close(read_fd)
+    proc = subprocess.run([sys.executable, "-m", "torq_gen_config", "edit", str(out_dir / "torq_gen_config_tiny.json"),
+                           "--list"], stdout=write_fd, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(write_fd)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
 # ---------------------------------------------------------------- layer details
 
 

@@ -23,6 +23,12 @@ from ..core.errors import TorqGenConfigError
 READ_ONLY_COMMANDS = ("view",)
 
 
+def only_prints(args: argparse.Namespace) -> bool:
+    """Whether the command only prints (:data:`READ_ONLY_COMMANDS`, ``edit --list``)."""
+    return args.command in READ_ONLY_COMMANDS or (args.command == "edit"
+                                                  and getattr(args, "list_filter", None) is not None)
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, ``prog: error: message (see prog
     --help)``, without the usage block first (28 lines for ``discover``); exit status 2 as
@@ -62,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         # the reader stopped reading (`view | head`): what it wanted was printed. Python's
         # recipe (docs: signal, "Note on SIGPIPE"): send the rest to /dev/null, no traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0 if args.command in READ_ONLY_COMMANDS else 1
+        return 0 if only_prints(args) else 1
     except TorqGenConfigError as e:
         print(f"torq-gen-config: error: {e}", file=sys.stderr)
         return 2

@@ -28,6 +28,9 @@ DETAIL_CHARS = 2000
 #: Characters of a cause quoted inside a one-line message or warning (a model that cannot
 #: be read, a node that cannot be folded, a schema violation).
 NOTE_CHARS = 300
+#: the longest command line a message about a run in progress shows (core/run_lock.py;
+#: a longer one ends in " ...")
+COMMAND_CHARS = 160
 
 
 def call_limit(timeout_s: float) -> float:

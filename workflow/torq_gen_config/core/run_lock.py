@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from .errors import TorqGenConfigError
 from .fileio import atomic_write_text
 from .layout import lock_file
 from .lazy import filelock
+from .limits import COMMAND_CHARS
 
 _held: dict[str, list] = {}  # resolved lock path -> [FileLock, count]
 _guard = threading.Lock()
@@ -43,7 +45,8 @@ def holder(path: str | os.PathLike) -> str:
     since 10:02:11)"``, or ``"another process"`` when its record cannot be read."""
     try:
         info = json.loads(_holder_file(Path(path)).read_text())
-        return f"pid {info.get('pid')} ({info.get('command', '?')[:160]}, since {info.get('started', '?')})"
+        command = textwrap.shorten(str(info.get("command", "?")), COMMAND_CHARS, placeholder=" ...")
+        return f"pid {info.get('pid')} ({command}, since {info.get('started', '?')})"
     except (OSError, ValueError):
         return "another process"
 

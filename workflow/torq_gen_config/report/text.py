@@ -243,6 +243,9 @@ def trust_lines(report: Mapping) -> list[str]:
     section(f"INCONCLUSIVE: {len(trust.get('inconclusive_checks') or [])} success verdict(s) could not have failed "
             "(marked success* below):", trust.get("inconclusive_checks") or [],
             lambda x: f"{x['layer_id']} on {x['executor']}: {_cut(str(x['reason']), 200)}")
+    hint = layer_inputs_hint(report, len(trust.get("inconclusive_checks") or []))
+    if hint:
+        lines.append(f"  {hint}")
     section(f"BLIND SPOTS: {len(trust.get('blind_spots') or [])} layer(s) whose reference repeats along an axis "
             "(their verdicts cannot see a permutation or a wrong index along it):", trust.get("blind_spots") or [],
             lambda x: f"{x['layer_id']}: {_cut(str(x['reason']), 200)}")
@@ -255,6 +258,28 @@ def trust_lines(report: Mapping) -> list[str]:
     if lines:
         lines.append("")
     return lines
+
+
+#: share of a report's verdicts that are success* from which the listing suggests
+#: --layer-inputs random (activations that vanish or saturate: random or untrained weights)
+INCONCLUSIVE_HINT_SHARE = 0.10
+
+
+def layer_inputs_hint(report: Mapping, inconclusive: int) -> str | None:
+    """The suggestion to test each layer on generated inputs, when at least
+    :data:`INCONCLUSIVE_HINT_SHARE` of the verdicts (and 3 or more) are ``success*`` with
+    the whole model's values as layer inputs (``--layer-inputs propagate``): there, values
+    that vanish or saturate through the model (random or untrained weights) give
+    comparisons that could not have failed; None otherwise."""
+    options = (report.get("provenance") or {}).get("options") or {}
+    if options.get("layer_inputs", "propagate") != "propagate" or inconclusive < 3:
+        return None
+    total = sum(len(op.get("executors") or {}) for op in (report.get("ops") or {}).values())
+    if not total or inconclusive < INCONCLUSIVE_HINT_SHARE * total:
+        return None
+    return (f"{inconclusive} of {total} verdicts could not have failed on the whole model's values (activations "
+            "that vanish or saturate, as with random or untrained weights): `discover --layer-inputs random` "
+            "tests each layer on generated inputs instead")
 
 
 def _fallback_item(item: Mapping) -> str:
