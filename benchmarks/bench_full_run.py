@@ -1,21 +1,33 @@
 #!/usr/bin/env python
-"""Benchmark (issue 22): the full-model run as ONE IREE module with per-op devices
+"""Benchmark (issues 22 and 38): the full-model run as ONE IREE module with per-op devices
 (``run --run-mode module``) against the chain of same-executor partitions
-(``run --run-mode partitions``), on the same assignment, measured in the same run.
+(``run --run-mode partitions``), on the same assignment, measured in the same run; with
+``--baseline CHECKOUT`` also the module mode of an older checkout on a copy of the same
+discovery (the figures before a change).
 
-Models (both with seeded random weights, so a wrong kernel shows in the outputs):
+Models (all with seeded random weights, so a wrong kernel shows in the outputs):
   - ``squeezenet``: light SqueezeNet (the shipped ``onnx:backend/test/data/light/light_squeezenet.onnx``,
     66 layers) with its all-0.02 ConstantOfShape weights replaced by He-scaled random
     initializers;
   - ``transformer``: one pre-LN transformer block built here with onnx.helper, opset 17
     (LayerNormalization, MatMul+Add Q/K/V, Reshape/Transpose to 4 heads, MatMul, Softmax,
     MatMul, output projection, residual Add, MLP MatMul+Gelu (Erf form)+MatMul, residual
-    Add), seq 16, hidden 64.
+    Add), seq 16, hidden 64;
+  - ``branch``: issue 38's branch graph, Conv_a -> Sigmoid/Mul (SiLU) -> {Conv_b, Conv_c} ->
+    Concat -> Conv_out;
+  - ``detector``: the YOLOv8n-like detector of bench_work_dir.py at ``--detector-size``
+    (default 128).
 
 Assignments (the default IREE local executors llvm-cpu and vmvx):
   - ``all``: every layer on llvm-cpu (the module has one device, the chain one partition);
-  - ``convs``: every Conv on vmvx (transformer: every MatMul), the rest on llvm-cpu;
-  - ``random``: a seeded random 50/50 assignment over the layers.
+  - ``convs``: every Conv on vmvx (transformer: every MatMul; branch: Conv_c only), the
+    rest on llvm-cpu;
+  - ``random``: a seeded random 50/50 assignment over the layers;
+  - ``head``: the last fifth of the layers (the detector's head) on vmvx.
+Default: squeezenet and transformer all, convs, random; branch convs; detector head.
+Module rows show where the layers ran, read back from the compiled program (as assigned /
+elsewhere / no kernel) and the exit status: a module that ran layers elsewhere is
+``success, not as assigned`` under ``--run-mode module`` (exit 1) since issue 38.
 
 Everything goes through the CLI as a user would: ``discover`` once per model (not timed,
 not counted), then per assignment ``edit --layer ALL --executor llvm-cpu`` plus
@@ -45,7 +57,8 @@ With ``--repeat N`` each (assignment, mode) runs N times, the modes alternating 
 of the machine's load hits both), and the table shows medians (min-max).
 
 Usage:
-  python benchmarks/bench_full_run.py                       # both models, all three assignments
+  python benchmarks/bench_full_run.py                       # every model, its default assignments
+  python benchmarks/bench_full_run.py --models branch,detector,transformer --baseline /work/before  # issue 38
   python benchmarks/bench_full_run.py --quick               # smoke run: transformer, all + random
   python benchmarks/bench_full_run.py --repeat 3 --json figures.json --keep /tmp/bfr
   python benchmarks/bench_full_run.py --table-from figures.json   # print the table again
@@ -55,10 +68,11 @@ Caveats: vmvx is an interpreter, ~200x slower than llvm-cpu, so any vmvx layer d
 the run ms of both modes (the ratio then mostly says "the same kernels ran"); on a small
 shared machine (2 CPUs, other jobs running) the timings are noisy (tens of percent): read
 the ratios, not the absolute figures, and compare runs of the same invocation only; use
-``--repeat 3``. On 2 shared CPUs: ``--quick`` about 1.5 minutes; the full benchmark about
-2.5-3.5 minutes per repetition plus 1.2 minutes of discovery (``--repeat 3``: 9 minutes). Module mode's compile count
-includes one small ``iree-compile`` per target (the executors' target probe) and its two
-halves (to the stream level, then from it); the partitions' count is one per executor
+``--repeat 3``. On 2 shared CPUs: ``--quick`` about 1.5 minutes; squeezenet and transformer
+about 2.5-3.5 minutes per repetition plus 1.2 minutes of discovery. Module mode's compile count
+includes one small ``iree-compile`` per target (the executors' target probe) and its three
+steps (to the flow level, where the dispatches are pinned to their devices, to the stream
+level, then from it); the partitions' count is one per executor
 with ``compile_batch: 32`` (one per partition with ``--compile-batch 1`` is not measured
 here).
 """
@@ -82,8 +96,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 BIN = Path(sys.executable).parent
 TGC = str(BIN / "torq-gen-config")
-MODELS = ("squeezenet", "transformer")
-ASSIGNMENTS = ("all", "convs", "random")
+MODELS = ("squeezenet", "transformer", "branch", "detector")
+ASSIGNMENTS = ("all", "convs", "random", "head")
+#: the assignments a model gets when --assignments is not given
+DEFAULT_ASSIGNMENTS = {"squeezenet": ("all", "convs", "random"), "transformer": ("all", "convs", "random"),
+                       "branch": ("convs",), "detector": ("head",)}
+#: the layers ``convs`` moves to vmvx (an edit --layer pattern)
+VMVX_PATTERN = {"squeezenet": "Conv_*", "transformer": "MatMul_*", "branch": "Conv_c*", "detector": "Conv_*"}
 MODES = ("module", "partitions")
 SQUEEZENET = "onnx:backend/test/data/light/light_squeezenet.onnx"
 
@@ -119,6 +138,40 @@ def squeezenet_random(seed: int = 0) -> onnx.ModelProto:
         for i in [i for i in g.input if i.name == t.name]:
             g.input.remove(i)
     return model
+
+
+def branch_graph() -> onnx.ModelProto:
+    """The branch graph of issue 38: Conv_a -> Sigmoid, Mul (SiLU) -> {Conv_b, Conv_c} ->
+    Concat -> Conv_out (4 -> 8 -> 16 -> 4 channels at 16x16, seeded random weights)."""
+    rng = np.random.default_rng(0)
+
+    def w(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
+
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="Conv_a", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["a"], ["s"], name="Sigmoid"),
+             helper.make_node("Mul", ["a", "s"], ["m"], name="Mul"),
+             helper.make_node("Conv", ["m", "wb"], ["b"], name="Conv_b", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["m", "wc"], ["c"], name="Conv_c", pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["b", "c"], ["cat"], name="Concat", axis=1),
+             helper.make_node("Conv", ["cat", "wo"], ["y"], name="Conv_out")]
+    graph = helper.make_graph(nodes, "branch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
+                              [w("wa", [8, 4, 3, 3]), w("wb", [8, 8, 3, 3]), w("wc", [8, 8, 3, 3]),
+                               w("wo", [4, 16, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def detector(size: int) -> onnx.ModelProto:
+    """The YOLOv8n-like detector of benchmarks/bench_work_dir.py at ``size`` x ``size``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_work_dir", Path(__file__).with_name("bench_work_dir.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.yolo(size)
 
 
 def transformer_block(seq: int = 16, hidden: int = 64, heads: int = 4, mlp: int = 4, seed: int = 0) -> onnx.ModelProto:
@@ -212,7 +265,7 @@ def report_path(out: Path, name: str) -> Path:
     return out / f"torq_gen_config_{name}.json"
 
 
-def set_assignment(out: Path, model: Path, name: str, kind: str, vmvx_op: str, seed: int) -> dict:
+def set_assignment(out: Path, model: Path, name: str, kind: str, vmvx_pattern: str, seed: int) -> dict:
     """Edit the report so that it holds the assignment ``kind``; returns {layer: executor}."""
     common = ["--model", str(model), "--output-dir", str(out)]
     _, p = cli("edit", *common, "--layer", "ALL", "--executor", "llvm-cpu")
@@ -220,14 +273,16 @@ def set_assignment(out: Path, model: Path, name: str, kind: str, vmvx_op: str, s
         sys.exit(f"edit --layer ALL failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     layers = list(json.loads(report_path(out, name).read_text())["ops"])
     if kind == "convs":
-        _, p = cli("edit", *common, "--layer", f"{vmvx_op}_*", "--executor", "vmvx")
+        _, p = cli("edit", *common, "--layer", vmvx_pattern, "--executor", "vmvx")
         if p.returncode:
-            sys.exit(f"edit --layer {vmvx_op}_* failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    elif kind == "random":
+            sys.exit(f"edit --layer {vmvx_pattern} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    elif kind in ("random", "head"):
         from torq_gen_config.report.edit import edit_report_file
 
         rng = np.random.default_rng(seed)
-        for lid in [lid for lid in layers if rng.random() < 0.5]:
+        moved = ([lid for lid in layers if rng.random() < 0.5] if kind == "random"
+                 else layers[int(len(layers) * 0.8):])  # the head: the last fifth of the layers
+        for lid in moved:
             edit_report_file(report_path(out, name), lid, executor="vmvx")
     ops = json.loads(report_path(out, name).read_text())["ops"]
     return {lid: op.get("recommended_executor") for lid, op in ops.items()}
@@ -240,13 +295,22 @@ def fresh(out: Path, name: str) -> None:
         shutil.rmtree(full / sub, ignore_errors=True)
 
 
-def measure(out: Path, model: Path, name: str, mode: str, jobs: int, env: dict, log: Path) -> dict:
+def measure(out: Path, model: Path, name: str, mode: str, jobs: int, env: dict, log: Path,
+            baseline: Path | None = None) -> dict:
+    """One ``run --run-mode mode`` from scratch; with ``baseline``, that checkout's
+    ``python -m torq_gen_config`` (PYTHONPATH=<baseline>/workflow) instead of this one."""
     fresh(out, name)
     before = count_compiles(log)
-    wall, p = cli("run", "--model", str(model), "--output-dir", str(out), "--run-mode", mode,
-                  "-j", str(jobs), "-q", env=env)
-    row = {"mode_asked": mode, "exit": p.returncode, "wall_s": round(wall, 2),
-           "compiles": count_compiles(log) - before}
+    args = ["run", "--model", str(model), "--output-dir", str(out), "--run-mode", mode, "-j", str(jobs), "-q"]
+    if baseline is None:
+        wall, p = cli(*args, env=env)
+    else:
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, "-m", "torq_gen_config", *args], check=False, capture_output=True,
+                           text=True, env={**os.environ, **env, "PYTHONPATH": str(baseline / "workflow")})
+        wall = time.perf_counter() - t0
+    row = {"mode_asked": mode, "variant": "baseline" if baseline else "this", "exit": p.returncode,
+           "wall_s": round(wall, 2), "compiles": count_compiles(log) - before}
     try:
         fm = json.loads(report_path(out, name).read_text())["full_model"]
     except (OSError, KeyError, ValueError) as e:
@@ -263,7 +327,8 @@ def measure(out: Path, model: Path, name: str, mode: str, jobs: int, env: dict, 
                    transfers=mod.get("transfers"), devices=[d.get("executor") for d in mod.get("devices") or []],
                    shared_executables=mod.get("shared_executables"),
                    compile_phases_ms=mod.get("compile_phases_ms"),
-                   elsewhere=len((fm.get("placement") or {}).get("elsewhere") or []))
+                   elsewhere=len((fm.get("placement") or {}).get("elsewhere") or []),
+                   placement=dict((fm.get("placement") or mod.get("placement") or {}).get("counts") or {}))
     else:
         row.update(compile_ms=timing.get("compile_ms_total"), run_ms=timing.get("run_ms_total"))
     if fm.get("status") != "success" or p.returncode:
@@ -306,8 +371,14 @@ def fmt(x, spec: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", "--sizes", default=",".join(MODELS), help="comma-separated: squeezenet,transformer")
-    ap.add_argument("--assignments", default=",".join(ASSIGNMENTS), help="comma-separated: all,convs,random")
+    ap.add_argument("--models", "--sizes", default=",".join(MODELS),
+                    help="comma-separated: squeezenet,transformer,branch,detector")
+    ap.add_argument("--assignments", help="comma-separated: all,convs,random,head (default: per model, "
+                                          "squeezenet and transformer all,convs,random; branch convs; detector head)")
+    ap.add_argument("--detector-size", type=int, default=128, help="detector input H = W (default 128; a multiple of 32)")
+    ap.add_argument("--baseline", type=Path, metavar="CHECKOUT",
+                    help="also run module mode with this checkout's code (python -m torq_gen_config, PYTHONPATH="
+                         "CHECKOUT/workflow) on a copy of the same discovery: the figures before a change")
     ap.add_argument("--quick", action="store_true", help="smoke run: transformer, all + random")
     ap.add_argument("--jobs", "-j", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1, metavar="N",
@@ -324,13 +395,15 @@ def main() -> None:
               f"{saved['command']}")
         return
     models = ["transformer"] if args.quick else [m for m in args.models.split(",") if m]
-    kinds = ["all", "random"] if args.quick else [a for a in args.assignments.split(",") if a]
+    asked = ["all", "random"] if args.quick else [a for a in (args.assignments or "").split(",") if a]
     for m in models:
         if m not in MODELS:
             ap.error(f"unknown model {m!r} (choose from {', '.join(MODELS)})")
-    for k in kinds:
+    for k in asked:
         if k not in ASSIGNMENTS:
             ap.error(f"unknown assignment {k!r} (choose from {', '.join(ASSIGNMENTS)})")
+    if args.baseline and not (args.baseline / "workflow" / "torq_gen_config").is_dir():
+        ap.error(f"--baseline {args.baseline}: no workflow/torq_gen_config there (git worktree add DIR COMMIT)")
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_full_run_"))
     root.mkdir(parents=True, exist_ok=True)
     wrapper, log = counting_compiler(root)
@@ -343,7 +416,9 @@ def main() -> None:
         d.mkdir()
         name = f"{m}_random"
         model = d / f"{name}.onnx"
-        onnx.save(squeezenet_random() if m == "squeezenet" else transformer_block(), model)
+        built = {"squeezenet": squeezenet_random, "transformer": transformer_block, "branch": branch_graph,
+                 "detector": lambda: detector(args.detector_size)}[m]()
+        onnx.save(built, model)
         out = d / "out"
         print(f"[{m}] discover ...", flush=True)
         wall, p = cli("discover", "--model", str(model), "--output-dir", str(out), "-j", str(args.jobs), "-q",
@@ -351,21 +426,29 @@ def main() -> None:
         if p.returncode not in (0, 1):
             sys.exit(f"discover failed ({m}):\n{p.stdout[-2000:]}{p.stderr[-3000:]}")
         discover_s[m] = round(wall, 1)
-        vmvx_op = "Conv" if m == "squeezenet" else "MatMul"
-        for kind in kinds:
-            assignment = set_assignment(out, model, name, kind, vmvx_op, args.seed)
+        base_out = d / "out_baseline"
+        if args.baseline:  # the same discovery, run by the older code in a copy
+            shutil.copytree(out, base_out)
+        variants = [("module", out, None), ("partitions", out, None)]
+        if args.baseline:
+            variants.insert(1, ("module", base_out, args.baseline))
+        for kind in asked or DEFAULT_ASSIGNMENTS[m]:
+            assignment = set_assignment(out, model, name, kind, VMVX_PATTERN[m], args.seed)
+            if args.baseline:
+                set_assignment(base_out, model, name, kind, VMVX_PATTERN[m], args.seed)
             n_vmvx = sum(1 for e in assignment.values() if e == "vmvx")
-            runs = {mode: [] for mode in MODES}
+            runs: dict[tuple, list] = {(mode, str(base)): [] for mode, _, base in variants}
             for rep in range(args.repeat):  # the modes alternate: a load change hits both
-                for mode in MODES:
+                for mode, where, base in variants:
                     print(f"[{m}] {kind} ({n_vmvx}/{len(assignment)} layers on vmvx): run --run-mode {mode}"
+                          f"{' (baseline)' if base else ''}"
                           f"{f' (repetition {rep + 1}/{args.repeat})' if args.repeat > 1 else ''} ...", flush=True)
-                    r = measure(out, model, name, mode, args.jobs, env, log)
-                    runs[mode].append(r)
+                    r = measure(where, model, name, mode, args.jobs, env, log, baseline=base)
+                    runs[(mode, str(base))].append(r)
                     if r.get("status") != "success":
                         print(f"    {r.get('status')}: {r.get('summary') or r.get('error')}", flush=True)
-            for mode in MODES:
-                row = summarize(runs[mode])
+            for mode, _, base in variants:
+                row = summarize(runs[(mode, str(base))])
                 row.update(model=m, assignment=kind, layers=len(assignment), vmvx_layers=n_vmvx)
                 rows.append(row)
     total_s = time.perf_counter() - t_start
@@ -384,6 +467,12 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def placement_text(r: dict) -> str:
+    """``as assigned / elsewhere / no kernel`` layer counts of a module run's read-back."""
+    c = r.get("placement") or {}
+    return "/".join(str(c.get(k, 0)) for k in ("as assigned", "elsewhere", "no kernel")) if c else ""
+
+
 def print_table(rows: list[dict]) -> None:
     table = []
     for r in rows:
@@ -391,7 +480,9 @@ def print_table(rows: list[dict]) -> None:
                      and b["mode_asked"] == "partitions"), None)
         comp_s = r["compile_ms"] / 1000 if isinstance(r.get("compile_ms"), (int, float)) else None
         is_mod = r["mode_asked"] == "module"
-        table.append([r["model"], f"{r['assignment']} ({r['vmvx_layers']}/{r['layers']} vmvx)", r["mode_asked"],
+        mode = r["mode_asked"] + (" (before)" if r.get("variant") == "baseline" else "")
+        table.append([r["model"], f"{r['assignment']} ({r['vmvx_layers']}/{r['layers']} vmvx)", mode,
+                      placement_text(r) if is_mod else "", fmt(r.get("exit"), "g"),
                       fmt(comp_s, ".2f") + spread(r, "compile_ms", 1000, ".1f"),
                       fmt(r.get("run_ms"), ".1f") + spread(r, "run_ms", 1, ".0f"), fmt(r["compiles"], "g"),
                       (f"{r.get('transfers')} transfers" if is_mod and r.get("mode") == "module"
@@ -401,8 +492,8 @@ def print_table(rows: list[dict]) -> None:
                       fmt(r["wall_s"], ".1f"),
                       ratio(r.get("compile_ms"), base.get("compile_ms")) if is_mod and base else "",
                       ratio(r.get("run_ms"), base.get("run_ms")) if is_mod and base else ""])
-    headers = ["model", "assignment", "mode", "compile s", "run ms", "compiles", "shape", "max |diff|", "status",
-               "wall s", "compile ratio", "run ratio"]
+    headers = ["model", "assignment", "mode", "layers as assigned/elsewhere/no kernel", "exit", "compile s", "run ms",
+               "compiles", "shape", "max |diff|", "status", "wall s", "compile ratio", "run ratio"]
     try:
         from tabulate import tabulate
 
@@ -411,7 +502,8 @@ def print_table(rows: list[dict]) -> None:
         print("  ".join(headers))
         for t in table:
             print("  ".join(str(x) for x in t))
-    print("medians (min-max) over the repetitions; ratio = module / partitions of the same assignment (partitions: compile_batch 32 from the default "
+    print("medians (min-max) over the repetitions; (before): module mode of the --baseline checkout on a copy of the "
+          "same discovery; ratio = module / partitions of the same assignment (partitions: compile_batch 32 from the default "
           "config; compiles = iree-compile processes; shape = the module's cross-device transfers or the "
           "chain's partitions)")
 

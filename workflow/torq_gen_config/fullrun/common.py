@@ -22,7 +22,8 @@ MODULE_MODE = "module"
 NOT_AS_ASSIGNED = "success, not as assigned"
 #: what a read-back flag means, in the text report and the HTML alike
 TWO_BACKENDS_NOTE = "IREE's shared-executable bug: its numbers may be wrong"
-ELSEWHERE_NOTE = "read back from the compiled program; IREE merges identical fills and copies, so placement can leak"
+ELSEWHERE_NOTE = ("read back from the compiled program: every dispatch is pinned to its device, yet the program is "
+                  "what ran, not the assignment")
 PARTITION_MODEL = "model.onnx"
 PARTITION_MLIR = "model.mlir"
 COMPILED_FILE = "compiled.json"

@@ -8,8 +8,9 @@ over tolerance and the first layer whose value differs are looked for
 (:mod:`.module_bisect`: one diagnostic module with the layers' values exposed) and named in
 the verdict (``module.first_difference``).
 
-Placement can leak (IREE merges identical fills and copies): ``placement`` is what
-the compiled program says, read back, never the assignment.
+Every dispatch is pinned to its executor's device (:func:`~torq_gen_config.mlir.placement.pin_affinities`);
+``placement`` is still what the compiled program says, read back, never the assignment, and
+a match with a layer elsewhere is :data:`~.common.NOT_AS_ASSIGNED` (:func:`judge_placement`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ DEBUG_README = """Module mode of `torq-gen-config run` (docs/full_model_run.md, 
 
 placed.mlir       full.mlir with one HAL device per executor (util.global @device_<executor>) and a
                   flow.tensor.transfer on every edge that crosses devices; each op keeps its
-                  loc("full.mlir":LINE:COL), the compiler JSON's key.
+                  loc("full.mlir":LINE:COL), the compiler JSON's key. The compile then stops at
+                  the flow level and pins every dispatch to its op's device (stream.affinity),
+                  which stream.mlir shows as on(#hal.device.affinity<@device_x>).
 ir/               the flow-level IR before iree-flow-deduplicate-executables: which ops (by their
                   locations) were fused into each dispatch's executable.
 stream.mlir       the stream-level IR (after the split that gives each device its own copy of a
@@ -52,8 +55,8 @@ sources/          each executable's source per backend (variant embedded_elf_x86
                   split avoids.
 placement.json    the read-back record: per op (line:col) the executor assigned, the executors its
                   dispatches ran on, status "as assigned" / "elsewhere" / "no kernel".
-Placement can leak (IREE merges identical fills and copies): the read-back, not the assignment,
-says where an op ran.
+The read-back, not the assignment, says where an op ran (outputs that match with a layer
+elsewhere are "success, not as assigned").
 """
 
 

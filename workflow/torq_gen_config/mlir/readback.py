@@ -91,8 +91,8 @@ def read_placement(*, flow: list[dict], stream: list[dict], devices: Mapping[str
         ``{"ops": {"line:col": {"assigned": executor, "ran_on": [executors], "status":
         "as assigned" | "elsewhere" | "no kernel"}}, "elsewhere": [line:col],
         "two_backends": {executable: [variants]}, "sites": int}``. ``elsewhere``: an op
-        that ran on another device than assigned, or also there (placement can leak:
-        IREE merges identical fills and copies).
+        that ran on another device than assigned, or also there (without the pins of
+        :func:`~.placement.pin_affinities`, IREE moves producers to their consumers' device).
     """
     by_loc: dict[str, set[str]] = {}  # site location -> ops fused into its executables
     for s in flow:
