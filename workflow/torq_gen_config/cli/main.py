@@ -14,7 +14,7 @@ import signal
 import sys
 import warnings
 
-from . import conformance, discover, edit, report, run, view
+from . import compare, conformance, discover, edit, report, run, view
 from .. import __version__
 from ..core.errors import TorqGenConfigError
 
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     report.add_parser(sub)
     conformance.add_parser(sub)
+    compare.add_parser(sub)
     return parser
 
 
