@@ -133,7 +133,8 @@ def compile_one_module(mlir_text: str, assignment: Mapping[str, Any], executors:
                        work_dir: str | Path, timeout_s: float, default: str | None = None, split: bool = True,
                        mlir_path: str | None = None, log_path: str | None = None,
                        extra_results: list[str] | None = None, pin: bool = True) -> dict:
-    """Place, pin, compile (two halves, the split between them) and read back the placement.
+    """Place, compile to the flow level, pin every dispatch to its device, compile on (to
+    the stream level, the split, from it) and read back the placement.
 
     Args:
         mlir_text: ``full.mlir`` with its weights (the importer's text).
