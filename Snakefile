@@ -41,6 +41,17 @@ if config.get("ck_configs") or config.get("ck_trace"):
 
     include: "rules/ck_profiler.smk"
 
+elif config.get("models"):  # a model sheet: every model's discovery in one workflow (docs/sweep.md)
+
+    include: "rules/sweep.smk"
+
+    # here, not in the included file: Snakemake restores the default target after an include
+    rule sweep:
+        input:
+            rules.sweep_summary.output,
+        default_target: True
+        localrule: True
+
 else:
 
     include: "rules/common.smk"

@@ -14,7 +14,7 @@ import signal
 import sys
 import warnings
 
-from . import compare, conformance, discover, edit, report, run, view
+from . import compare, conformance, discover, edit, report, run, sweep, view
 from .. import __version__
 from ..core.errors import TorqGenConfigError
 
@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     conformance.add_parser(sub)
     compare.add_parser(sub)
+    sweep.add_parser(sub)
     return parser
 
 

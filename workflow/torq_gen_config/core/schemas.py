@@ -80,6 +80,8 @@ OUTPUT_SCHEMAS: tuple[tuple[str, str], ...] = (
     (f"{_W}/{FULL_DIR}/{BATCHES_DIR}/*/*/batch.json", "compile_batch.schema.yaml"),
     (f"{_PARTS}/*/executor_map.json", "compiler.schema.yaml"),
     (f"{_PARTS}/*/{MODULE_SIDE_FILE}", "full_module_placement.schema.yaml"),  # module mode
+    # a model sweep, in its output directory (each <name>/ is a discover output directory)
+    ("sweep.json", "sweep.schema.yaml"),
     # conformance, in its output directory (each tests/<test>/out/ is a discover output directory)
     ("conformance.json", "conformance.schema.yaml"),
     ("conformance_verdicts.json", "conformance_verdicts.schema.yaml"),

@@ -1,0 +1,58 @@
+# A model sweep (config `models`: a model sheet, docs/sweep.md): every row's discovery is
+# a Snakemake module of this same workflow (its config: the outer one, the row's config
+# file, model, input shapes and data, output_dir/<name>), its rules prefixed <name>__, so
+# that all models are ONE DAG: jobs of different models interleave and -j or a cluster
+# sees all of them. A row that cannot run (unreadable model) is not a module: the summary
+# lists it with its reason. The summary, sweep.json and sweep.html, needs every model's
+# report and HTML page (rerun: only what changed; a model added to the sheet runs alone).
+import os
+
+from torq_gen_config import workflow_files
+from torq_gen_config.pipeline import steps
+import torq_gen_config.pipeline.steps.sweep
+from torq_gen_config.pipeline.sweep import SWEEP_HTML, SWEEP_JSON, sweep_rows
+from torq_gen_config.core.layout import html_report_file, report_file
+
+SWEEP_OUT = config.get("output_dir") or "sweep"
+SWEEP_ROWS = sweep_rows(config["models"], config, SWEEP_OUT)
+
+
+def sweep_path(*parts):
+    return os.path.normpath(os.path.join(SWEEP_OUT, *parts))
+
+
+def sweep_reports(kind):
+    return [sweep_path(r.name, kind(r.name)) for r in SWEEP_ROWS if not r.failure]
+
+
+rule sweep_summary:
+    input:
+        reports=sweep_reports(report_file),
+        html=sweep_reports(html_report_file),
+    output:
+        summary=sweep_path(SWEEP_JSON),
+        html=sweep_path(SWEEP_HTML),
+    params:
+        rows=[{"name": r.name, "model": r.model, "failure": r.failure,
+               "report": None if r.failure else sweep_path(r.name, report_file(r.name))}
+              for r in SWEEP_ROWS],
+        sheet=config["models"],
+        output_dir=SWEEP_OUT,
+    localrule: True
+    run:
+        steps.sweep.sweep_summary(input, output, params, log)
+
+
+# each model's rules but its `all` (a default target of its own)
+for _row in SWEEP_ROWS:
+    if _row.failure:
+        continue
+    _module = _row.module
+    _prefix = _row.prefix
+
+    module:
+        name: _module
+        snakefile: str(workflow_files.snakefile())
+        config: _row.config
+
+    use rule * from _module exclude all as _prefix*
