@@ -10,8 +10,8 @@ import os
 from torq_gen_config import workflow_files
 from torq_gen_config.pipeline import steps
 import torq_gen_config.pipeline.steps.sweep
-from torq_gen_config.pipeline.sweep import SWEEP_HTML, SWEEP_JSON, sweep_rows
-from torq_gen_config.core.layout import html_report_file, report_file
+from torq_gen_config.pipeline.sweep import sweep_rows
+from torq_gen_config.core.layout import SWEEP_HTML, SWEEP_JSON, html_report_file, report_file
 
 SWEEP_OUT = config.get("output_dir") or "sweep"
 SWEEP_ROWS = sweep_rows(config["models"], config, SWEEP_OUT)

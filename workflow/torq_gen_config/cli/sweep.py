@@ -12,9 +12,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from .options import add_execution_options, resolve_execution_options
 
-#: the sweep's run lock in its output directory (one sweep there at a time)
-SWEEP_LOCK = ".torq-gen-config-sweep.lock"
-
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Register the ``sweep`` subcommand."""
@@ -52,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     from .. import workflow_files
     from ..config import load_config_file
     from ..core.fileio import read_json
-    from ..pipeline.sweep import SWEEP_HTML, SWEEP_JSON, read_model_sheet
+    from ..core.layout import SWEEP_HTML, SWEEP_JSON, SWEEP_LOCK
+    from ..pipeline.sweep import read_model_sheet
     from ..core import run_lock
     from ..pipeline.workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
 

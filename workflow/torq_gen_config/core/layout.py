@@ -49,6 +49,9 @@ ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", 
 #: The one-module run's folder in PARTITIONS_DIR: ``module-<fingerprint>``; its side file and
 #: compile record (the rest is made again by its compile).
 MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, COMPILED_FILE = "module-", "placement.json", "compiled.json"
+#: A model sweep's files in its output directory (beside one folder per model): the
+#: summary, its page and the sweep's run lock.
+SWEEP_JSON, SWEEP_HTML, SWEEP_LOCK = "sweep.json", "sweep.html", ".torq-gen-config-sweep.lock"
 
 
 def reduced_dir(subgraph_suffix: str = "") -> str:

@@ -25,8 +25,6 @@ from ..core.schemas import load_schema
 
 #: the columns a sheet may have, in the order they are documented
 COLUMNS = ("name", "model", "input_shapes", "input_data", "config")
-#: the sweep's summary files in its output directory
-SWEEP_JSON, SWEEP_HTML = "sweep.json", "sweep.html"
 #: the separator between a model's name and its rules' names (``yolo__aggregate_report``)
 RULE_PREFIX_SEP = "__"
 
