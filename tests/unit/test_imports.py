@@ -46,7 +46,8 @@ def test_imports_are_at_the_top():
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["discover", "--help"], ["run", "--help"], ["view", "--help"],
-                                  ["edit", "--help"], ["report", "--help"], ["conformance", "--help"]])
+                                  ["edit", "--help"], ["report", "--help"], ["conformance", "--help"],
+                                  ["compare", "--help"], ["sweep", "--help"]])
 def test_help_imports_no_heavy_module(argv):
     """``torq-gen-config [COMMAND] --help`` (and so the import of every command module) loads none
     of the heavy modules: they come through core/lazy.py."""

@@ -10,7 +10,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..core.errors import OutputDirError
+from ..core.errors import OutputDirError, TorqGenConfigError
+from ..core.fileio import atomic_write_files, json_bytes, write_json
+from ..model.prepare import load_model
+from ..report.diff import change_overlay, compare_sides, load_side, render_text
+from ..report.files import load_report
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -44,9 +48,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Print the comparison; write ``--json`` and ``--model-explorer``. Returns 1 when a
     verdict regressed, else 0 (bad input raises a TorqGenConfigError: status 2)."""
-    from ..core.fileio import write_json
-    from ..report.diff import compare_sides, load_side, render_text
-
     result = compare_sides(load_side(args.old), load_side(args.new))
     result["old"], result["new"] = str(Path(args.old).expanduser()), str(Path(args.new).expanduser())
     print(render_text(result, limit=max(1, args.limit)), end="")
@@ -64,12 +65,6 @@ def run(args: argparse.Namespace) -> int:
 def _write_overlays(result: dict, out: Path) -> None:
     """One ``changes.json`` per compared model with changes; a model whose file cannot be
     found or does not fit its report is said (warning) and left out."""
-    from ..core.errors import TorqGenConfigError
-    from ..core.fileio import atomic_write_files, json_bytes
-    from ..model.prepare import load_model
-    from ..report.diff import change_overlay
-    from ..report.files import load_report
-
     written = []
     for name, m in result["models"].items():
         if m["status"] != "compared" or not (m["changes"] or m["layers_added"]):

@@ -61,6 +61,8 @@ from ..core.layout import (
 )
 from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
 from ..fullrun.common import NOT_AS_ASSIGNED, PARTITIONS_MODE, RUN_RULES
+from ..model.prepare import load_model
+from ..reference.model_inputs import load_input_data
 from ..report.staleness import layer_files_digest
 from ..fullrun.selection import (
     assignment_bytes,
@@ -138,7 +140,8 @@ def run(args: argparse.Namespace) -> int:
         stale = staleness(report_path, recorded, args.model)
         if stale:
             raise ReportError(f"{report_path.name}: {stale[0]}")
-        config = with_discovery_inputs(config, recorded, args, layout, report_name=report_path.name)
+        config = with_discovery_inputs(config, recorded, args, layout, report_name=report_path.name,
+                                       work=out / layout["work"])
     debug_ir = str(Path(args.debug_ir).expanduser().resolve()) if args.debug_ir else None
     budget = parse_budget(args.reduce_budget)  # a bad bound is an error before the run
     if args.reduce_budget and not args.reduce:
@@ -167,7 +170,7 @@ MODEL_DEFINING_FLAGS = {"target_opset": "--target-opset", "auto_convert_bf16": "
 
 
 def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, layout: dict, *,
-                          report_name: str = "the report") -> dict:
+                          report_name: str = "the report", work: Path | None = None) -> dict:
     """``config`` with discovery's settings (``DISCOVERY_INPUT_KEYS`` recorded in the report's
     provenance): the prepared model ``run`` partitions, its input values and the layers'
     files are the ones discovery made, so ``run`` re-makes none of them. ``--input-data``
@@ -181,6 +184,8 @@ def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, 
         ConfigError: ``--input-shapes`` or a model-defining flag differs from discovery's,
             or discovery's input data file is gone, or another ``--input-data`` in
             subgraph mode (the subgraph's inputs come from a whole-model run).
+        ModelError: another ``--input-data`` that the prepared model's inputs (in
+            ``work``) do not take (a name or shape that does not fit).
     """
     recorded = (report.get("provenance") or {}).get("options") or {}
     if not all(k in recorded for k in ("input_shapes", "input_data")):
@@ -223,6 +228,9 @@ def with_discovery_inputs(config: dict, report: dict, args: argparse.Namespace, 
         if layout.get("subgraph"):
             raise ConfigError("in subgraph mode the subgraph's inputs come from a whole-model run on discovery's "
                               "model inputs; pass --input-data to discover instead")
+        prepared = Path(work or "") / PREPARED_MODEL_FILE
+        if work is not None and prepared.is_file():  # the model's inputs take it: else one line now
+            load_input_data(given_data, load_model(prepared, graph_only=True))
         config["run_input_data"] = given_data
     return config
 

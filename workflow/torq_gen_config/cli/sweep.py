@@ -9,7 +9,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import workflow_files
+from ..config import load_config_file
+from ..core import run_lock
 from ..core.errors import ConfigError
+from ..core.fileio import read_json
+from ..core.layout import SWEEP_HTML, SWEEP_JSON, SWEEP_LOCK
+from ..pipeline.sweep import read_model_sheet
+from ..pipeline.workflow_api import run_workflow, run_workflow_with_snakemake_args
 from .options import add_execution_options, resolve_execution_options
 
 
@@ -46,14 +53,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep; print each model's row and the summary's paths. Returns 1 when a
     model could not run, else 0 (bad input raises a TorqGenConfigError: status 2)."""
-    from .. import workflow_files
-    from ..config import load_config_file
-    from ..core.fileio import read_json
-    from ..core.layout import SWEEP_HTML, SWEEP_JSON, SWEEP_LOCK
-    from ..pipeline.sweep import read_model_sheet
-    from ..core import run_lock
-    from ..pipeline.workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
-
     resolve_execution_options(args)
     sheet = Path(args.models).expanduser().resolve()
     read_model_sheet(sheet)  # a bad sheet is one line before any work
@@ -67,10 +66,7 @@ def run(args: argparse.Namespace) -> int:
     lock = (SWEEP_LOCK, f"{out} for a model sweep", "torq-gen-config sweep")
     if args.profile:  # Snakemake's command-line layer reads the profile (its plugin settings too)
         out.mkdir(parents=True, exist_ok=True)
-        try:
-            run_lock.acquire(out / lock[0], what=lock[1], tool=lock[2])
-        except run_lock.RunLocked as e:
-            raise WorkflowFailed(str(e)) from None
+        run_lock.acquire(out / lock[0], what=lock[1], tool=lock[2])  # another sweep: one line, exit 2
         try:
             run_workflow_with_snakemake_args(config=config, workdir=out, cores=args.cores, quiet=args.quiet,
                                              profile=args.profile, extra_args=["-n"] if args.dry_run else [])

@@ -15,7 +15,8 @@ module keeps (:mod:`.placement`):
 
 Sites of the two IRs are joined by their location (the dispatch keeps its root op's
 location). Locations of ``tensor.empty``, ``linalg.fill``, ``arith.constant`` and block
-arguments are ignored: IREE merges identical ones, so they can carry another op's.
+arguments are ignored, as are fused locations: IREE merges identical ops, so they can
+carry another op's.
 """
 
 from __future__ import annotations
@@ -38,26 +39,30 @@ def flow_sites(flow_text: str) -> list[dict]:
 
     Returns:
         Per ``flow.dispatch`` op in order: ``{"loc": [line:col, ...] of the site,
-        "executable": name, "ops": sorted line:col of the ops in the executable}``.
+        "executable": name, "ops": sorted line:col of the ops in the executable,
+        "merged": those found only in fused locations (ops IREE merged from several
+        layers)}``.
 
     Raises:
         ValueError: the text does not parse.
     """
     module = parse_module(flow_text, "the flow-level IR")
-    contents: dict[str, set[str]] = {}
+    contents: dict[str, tuple[set[str], set[str]]] = {}
     for op in module.body.operations:
         op = op.operation
         if op.name == "flow.executable":
-            keys: set[str] = set()
-            _collect(op, keys)
-            contents[ir.StringAttr(op.attributes["sym_name"]).value] = keys
+            own: set[str] = set()
+            merged: set[str] = set()
+            _collect(op, own, merged)
+            contents[ir.StringAttr(op.attributes["sym_name"]).value] = (own, merged - own)
     sites = []
     for op in _walk(module.operation, skip=("flow.executable",)):
         if op.name == "flow.dispatch":
             exe = ir.SymbolRefAttr(op.attributes["entry_point"]).value[0] if "entry_point" in op.attributes else (
                 ir.SymbolRefAttr(ir.ArrayAttr(op.attributes["entry_points"])[0]).value[0])
-            sites.append({"loc": location_keys(str(op.location)), "executable": exe,
-                          "ops": sorted(contents.get(exe, ()))})
+            own, merged = contents.get(exe, (set(), set()))
+            sites.append({"loc": location_keys(str(op.location)), "executable": exe, "ops": sorted(own),
+                          "merged": sorted(merged)})
     return sites
 
 
@@ -95,10 +100,13 @@ def read_placement(*, flow: list[dict], stream: list[dict], devices: Mapping[str
         :func:`~.placement.pin_affinities`, IREE moves producers to their consumers' device).
     """
     by_loc: dict[str, set[str]] = {}  # site location -> ops fused into its executables
+    merged_at: dict[str, set[str]] = {}  # site location -> ops found only in merged locations
     for s in flow:
         for loc in s["loc"][:1]:
             by_loc.setdefault(loc, set()).update(s["ops"] or [loc])
+            merged_at.setdefault(loc, set()).update(s.get("merged") or [])
     ran: dict[str, set[str]] = {}
+    ran_merged: dict[str, set[str]] = {}
     for s in stream:
         ex = devices.get(s.get("device") or "")
         if ex is None:
@@ -106,9 +114,12 @@ def read_placement(*, flow: list[dict], stream: list[dict], devices: Mapping[str
         for loc in (s.get("loc") or [])[:1]:
             for key in by_loc.get(loc, {loc}):
                 ran.setdefault(key, set()).add(ex)
+            for key in merged_at.get(loc, ()):
+                ran_merged.setdefault(key, set()).add(ex)
     ops: dict[str, Any] = {}
     for key, assigned in assignment.items():
-        on = sorted(ran.get(key, ()))
+        # an op's own kernels say where it ran; merged ops only when it has no kernel of its own
+        on = sorted(ran.get(key) or ran_merged.get(key) or ())
         status = "no kernel" if not on else ("as assigned" if on == [assigned] else "elsewhere")
         ops[key] = {"assigned": assigned, "ran_on": on, "status": status}
     two = {name: v for name, v in (backends or {}).items() if len(v) > 1}
@@ -126,8 +137,12 @@ def _walk(op, skip: Iterable[str] = ()) -> Iterable[Any]:
                     yield from _walk(child, skip)
 
 
-def _collect(op, keys: set[str]) -> None:
-    """The ``line:col`` of every op under ``op`` that computes something."""
+def _collect(op, own: set[str], merged: set[str]) -> None:
+    """The ``line:col`` of every op under ``op`` that computes something: into ``own``
+    from an op's own location, into ``merged`` from a location fused from several ops'
+    (IREE merged identical ops of several layers, e.g. the same broadcast in two
+    LayerNormalizations: it says which layers shared a computation, not where each ran)."""
     for child in _walk(op):
         if child.name not in IGNORED_OPS:
-            keys.update(location_keys(str(child.location)))
+            found = location_keys(str(child.location))
+            (own if len(found) == 1 else merged).update(found)

@@ -22,6 +22,7 @@ from ..config import load_config_file, parse_input_shapes, resolve_model_path
 from ..core.errors import ConfigError, TorqGenConfigError
 from ..core.lazy import jsonschema
 from ..core.schemas import load_schema
+from ..model.prepare import load_model
 
 #: the columns a sheet may have, in the order they are documented
 COLUMNS = ("name", "model", "input_shapes", "input_data", "config")
@@ -130,8 +131,6 @@ def check_row(model: str, config: Mapping) -> None:
     Raises:
         ModelError / ConfigError: one line naming the problem.
     """
-    from ..model.prepare import load_model
-
     load_model(resolve_model_path(model), graph_only=True)
     data = config.get("input_data")
     if data and not Path(data).is_file():

@@ -100,6 +100,7 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     Raises:
         WorkflowFailed: a job failed or the workflow could not be built; the message
             is Snakemake's reason in one line.
+        RunLocked: another run holds the lock (the message names it).
     """
     global _CALLED_FROM_API
     _CALLED_FROM_API = True
@@ -118,13 +119,11 @@ def run_workflow(*, config: dict, workdir: str | os.PathLike, cores: int = 2, ta
     # An OS-level lock per discovery (released by the kernel if this process dies),
     # the same the workflow takes in its onstart handler (torq_gen_config.core.run_lock).
     lock_path = workdir / (lock[0] if lock else _lock_name(config))
-    try:
-        if lock:
-            run_lock.acquire(lock_path, what=lock[1], tool=lock[2])
-        else:
-            run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
-    except run_lock.RunLocked as e:
-        raise WorkflowFailed(str(e)) from None
+    # a run in progress: run_lock.RunLocked (bad input, exit status 2), not a failed workflow
+    if lock:
+        run_lock.acquire(lock_path, what=lock[1], tool=lock[2])
+    else:
+        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
     interrupted = []
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -333,6 +332,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
 
     Raises:
         WorkflowFailed: Snakemake rejected the arguments or a job failed.
+        RunLocked: another run holds the lock (the message names it).
     """
     global _CALLED_FROM_API
     _CALLED_FROM_API = True
@@ -364,10 +364,7 @@ def run_workflow_with_snakemake_args(*, config: dict, workdir: str | os.PathLike
         argv.append("--forceall")
 
     lock_path = workdir / _lock_name(config)
-    try:
-        run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")
-    except run_lock.RunLocked as e:
-        raise WorkflowFailed(str(e)) from None
+    run_lock.acquire(lock_path, what=f"{workdir} for {_report_name(config)}")  # RunLocked: exit status 2
     try:
         given = (f"the settings of --profile {profile}" if profile is not None and not extra_args else
                  f"the arguments after --: {' '.join(extra_args)}" if profile is None else

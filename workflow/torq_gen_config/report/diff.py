@@ -33,6 +33,7 @@ from ..core.errors import ReportError
 from ..core.layout import REPORT_PREFIX
 from ..core.statuses import SUCCESS
 from .files import is_compiler_json, load_report, model_name_of
+from .model_explorer import layer_nodes
 
 #: the kinds of change, worst first (the order of the listing and of a layer's colour)
 KINDS = ("regression", "changed", "fix", "added")
@@ -248,8 +249,6 @@ def change_overlay(model: Mapping, report: Mapping, graph) -> dict:
     Raises:
         ReportError: the report does not fit the graph.
     """
-    from .model_explorer import layer_nodes
-
     layers, _ = layer_nodes(report, graph)
     by_layer: dict[str, list[dict]] = {}
     for x in model.get("changes") or []:
