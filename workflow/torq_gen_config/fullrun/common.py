@@ -42,8 +42,8 @@ def _round(x: float | None) -> float | None:
 
 
 def not_as_assigned_summary(placement: dict | None) -> str | None:
-    """The summary of a module result whose outputs match while layers ran elsewhere than
-    assigned (``placement``: :func:`~.module_run.layer_placement`'s record): the count and
+    """The summary (after its status, :data:`NOT_AS_ASSIGNED`) of a module result whose
+    outputs match while layers ran elsewhere than assigned (``placement``: :func:`~.module_run.layer_placement`'s record): the count and
     the first three layers; None when every layer with a kernel ran as assigned."""
     pl = placement or {}
     away = list(pl.get("elsewhere") or [])
@@ -52,5 +52,5 @@ def not_as_assigned_summary(placement: dict | None) -> str | None:
     rows = pl.get("layers") or {}
     first = "; ".join(f"{lid} (assigned {(rows.get(lid) or {}).get('assigned')}, ran on "
                       f"{', '.join((rows.get(lid) or {}).get('ran_on') or [])})" for lid in away[:3])
-    return (f"{NOT_AS_ASSIGNED}: the outputs match, but {len(away)} of {len(rows)} layer(s) ran elsewhere than "
-            f"assigned: {first}" + (f" and {len(away) - 3} more" if len(away) > 3 else ""))
+    return (f"the outputs match, but {len(away)} of {len(rows)} layer(s) ran elsewhere than assigned: {first}"
+            + (f" and {len(away) - 3} more" if len(away) > 3 else ""))

@@ -244,7 +244,7 @@ def module_lines(section: Mapping) -> list[str]:
     if pl:
         counts = pl.get("counts") or {}
         lines.append("  Placement (read back from the compiled program): "
-                     + ", ".join(f"{k}: {counts[k]}" for k in ("as assigned", "elsewhere", "no kernel") if k in counts)
+                     + ", ".join(f"{k}: {counts.get(k, 0)}" for k in ("as assigned", "elsewhere", "no kernel"))
                      + " layer(s)")
         rows = pl.get("layers") or {}
         for lid in (pl.get("elsewhere") or [])[:20]:
