@@ -218,9 +218,10 @@ def test_quantize_qoperator_full_integer_discovery(qop):
 def test_quantize_qoperator_full_integer_run(qop, squeezenet_path):
     out, r = qop
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qoperator")  # --full-integer missing
-    assert r.returncode == 2 and "--full-integer" in one_line_error(r)
-    r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qoperator", "--full-integer")
+    r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qdq")  # another format: refused
+    assert r.returncode == 2 and "--quant-format qdq differs from discovery's" in one_line_error(r)
+    # the flags given or not (run follows the discovery it runs): the same model runs
+    r = run_model(squeezenet_path, out, "--quantize", "--quant-format", "qoperator")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     report, _ = load(out)
     fm = report["full_model"]
@@ -282,9 +283,7 @@ def test_bf16_discovery(bf16):
 def test_bf16_run(bf16, squeezenet_path):
     out, _, r = bf16
     assert r.returncode == 0, r.stderr[-3000:]
-    r = run_model(squeezenet_path, out)
-    assert r.returncode == 2 and "[--auto-convert-bf16]" in r.stderr, r.stderr
-    r = run_model(squeezenet_path, out, "--auto-convert-bf16")
+    r = run_model(squeezenet_path, out)  # discovery's --auto-convert-bf16 applies
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     fm = load(out)[0]["full_model"]
     assert fm["status"] == "success", fm.get("message")
@@ -340,11 +339,10 @@ def test_int32_conversion(tmp_path):
         assert numpy_helper.to_array(inits["offsets"]).tolist() == [[1, 2, 3, np.iinfo(np.int32).max, 5, 6, 7, 8]]
     shape = {t.name: t for t in onnx.load(layers / "Reshape_r" / "model.onnx").graph.initializer}["shape"]
     assert shape.data_type == TensorProto.INT64  # Reshape's schema needs int64
-    # run needs the flag, and runs with it
-    r = run_model(model, out)
-    assert r.returncode == 2 and "[--auto-convert-int32]" in r.stderr, r.stderr
-    r = run_model(model, out, "--auto-convert-int32")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # run follows discovery's flag without it, and runs with it given again
+    for flags in ((), ("--auto-convert-int32",)):
+        r = run_model(model, out, *flags)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert load(out, "int64net")[0]["full_model"]["status"] == "success"
 
 
