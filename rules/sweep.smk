@@ -5,39 +5,28 @@
 # sees all of them. A row that cannot run (unreadable model) is not a module: the summary
 # lists it with its reason. The summary, sweep.json and sweep.html, needs every model's
 # report and HTML page (rerun: only what changed; a model added to the sheet runs alone).
-import os
-
 from torq_gen_config import workflow_files
 from torq_gen_config.pipeline import steps
 import torq_gen_config.pipeline.steps.sweep
-from torq_gen_config.pipeline.sweep import sweep_rows
+from torq_gen_config.pipeline.sweep import model_files, summary_rows, sweep_file, sweep_rows
 from torq_gen_config.core.layout import SWEEP_HTML, SWEEP_JSON, html_report_file, report_file
 
 SWEEP_OUT = config.get("output_dir") or "sweep"
 SWEEP_ROWS = sweep_rows(config["models"], config, SWEEP_OUT)
 
 
-def sweep_path(*parts):
-    return os.path.normpath(os.path.join(SWEEP_OUT, *parts))
-
-
-def sweep_reports(kind):
-    return [sweep_path(r.name, kind(r.name)) for r in SWEEP_ROWS if not r.failure]
-
-
 rule sweep_summary:
     input:
-        reports=sweep_reports(report_file),
-        html=sweep_reports(html_report_file),
+        reports=model_files(SWEEP_ROWS, SWEEP_OUT, report_file),
+        html=model_files(SWEEP_ROWS, SWEEP_OUT, html_report_file),
     output:
-        summary=sweep_path(SWEEP_JSON),
-        html=sweep_path(SWEEP_HTML),
+        summary=sweep_file(SWEEP_OUT, SWEEP_JSON),
+        html=sweep_file(SWEEP_OUT, SWEEP_HTML),
     params:
-        rows=[{"name": r.name, "model": r.model, "failure": r.failure,
-               "report": None if r.failure else sweep_path(r.name, report_file(r.name))}
-              for r in SWEEP_ROWS],
+        rows=summary_rows(SWEEP_ROWS, SWEEP_OUT, report_file),
         sheet=config["models"],
-        output_dir=SWEEP_OUT,
+    log:
+        sweep_file(SWEEP_OUT, "logs", "sweep_summary.log"),
     localrule: True
     run:
         steps.sweep.sweep_summary(input, output, params, log)

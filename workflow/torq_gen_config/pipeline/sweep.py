@@ -118,9 +118,27 @@ def sweep_rows(sheet: str | os.PathLike, base: Mapping, output_dir: str) -> list
             check_row(model, config)
         except TorqGenConfigError as e:
             model, failure = row["model"], str(e)
-        config.update(model=model, output_dir=os.path.normpath(os.path.join(output_dir, row["name"])))
+        config.update(model=model, output_dir=sweep_file(output_dir, row["name"]))
         out.append(SweepRow(name=row["name"], model=model, config=config, failure=failure))
     return out
+
+
+def sweep_file(output_dir: str, *parts: str) -> str:
+    """A path in the sweep's output directory, normalized (Snakemake matches files by
+    their path: no ``./``)."""
+    return os.path.normpath(os.path.join(output_dir, *parts))
+
+
+def model_files(rows: list[SweepRow], output_dir: str, name_to_file) -> list[str]:
+    """Each model's file ``name_to_file(name)`` (e.g. its report) in its folder, for the
+    rows that run."""
+    return [sweep_file(output_dir, r.name, name_to_file(r.name)) for r in rows if not r.failure]
+
+
+def summary_rows(rows: list[SweepRow], output_dir: str, report_name) -> list[dict]:
+    """The rows as the summary step takes them: ``{"name", "model", "failure", "report"}``."""
+    return [{"name": r.name, "model": r.model, "failure": r.failure,
+             "report": None if r.failure else sweep_file(output_dir, r.name, report_name(r.name))} for r in rows]
 
 
 def check_row(model: str, config: Mapping) -> None:
