@@ -480,7 +480,9 @@ def raise_for_tool_failure(res: "ToolResult", *, tool: str, during: str, timeout
         partial = bounded_message(text, 3000)
         raise StageError("timeout", msg + ("\n" + partial if partial else ""), during=during)
     if res.crashed:
-        msg = f"{tool} crashed: killed by {res.signal_name}"
+        msg = f"{tool} crashed: killed by {res.signal_name}" + (
+            " (a SIGKILL without a timeout: most often the kernel's out-of-memory killer)"
+            if res.signal_name == "SIGKILL" else "")
         detail = bounded_message(text, 3500, from_error=False)
         raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
     if res.returncode != 0:
@@ -490,3 +492,12 @@ def raise_for_tool_failure(res: "ToolResult", *, tool: str, during: str, timeout
             raise StageError("crash", msg + ("\n" + detail if detail else ""), during=during)
         detail = bounded_message(text) or f"{tool} failed with exit status {res.returncode} and no output"
         raise StageError(during, detail)
+
+
+def failure_summary(stage: str, message: str) -> str:
+    """A failed stage in one line: ``"<stage> failed: <the message's telling line>"``; a
+    crash or a timeout says it in its own first line (``iree-compile crashed: killed by
+    SIGKILL ...``), which is kept as it is (not "crash failed: ...")."""
+    if stage in ("crash", "timeout"):
+        return (message or "").strip().splitlines()[0] if (message or "").strip() else f"{stage}"
+    return f"{stage} failed: {first_error_line(message)}"

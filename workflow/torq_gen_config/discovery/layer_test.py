@@ -13,6 +13,7 @@ re-derive the verdict for another tolerance without recompiling.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import traceback
 from pathlib import Path
@@ -38,6 +39,9 @@ RESULT_SCHEMA = "torq-gen-config/layer-result/1"
 #: run meanwhile (``-j 1`` gives the quietest machine).
 _BENCHMARK_LOCK = threading.Lock()
 
+
+#: the directories of a diagnostic's file location (``/long/path/model.mlir:3:10:``)
+_DIAGNOSTIC_PATH = re.compile(r"/\S*/([^/\s]+:\d+:\d+:)")
 
 def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_npz: str, layer_mlir: str | None,
                    import_status: str | None, work_dir: str, result_path: str, log_path: str | None,
@@ -360,7 +364,9 @@ def one_line_summary(result: dict) -> str:
     if fallback and len(fallback) > 120:  # cut inside its parenthesis, which stays closed
         fallback = fallback[:116] + "...)"
     if result.get("failure_report"):
-        line = f"[{result['executor']}] {result['layer_id']}: {status} - " + result["failure_report"]["summary"][:120]
+        # a compiler's "path/to/model.mlir:3:10: error: ..." keeps the file name only: the cause fits the line
+        why = _DIAGNOSTIC_PATH.sub(r"\1", result["failure_report"]["summary"])
+        line = f"[{result['executor']}] {result['layer_id']}: {status} - " + why[:120]
         return line + (f" ({fallback})" if fallback else "")
     if t.get("compile_ms") is not None:
         rt = t.get("runtime") or {}

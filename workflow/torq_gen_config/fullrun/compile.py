@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
-from ..backends.base import StageError
+from ..backends.base import StageError, failure_summary
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
-from ..core.tools import bounded_message, first_error_line
+from ..core.tools import bounded_message
 from ..core.external_data import load_model
 from ..mlir.importer import import_model
 from .common import COMPILED_SCHEMA, PARTITION_MLIR, _round
@@ -48,7 +48,7 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
     def fail(stage: str, message: str, during: str | None = None) -> dict:
         res["status"] = "error"
         res["failure"] = {"stage": stage, "during": during,
-                          "summary": f"{stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                          "summary": failure_summary(stage, message)[:SUMMARY_LIMIT],
                           "message": bounded_message(message, MESSAGE_LIMIT)}
         return res
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
-from ..backends.base import CompiledArtifact, StageError
+from ..backends.base import CompiledArtifact, StageError, failure_summary
 from ..compare import (ENGINE_TOLERANCE_MARGIN, FULL_MODEL_MIN_COSINE, count_over_tolerance,
                        dequantized_outputs_of_file, engine_widened_tolerances, judge, quantized_data_outputs_of_file,
                        widening_note)
@@ -94,7 +94,7 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
                 f"layers {_layer_span(p['layer_ids'])})"
         return {"stage": stage, "during": during, "partition": p["index"], "pid": p["pid"], "executor": p["executor"],
                 "layer_ids": p["layer_ids"],
-                "summary": f"{where}: {stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                "summary": f"{where}: {failure_summary(stage, message)}"[:SUMMARY_LIMIT],
                 "message": bounded_message(message, MESSAGE_LIMIT)}
 
     # a failed compile is known before anything runs
@@ -337,7 +337,7 @@ def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str,
         where = hooks.failure_where(p) if hooks is not None else f"whole model on {plan['mode']}"
         return {"stage": stage, "during": during, "partition": 0, "pid": p["pid"], "executor": p["executor"],
                 "layer_ids": p["layer_ids"],
-                "summary": f"{where}: {stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
+                "summary": f"{where}: {failure_summary(stage, message)}"[:SUMMARY_LIMIT],
                 "message": bounded_message(message, MESSAGE_LIMIT)}
 
     if not c:

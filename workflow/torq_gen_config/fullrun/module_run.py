@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from . import one_module
-from ..backends.base import StageError
+from ..backends.base import StageError, failure_summary
 from ..core.fileio import read_json, write_json
 from ..core.layout import MODULE_SIDE_FILE
 from ..core.lazy import ir
@@ -225,7 +225,7 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
 
     def failure(stage: str, message: str, during: str | None = None) -> dict:
         return {"stage": stage, "during": during, "partition": 0, "pid": p["pid"], "executor": MODULE_MODE,
-                "layer_ids": [], "summary": f"one module: {stage} failed: {first_error_line(message)}"[:SUMMARY_CHARS],
+                "layer_ids": [], "summary": f"one module: {failure_summary(stage, message)}"[:SUMMARY_CHARS],
                 "message": bounded_message(message, MESSAGE_CHARS)}
 
     if compiled.get("status") != "ok":
@@ -340,6 +340,6 @@ def first_difference_of(plan: Mapping, mres: Mapping, *, reference_npz: str, tol
 def _fail(res: dict, stage: str, message: str, during: str | None = None) -> dict:
     res["status"] = "error"
     res["failure"] = {"stage": stage, "during": during,
-                      "summary": f"{stage} failed: {first_error_line(message)}"[:SUMMARY_CHARS],
+                      "summary": failure_summary(stage, message)[:SUMMARY_CHARS],
                       "message": bounded_message(message, MESSAGE_CHARS)}
     return res
