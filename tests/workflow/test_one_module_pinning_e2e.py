@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from torq_gen_config.fullrun.one_module import compile_one_module, run_one_module
 from torq_gen_config.mlir.importer import import_full_model
@@ -45,27 +44,8 @@ def _bench(name: str):
 
 
 def branch_graph() -> onnx.ModelProto:
-    """Conv_a -> Sigmoid, Mul (SiLU) -> {Conv_b, Conv_c} -> Concat -> Conv_out, 4 -> 8 -> 16 -> 4
-    channels at 16x16, seeded random weights, no biases (each Conv's lowering makes its own)."""
-    rng = np.random.default_rng(0)
-
-    def w(name, shape):
-        return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
-
-    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], name="Conv_a", pads=[1, 1, 1, 1]),
-             helper.make_node("Sigmoid", ["a"], ["s"], name="Sigmoid"),
-             helper.make_node("Mul", ["a", "s"], ["m"], name="Mul"),
-             helper.make_node("Conv", ["m", "wb"], ["b"], name="Conv_b", pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["m", "wc"], ["c"], name="Conv_c", pads=[1, 1, 1, 1]),
-             helper.make_node("Concat", ["b", "c"], ["cat"], name="Concat", axis=1),
-             helper.make_node("Conv", ["cat", "wo"], ["y"], name="Conv_out")]
-    graph = helper.make_graph(nodes, "branch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])],
-                              [w("wa", [8, 4, 3, 3]), w("wb", [8, 8, 3, 3]), w("wc", [8, 8, 3, 3]),
-                               w("wo", [4, 16, 1, 1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    """The issue's branch graph (benchmarks/bench_full_run.py ``branch_graph``)."""
+    return _bench("bench_full_run").branch_graph()
 
 
 def _prepared(model: onnx.ModelProto, d: Path):
