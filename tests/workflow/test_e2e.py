@@ -199,7 +199,8 @@ def test_timeout_becomes_error_verdict(tmp_path):
     model = small_cnn(tmp_path / "cnn.onnx")
     out = tmp_path / "out"
     r = run_snakemake("--cores", "2", "--config", f"model={model}", f"output_dir={out}", "timeout_s=0.001")
-    assert r.returncode == 0, r.stderr[-3000:]
+    # 3 when ONNX Runtime timed out too on every layer: a compiler JSON assigning nothing is not a success
+    assert r.returncode in (0, 3), r.stderr[-3000:]
     report, compiler = load_outputs(out, "cnn")
     for op in report["ops"].values():
         for name in ("llvm-cpu", "vmvx"):
