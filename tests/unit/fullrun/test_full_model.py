@@ -223,6 +223,22 @@ def test_null_recommendation_falls_back_to_first_executor_without_error(tmp_path
     assert [f["layer_id"] for f in plan["fallbacks"]] == [ids[1], ids[2]]
 
 
+def test_an_untested_layer_s_fallback_reason_is_short(tmp_path):
+    """The not-testable reason of a layer downstream of a failed node repeats the whole
+    chain of causes (hundreds of characters each, as on PaddleOCR's recognizer): the
+    fallback line keeps its start; the layer's own record keeps it whole."""
+    model, man = prepared(tmp_path, chain_model(tmp_path / "m.onnx"))
+    ids = [l["layer_id"] for l in man["layers"]]
+    report = report_for(man, {i: "z" for i in ids[1:]})
+    why = "not testable: the type/shape of input 'a' is unknown (" + "input 'b' is unavailable (" * 20 + ")" * 21
+    report["ops"][ids[0]]["not_testable_reason"] = why
+    _, fallbacks, _ = resolve_assignment(make_assignment(selection_from_report(report, source_file="r.json")),
+                                         man["layers"], None, [X, Y, Z])
+    reason = fallbacks[0]["reason"]
+    assert reason.startswith("no recommendation and it was not tested (not testable: the type/shape of input 'a'")
+    assert reason.endswith(" ...); using the first executor") and len(reason) < 260
+
+
 def test_layer_missing_from_report_and_null_string(tmp_path):
     model, man = prepared(tmp_path, chain_model(tmp_path / "m.onnx"))
     rep = report_for(man, {l["layer_id"]: "y" for l in man["layers"]})

@@ -158,12 +158,41 @@ def test_without_metadata_the_spatial_dims_get_the_smallest_size_the_strides_acc
     """The default 1 makes ONNX Runtime fail inside the model (the Concat after the
     upsample); the chosen 32x32 (its total stride) runs, 48 (not a multiple) does not."""
     user = _yolo_like(metadata=False)
-    assert input_stride(user, "images") == 32
+    assert input_stride(user, "images") == (32, 32)
     assert not _ort_runs(user, (1, 3, 1, 1)) and not _ort_runs(user, (1, 3, 48, 48))
     model = onnx.load_from_string(user.SerializeToString())
     fixed = fix_symbolic_dims(model)
     assert _fixed(model) == (1, 3, 32, 32) and _ort_runs(user, _fixed(model))
     assert [d["source"] for d in fixed] == ["default 1", "the model's stride 32", "the model's stride 32"]
+
+
+def _recognizer_like() -> onnx.ModelProto:
+    """A text recognizer as PaddleOCR exports it (``x: [?, 3, ?, ?]``): Convs with
+    strides [2, 2], [2, 1], [1, 2], [2, 1], [2, 1] and an AveragePool [3, 2] reduce H by
+    48 and W by 8; the feature map's H must then be 1 (a Squeeze of axis 2, as the
+    recognizer's neck reshapes H away): it runs only where H is a multiple of 48 below 96."""
+    nodes, inits, prev = [], [], "x"
+    for i, strides in enumerate(([2, 2], [2, 1], [1, 2], [2, 1], [2, 1])):
+        inits.append(numpy_helper.from_array(np.full((3, 3, 3, 3), 0.05, np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], strides=strides, pads=[1] * 4))
+        prev = f"c{i}"
+    inits.append(numpy_helper.from_array(np.array([2], np.int64), "h_axis"))
+    nodes += [helper.make_node("AveragePool", [prev], ["pooled"], kernel_shape=[3, 2], strides=[3, 2]),
+              helper.make_node("Squeeze", ["pooled", "h_axis"], ["seq"])]
+    return make_model(nodes, [_input("x", ["batch", 3, "?", "width"])], [tvi("seq", F, ["", "", ""])], inits)
+
+
+def test_each_spatial_axis_gets_a_multiple_of_its_own_stride():
+    """One total stride for both axes (the largest per op: 96) gives H = 96, where the
+    recognizer's H is 2 after the pool and the Squeeze fails; per axis (48, 8) the chosen
+    48 x 32 runs."""
+    user = _recognizer_like()
+    assert input_stride(user, "x") == (48, 8)
+    assert not _ort_runs(user, (1, 3, 96, 96))
+    model = onnx.load_from_string(user.SerializeToString())
+    fixed = fix_symbolic_dims(model)
+    assert _fixed(model) == (1, 3, 48, 32) and _ort_runs(user, _fixed(model))
+    assert [d["source"] for d in fixed] == ["default 1", "the model's stride 48", "the model's stride 8"]
 
 
 def test_without_strides_the_smallest_size_the_shapes_accept():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from textwrap import shorten
 from typing import Any, Mapping
 
 from ..backends import capabilities
@@ -226,7 +227,8 @@ def resolve_assignment(assignment: Mapping, layers: list[dict], locations: Mappi
             else:
                 tested = sorted(n for n in statuses if statuses[n] == "error")
                 why = ("every tested executor failed on it (" + ", ".join(tested) + ")") if tested else (
-                    f"it was not tested ({entry['untested']})" if entry.get("untested") else "it was not tested")
+                    f"it was not tested ({shorten(entry['untested'], 160, placeholder=' ...')})" if entry.get("untested")
+                    else "it was not tested")  # the layer's own record says why in full
                 by_layer[lid] = first
                 fallbacks.append({"layer_id": lid, "executor": first,
                                   "reason": f"no recommendation and {why}; using the first executor"})

@@ -15,12 +15,13 @@ Where a dynamic dim's value comes from, first that applies (docs/shapes_and_inpu
    ``batch``; they give dims 2, 3 and 0 of a 4-D input;
 4. dim 0 (the batch): 1;
 5. the other dims of an input of rank 3 or more: the smallest of B, 2B, 4B, ... 32B
-   (B: the least multiple of S that is at least 32, S the input's total stride,
-   :func:`input_stride`, 1 without strided convolutions or pools: a feature map smaller
+   (per axis, B: the least multiple of S that is at least 32, S the input's total stride
+   along that axis, :func:`input_stride`, 1 without strided convolutions or pools; a
+   recognizer that reduces H by 48 and W by 8 gets 48 x 32: a feature map smaller
    than a kernel is legal but not what the model is for, and IREE's compile of such a
    degenerate Conv fails where a real size passes) for which onnx's strict shape inference accepts the whole model without
    a negative or (from non-empty inputs) zero-size dim, on the dims after N, C (NCHW), else on those between N and C (NHWC);
-   when none is accepted, S on the NCHW dims (the whole-model run then shows what
+   when none is accepted, B on the NCHW dims (the whole-model run then shows what
    fails: :func:`check_run_with_guessed_dims`);
 6. the other dims: 1.
 """
@@ -47,6 +48,8 @@ _STRIDED_OPS = {"Conv", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", 
 _STRIDE_MULTIPLES = (1, 2, 4, 8, 16, 32)
 #: the least spatial size tried (the base is the least multiple of the stride >= this)
 MIN_SPATIAL = 32
+#: placeholder source of a dim whose size :func:`_choose_strided_sizes` chooses
+_CHOSEN_BELOW = "chosen from the strides"
 #: dim names that mean "unknown" (each such dim is its own)
 _ANONYMOUS = ("", "?")
 
@@ -146,7 +149,7 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
                               f"--input-shapes {inp.name}:DIMS (e.g. {inp.name}:1x3x224x224) or --input-data")
     meta = metadata_dims(model)
     changed: list[dict] = []
-    strided: list[tuple] = []  # (dim, record, rank, stride): filled from the total stride, decided below
+    strided: list[tuple] = []  # (dim, record, rank, strides): filled from the total strides, decided below
     leaders: dict[str, dict] = {}  # dim name -> the record of its first dim, when its size is chosen below
     followers: list[tuple] = []  # (dim, record, leader record): same-named dims of a strided one
     for inp in model.graph.input:
@@ -174,12 +177,12 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
                 to, source = 1, DEFAULT_SOURCE
             else:
                 stride = input_stride(model, inp.name) if stride is None else stride
-                to, source = 1, (STRIDE_SOURCE.format(stride) if rank >= 3 else DEFAULT_SOURCE)
+                to, source = 1, (_CHOSEN_BELOW if rank >= 3 else DEFAULT_SOURCE)
             record = {"input": inp.name, "axis": axis, "was": was, "to": to, "source": source}
             changed.append(record)
             if followers and followers[-1][0] is d:
                 followers[-1] = (d, record, followers[-1][1])
-            chosen = source == STRIDE_SOURCE.format(stride)  # its size is chosen below
+            chosen = source is _CHOSEN_BELOW
             if name is not None and name not in named:
                 named[name] = (to, f"dim {axis} of {inp.name}")
                 if chosen:
@@ -223,66 +226,93 @@ def metadata_dims(model: "onnx.ModelProto") -> dict[int, tuple[int, str]]:  # no
     return out
 
 
-def input_stride(model: "onnx.ModelProto", name: str) -> int:  # noqa: F821
-    """The total stride of the graph input ``name``: the largest factor by which the
-    tensors computed from it are downsampled (the product of the ``strides`` of the
-    convolutions and pools on a path, divided by the upsampling of ``Resize``/``Upsample``
-    with constant scales and of ``ConvTranspose``; ``SpaceToDepth``/``DepthToSpace``
-    count their block size). 1 for an input that reaches no strided op; a stride over
-    an axis counts with the largest of its axes."""
+def input_stride(model: "onnx.ModelProto", name: str) -> tuple[int, ...]:  # noqa: F821
+    """The total stride of the graph input ``name`` per spatial axis: for each spatial
+    position of the convolutions and pools (H, W of a 2-D one), the largest factor by
+    which the tensors computed from it are downsampled along it (the product of the
+    ``strides`` on a path, divided by the upsampling of ``Resize``/``Upsample`` with
+    constant scales and of ``ConvTranspose``; ``SpaceToDepth``/``DepthToSpace`` count
+    their block size on every axis). Per axis because models downsample the axes
+    differently: PaddleOCR's text recognizer reduces H by 48 (``strides`` [2, 1], an
+    AveragePool [3, 2]) and W by 8, and runs only where H is a multiple of 48. An op
+    whose ``strides`` have another length than the axes tracked so far (a 1-D op after
+    a reshape) counts with its largest stride on every axis. ``(1,)`` for an input that
+    reaches no strided op."""
     consts = {t.name: t for t in model.graph.initializer}
     for n in model.graph.node:
         if n.op_type == "Constant" and n.output and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = n.attribute[0].t
-    factor: dict[str, Fraction] = {name: Fraction(1)}
-    best = Fraction(1)
+    factor: dict[str, tuple[Fraction, ...]] = {name: ()}
+    best: tuple[Fraction, ...] = ()
     for n in model.graph.node:
         ins = [factor[t] for t in n.input if t in factor]
         if not ins:
             continue
-        f = max(ins)
+        f = _axis_max(*ins)
         attrs = {a.name: a for a in n.attribute}
         if n.op_type in _STRIDED_OPS and "strides" in attrs and attrs["strides"].ints:
-            f *= max(attrs["strides"].ints)
+            f = _scaled(f, [Fraction(s) for s in attrs["strides"].ints])
         elif n.op_type == "ConvTranspose" and "strides" in attrs and attrs["strides"].ints:
-            f /= max(attrs["strides"].ints)
+            f = _scaled(f, [1 / Fraction(s) for s in attrs["strides"].ints])
         elif n.op_type in ("SpaceToDepth", "DepthToSpace") and "blocksize" in attrs:
-            f = f * attrs["blocksize"].i if n.op_type == "SpaceToDepth" else f / attrs["blocksize"].i
+            block = Fraction(attrs["blocksize"].i)
+            f = _scaled(f, [block if n.op_type == "SpaceToDepth" else 1 / block] * 2)  # 4-D only: H and W
         elif n.op_type in ("Resize", "Upsample"):
-            scale = _max_scale(consts, n.input[2] if n.op_type == "Resize" and len(n.input) > 2
-                               else n.input[1] if n.op_type == "Upsample" and len(n.input) > 1 else "")
-            if scale:
-                f /= scale
-        best = max(best, f)
+            scales = _spatial_scales(consts, n.input[2] if n.op_type == "Resize" and len(n.input) > 2
+                                     else n.input[1] if n.op_type == "Upsample" and len(n.input) > 1 else "")
+            if scales:
+                f = _scaled(f, [1 / s for s in scales])
+        best = _axis_max(best, f)
         for o in n.output:
             if o:
                 factor[o] = f
-    return max(1, int(best))
+    return tuple(max(1, int(b)) for b in best) or (1,)
 
 
-def _max_scale(consts: dict, name: str) -> Fraction | None:
-    """The largest value of a constant scales tensor (a Resize/Upsample input), or None."""
+def _axis_max(*factors: tuple[Fraction, ...]) -> tuple[Fraction, ...]:
+    """Per axis, the largest of ``factors`` (shorter tuples count as 1 on the axes they lack)."""
+    width = max(len(f) for f in factors)
+    return tuple(max((f[i] if i < len(f) else Fraction(1)) for f in factors) for i in range(width))
+
+
+def _scaled(f: tuple[Fraction, ...], by: list[Fraction]) -> tuple[Fraction, ...]:
+    """``f`` multiplied per axis by ``by``; when ``f`` tracks other axes than ``by``
+    has (not yet any: it takes ``by``'s), every axis by ``by``'s largest factor away from 1."""
+    if not f or len(f) == len(by):
+        return tuple((f[i] if f else Fraction(1)) * by[i] for i in range(len(by)))
+    widest = max(by, key=lambda s: max(s, 1 / s))
+    return tuple(x * widest for x in f)
+
+
+def _spatial_scales(consts: dict, name: str) -> list[Fraction] | None:
+    """The spatial scales of a constant scales tensor (a Resize/Upsample input: the
+    values after N and C), or None where it is not a constant of positive values."""
     t = consts.get(name)
     if t is None or t.data_location == onnx.TensorProto.EXTERNAL:
         return None
     values = numpy_helper.to_array(t).ravel()
-    return Fraction(float(values.max())).limit_denominator(64) if values.size and values.max() > 0 else None
+    if values.size < 3 or not (values > 0).all():
+        return None
+    return [Fraction(float(v)).limit_denominator(64) for v in values[2:]]
 
 
 def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -> None:
-    """Set the dims of ``strided`` (``(dim, record, rank, stride)``, filled with 1 so far)
-    to the first size that the model's shapes accept (:func:`_shapes_accepted`): each
-    multiple (:data:`_STRIDE_MULTIPLES`) of the least multiple of the stride that is at
-    least :data:`MIN_SPATIAL`, on the NCHW spatial dims (axes >= 2), then on the NHWC ones
-    (axes 1 .. rank - 2); the other dims of ``strided`` get 1. ``followers`` (``(dim,
-    record, leader record)``: dims named as a strided one) take their leader's value.
-    When no candidate is accepted, the NCHW dims get that least size (the whole-model run
-    then says what fails). Each record's ``source`` says
-    which rule gave its size (``default 1`` for a 1)."""
+    """Set the dims of ``strided`` (``(dim, record, rank, strides)``: ``strides`` the
+    input's per-axis total stride, :func:`input_stride`; filled with 1 so far) to the
+    first sizes that the model's shapes accept (:func:`_shapes_accepted`): each multiple
+    (:data:`_STRIDE_MULTIPLES`) of the base sizes (per spatial axis, the least multiple of
+    that axis's stride that is at least :data:`MIN_SPATIAL`), on the NCHW spatial dims
+    (axes >= 2), then on the NHWC ones (axes 1 .. rank - 2); the other dims of
+    ``strided`` get 1. ``followers`` (``(dim, record, leader record)``: dims named as a
+    strided one) take their leader's value. When no candidate is accepted, the NCHW dims
+    get their base sizes (the whole-model run then says what fails). Each record's
+    ``source`` says which rule gave its size (``default 1`` for a 1)."""
 
     def apply(layout: str, k: int) -> None:
-        for d, rec, rank, stride in strided:
+        for d, rec, rank, strides in strided:
+            position = rec["axis"] - 2 if layout == "nchw" else rec["axis"] - 1
             spatial = rec["axis"] >= 2 if layout == "nchw" else 1 <= rec["axis"] <= rank - 2
+            stride = strides[position] if 0 <= position < len(strides) else max(strides)
             base = stride * -(-MIN_SPATIAL // stride)
             d.dim_value = rec["to"] = base * k if spatial else 1
             rec["source"] = (DEFAULT_SOURCE if rec["to"] == 1 else STRIDE_SOURCE.format(stride) if stride > 1
