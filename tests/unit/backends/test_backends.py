@@ -905,3 +905,22 @@ def test_iree_reads_a_stored_value_in_place(models, mlirs, tmp_path):
     out, _ = _run(backend, art, {"x": np.asarray(stored) + 0}, ["y"], work, log=tmp_path / "run2.log")
     np.testing.assert_array_equal(out["y"], np.maximum(x, 0))
     assert "--input=@in_0.npy" in (tmp_path / "run2.log").read_text() and (work / "in_0.npy").is_file()
+
+
+def test_ort_kernel_failure_is_the_verdict_s_message_not_console_noise(tmp_path, capfd):
+    """A kernel that fails while running (a Reshape to a size its input does not have)
+    comes back as the run's error; ONNX Runtime's own ``[E:onnxruntime ...]`` log line no
+    longer reaches the console (PaddleOCR's recognizer printed one mid-progress)."""
+    model = h.make_model(h.make_graph(
+        [h.make_node("Reshape", ["x", "shape"], ["y"])], "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [4]), h.make_tensor_value_info("shape", T.INT64, [2])],
+        [h.make_tensor_value_info("y", T.FLOAT, None)]), opset_imports=[h.make_opsetid("", 17)])
+    path = tmp_path / "reshape.onnx"
+    onnx.save(model, path)
+    backend = OnnxRuntimeBackend("ort", {})
+    art = backend.compile(onnx_path=str(path), mlir_path=None, work_dir=str(tmp_path), timeout_s=60, log_path=None)
+    capfd.readouterr()
+    with pytest.raises(StageError) as ei:
+        _run(backend, art, {"x": np.ones(4, np.float32), "shape": np.array([3, 3], np.int64)}, ["y"], tmp_path)
+    assert ei.value.stage == "run" and "cannot be reshaped" in ei.value.message
+    assert "onnxruntime" not in capfd.readouterr().err

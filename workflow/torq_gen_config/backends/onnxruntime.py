@@ -91,7 +91,7 @@ class OnnxRuntimeBackend(Backend):
         so = ort.SessionOptions()
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level_name)
         so.intra_op_num_threads = self.intra_op_num_threads
-        so.log_severity_level = 3  # errors only; provider fallback is checked explicitly
+        so.log_severity_level = 4  # failures come back as exceptions (no stderr noise); provider fallback is checked explicitly
         return so
 
     def unavailable_reason(self, *, timeout_s: float = 60.0) -> str | None:

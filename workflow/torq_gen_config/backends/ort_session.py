@@ -77,7 +77,7 @@ def ort_reference_session(onnx_path: str | os.PathLike, intra_op_num_threads: in
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.intra_op_num_threads = int(intra_op_num_threads)
-        so.log_severity_level = 3  # errors only
+        so.log_severity_level = 4  # failures come back as exceptions; no stderr noise
         return so
 
     # a layer model's weights are in the work directory's store; its dims free if need be
