@@ -27,7 +27,8 @@ from torq_gen_config.fullrun.execute import run_partitions
 from torq_gen_config.model.prepare import prepare_model
 from torq_gen_config.model.folding import fold_constants
 from torq_gen_config.model.split import split_layers
-from torq_gen_config.reference import compute_reference
+from torq_gen_config.core.fileio import load_npz
+from torq_gen_config.reference import compute_reference, load_reference
 
 ORT = {"backend": "onnxruntime", "options": {"providers": ["CPUExecutionProvider"]}}
 X, Y, Z = ({"name": n, **ORT} for n in ("x", "y", "z"))
@@ -305,9 +306,18 @@ def test_chain_of_partitions_matches_the_full_model_reference(tmp_path):
     assert all(c["status"] == "ok" for c in compiled.values())
     compute_reference(tmp_path / "prepared.onnx", tmp_path / "ref.npz", {"seed": 7})
     res = run_partitions(plan, reference_npz=str(tmp_path / "ref.npz"), compiled=compiled,
-                         tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01}, timeout_s=60, partitions_dir=tmp_path / "parts")
+                         tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01}, timeout_s=60, partitions_dir=tmp_path / "parts",
+                         outputs_npz=str(tmp_path / "outputs.npz"))
     assert res["status"] == "success", res["summary"]
     assert res["metrics"]["max_abs_diff"] == 0.0 and res["num_over_tolerance"] == 0
+    # the model's outputs of the run are kept, named as the model names them
+    _, ref_outputs, meta = load_reference(str(tmp_path / "ref.npz"))
+    outputs, _ = load_npz(tmp_path / "outputs.npz")
+    assert res["outputs_file"] == "outputs.npz" and sorted(outputs) == sorted(meta["output_names"])
+    assert all(np.array_equal(outputs[n], ref_outputs[n]) for n in outputs)
+    section = full_model_section(res, tolerance={"fp_avg_tol": 0.01, "fp_max_tol": 0.01}, result_file="full/result.json")
+    assert section["outputs_file"] == "full/outputs.npz"
+    assert "Outputs: full/outputs.npz" in with_full_model_text("", section)
     assert [r["status"] for r in res["partitions"]] == ["ran"] * 3
     assert all(r["run_ms"] is not None and r["compile_ms"] is not None for r in res["partitions"])
     assert all(r["partition_check"]["status"] == "success" for r in res["partitions"])

@@ -46,6 +46,8 @@ LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, EXECUTOR_OUTPUTS_FILE = "inputs.json", 
 #: Files of a (layer, executor) verdict and of the full-model run (in FULL_DIR).
 RESULT_FILE = "result.json"
 ASSIGNMENT_FILE, PLAN_FILE, REFERENCE_FILE, PARTITIONS_DIR = "assignment.json", "plan.json", "reference.npz", "partitions"
+#: The model's outputs of the last full-model run (in FULL_DIR, beside its reference.npz).
+RUN_OUTPUTS_FILE = "outputs.npz"
 #: The one-module run's folder in PARTITIONS_DIR: ``module-<fingerprint>``; its side file and
 #: compile record (the rest is made again by its compile).
 MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, COMPILED_FILE = "module-", "placement.json", "compiled.json"

@@ -20,6 +20,7 @@ from ..core.lazy import onnx
 from ..core.limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
 from ..core.tools import bounded_message, first_error_line
 from ..core.external_data import load_model
+from ..core.fileio import save_npz
 from ..model.folding import fold_constants
 from ..reference import judged_reference, load_reference
 from ..reference.reference_run import run_reference_file
@@ -30,7 +31,8 @@ from .compile import compile_partition
 
 def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
                    timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None,
-                   check_partitions: bool = True, run_dir: str | os.PathLike | None = None) -> dict:
+                   check_partitions: bool = True, run_dir: str | os.PathLike | None = None,
+                   outputs_npz: str | None = None) -> dict:
     """Run the plan's partitions in order and compare the outputs with the reference.
 
     Args:
@@ -50,6 +52,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         run_dir: where the partitions' run files go (``<run_dir>/<pid>``; default
             ``<partitions_dir>/<pid>/run``): runs that share compiled partitions at
             the same time (``run --reduce``) each need their own.
+        outputs_npz: where to keep the model's outputs of this run (``full/outputs.npz``,
+            ``save_npz``; ``result["outputs_file"]`` names it), or None.
 
     Returns:
         The result (JSON-safe): ``status`` (``success``/``difference``/``error``/
@@ -65,7 +69,8 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
     """
     if (plan.get("mode") or PARTITIONS_MODE) != PARTITIONS_MODE:
         return run_whole_model(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
-                               timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
+                               timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path,
+                               outputs_npz=outputs_npz)
     t0 = time.perf_counter()
     inputs, ref_outputs, meta = load_reference(reference_npz)
     result = _new_result(plan, tolerance, meta)
@@ -160,7 +165,7 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
 
     actual = {n: store[n] for n in plan["graph_outputs"] if n in store}
     return _compare_and_finish(result, finish, actual, ref_outputs, meta, tolerance, levels=levels,
-                               model_path=plan.get("prepared_model"))
+                               model_path=plan.get("prepared_model"), outputs_npz=outputs_npz)
 
 
 def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
@@ -185,8 +190,11 @@ def _new_result(plan: Mapping, tolerance: Mapping, meta: Mapping) -> dict:
 
 def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapping, meta: Mapping,
                         tolerance: Mapping, levels: Mapping[str, dict] | None = None,
-                        model_path: str | None = None) -> dict:
+                        model_path: str | None = None, outputs_npz: str | None = None) -> dict:
     """Compare the model's outputs with the reference and finish the result;
+    ``outputs_npz``: where the outputs (``actual``) are kept first, whatever the verdict
+    (``result["outputs_file"]``: its file name), so that the user can read what the
+    assignment computes;
     ``levels``: outputs a DequantizeLinear writes, compared as their integer levels
     (``--quantize``; docs/comparison.md); ``model_path``: the model run (its outputs
     that carry quantized data may differ by one step, other integers are exact).
@@ -203,6 +211,9 @@ def _compare_and_finish(result: dict, finish, actual: Mapping, ref_outputs: Mapp
     spec standing in was not what ONNX Runtime was measured against. A ``difference`` of a
     chain names the partition that carries it (:func:`difference_carrier`,
     ``result["difference_partition"]``)."""
+    if outputs_npz and actual:
+        save_npz(outputs_npz, dict(actual), {"what": "the model's outputs of this full-model run"})
+        result["outputs_file"] = os.path.basename(outputs_npz)
     used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
     result.setdefault("reference", {}).update({"used": used, "fallback": fallback})
     if used is None:
@@ -299,7 +310,8 @@ def difference_carrier(rows: list) -> dict | None:
 
 
 def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, Mapping], tolerance: Mapping,
-                    timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None) -> dict:
+                    timeout_s: float, partitions_dir: str | os.PathLike, log_path: str | None = None,
+                    outputs_npz: str | None = None) -> dict:
     """Run the compiled module of a whole-model plan once (its backend's
     :meth:`~torq_gen_config.backends.whole_model.WholeModel.run`: torq runs
     ``torq-run-module`` on the reference inputs) and compare it with the reference.
@@ -369,7 +381,7 @@ def run_whole_model(plan: Mapping, *, reference_npz: str, compiled: Mapping[str,
     row["run_ms"] = _round(run_ms)
     row["status"] = "ran"
     return _compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance,
-                               model_path=plan.get("prepared_model"))
+                               model_path=plan.get("prepared_model"), outputs_npz=outputs_npz)
 
 
 def _last_uses(plan: Mapping) -> dict[str, int]:

@@ -178,8 +178,9 @@ def layer_placement(record: Mapping | None, key_layer: Mapping[str, str], by_lay
 
 
 def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, tolerance: Mapping, timeout_s: float,
-               partitions_dir: str, log_path: str | None = None) -> dict:
-    """Run the module of a module plan once and compare it with the reference.
+               partitions_dir: str, log_path: str | None = None, outputs_npz: str | None = None) -> dict:
+    """Run the module of a module plan once and compare it with the reference
+    (``outputs_npz``: as :func:`~.execute.run_partitions`'s).
 
     Returns:
         The result in :func:`~.execute.run_partitions`' shape with ``mode: "module"``,
@@ -248,7 +249,7 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
         return finish("error", f["summary"], f)
     row.update(run_ms=_round(run_ms), status="ran")
     return judge_placement(_compare_and_finish(result, finish, outs, ref_outputs, meta, tolerance,
-                                               model_path=plan.get("prepared_model")))
+                                               model_path=plan.get("prepared_model"), outputs_npz=outputs_npz))
 
 
 def judge_placement(result: dict) -> dict:
@@ -267,8 +268,9 @@ def judge_placement(result: dict) -> dict:
 
 def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tolerance: Mapping, timeout_s: float,
                     partitions_dir: str, compile_partition: Callable[[Mapping], dict],
-                    log_path: str | None = None) -> dict:
-    """Run a module plan; when the module fails or differs, run the partitions too.
+                    log_path: str | None = None, outputs_npz: str | None = None) -> dict:
+    """Run a module plan; when the module fails or differs, run the partitions too
+    (``outputs_npz``: the outputs of the run whose result is returned).
 
     Args:
         plan: a module plan (``module``: the module; ``partitions``: the chain of the same assignment).
@@ -286,7 +288,7 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
         (``module.first_difference``: :func:`~.module_bisect.bisect_module`).
     """
     mres = run_module(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
-                      timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path)
+                      timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path, outputs_npz=outputs_npz)
     if mres["status"] in ("success", "unverified") or not plan.get("partitions"):
         return mres
     if mres["status"] == NOT_AS_ASSIGNED and plan.get("run_mode") == MODULE_MODE:
@@ -295,7 +297,7 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
     fb["mode"] = PARTITIONS_MODE
     comp = {p["pid"]: compile_partition(p) for p in fb["partitions"]}
     pres = run_partitions(fb, reference_npz=reference_npz, compiled=comp, tolerance=tolerance, timeout_s=timeout_s,
-                          partitions_dir=partitions_dir, log_path=log_path)
+                          partitions_dir=partitions_dir, log_path=log_path, outputs_npz=outputs_npz)
     module = {**mres["module"], "metrics": mres.get("metrics"), "failure": mres.get("failure"),
               "num_over_tolerance": mres.get("num_over_tolerance")}
     pres["module"] = module

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 from ..backends import capabilities
 from ..compare import count_over_tolerance, derive_status, engine_widened_tolerances, normalize_tolerance
+from ..core.layout import REFERENCE_FILE
 from .common import MODULE_MODE, NOT_AS_ASSIGNED, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span, not_as_assigned_summary
 from .execute import full_summary, widened_record
 from .selection import _executor_name
@@ -74,6 +76,9 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
            if result.get("module") else {}),
         **({"verdict": result["verdict"]} if result.get("verdict") else {}),
         "result_file": result_file,
+        # the model's outputs of the run (full/outputs.npz), beside its result
+        "outputs_file": (os.path.join(os.path.dirname(result_file), result["outputs_file"])
+                         if result_file and result.get("outputs_file") else None),
         "generated_at": result.get("generated_at"),
     }
 
@@ -154,6 +159,9 @@ def render_full_model_text(section: Mapping) -> str:
             lines.append(f"  {len(shared)} of {len(section.get('partitions') or [])} partitions compiled in {n} "
                          f"batch module(s) (compile_batch): their compile times are shares of their batch's, "
                          f"not measured per partition")
+    if section.get("outputs_file"):
+        lines.append(f"Outputs: {section['outputs_file']} (the model's outputs of this run, beside the reference's "
+                     f"in {os.path.join(os.path.dirname(section['outputs_file']), REFERENCE_FILE)})")
     ref = section.get("reference") or {}
     second = ref.get("second") or {}
     if ref.get("fallback"):

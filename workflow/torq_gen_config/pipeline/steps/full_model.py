@@ -15,6 +15,7 @@ from ...backends import capabilities
 from ...backends.parameters import describe, resolve_from
 from ...core.errors import ReportError
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
+from ...core.layout import RUN_OUTPUTS_FILE
 from ...core.lazy import onnx
 from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ...core.weight_store import FOLDED_RUN_FILE, STORE_FILE
@@ -316,6 +317,8 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
         Path(log).write_text("")
     p = read_json(plan, "full-model plan")
     parts_dir = Path(plan).parent / "partitions"
+    outputs = Path(result).parent / RUN_OUTPUTS_FILE
+    outputs.unlink(missing_ok=True)  # an earlier run's outputs are not this run's
     compiled = {}
     # module mode: the module only (the chain is compiled when the module fails or differs)
     for part in [p["module"]] if p.get("mode") == MODULE_MODE else p["partitions"]:
@@ -331,10 +334,10 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
                     log_file=log_file, verbose=verbose)
     if p.get("mode") == MODULE_MODE:
         res = _run_module_plan(p, reference=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
-                               parts_dir=parts_dir, log=log, log_file=log_file, verbose=verbose)
+                               parts_dir=parts_dir, outputs=str(outputs), log=log, log_file=log_file, verbose=verbose)
     else:
         res = run_partitions(p, reference_npz=reference, compiled=compiled, tolerance=tolerance, timeout_s=timeout_s,
-                             partitions_dir=parts_dir, log_path=log)
+                             partitions_dir=parts_dir, log_path=log, outputs_npz=str(outputs))
         res.setdefault("mode_reason", p.get("mode_reason"))
     write_json(result, res)
     t = res["timing"]
@@ -354,7 +357,7 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
 
 
 def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict, timeout_s: float, parts_dir: Path,
-                     log: str | None, log_file: str | None, verbose: bool) -> dict:
+                     outputs: str, log: str | None, log_file: str | None, verbose: bool) -> dict:
     """A module plan run (:func:`torq_gen_config.fullrun.module_run.run_module_plan`); the
     fallback partitions are compiled here, one at a time, when the module fails or
     differs (a partition compiled by an earlier run is reused)."""
@@ -372,7 +375,7 @@ def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict
     module = p["module"]
     return run_module_plan(p, reference_npz=reference, compiled=compiled.get(module["pid"]) or {},
                            tolerance=tolerance, timeout_s=timeout_s, partitions_dir=str(parts_dir),
-                           compile_partition=compile_one, log_path=log)
+                           compile_partition=compile_one, log_path=log, outputs_npz=outputs)
 
 
 def _debug_ir_gone(compiled: dict) -> bool:
