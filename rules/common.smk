@@ -13,7 +13,6 @@ from torq_gen_config.config import validate_config
 from torq_gen_config.core import isolation, layout, run_lock
 from torq_gen_config.core.errors import TorqGenConfigError
 from torq_gen_config.core.fileio import remove_temporary_files
-from torq_gen_config.discovery import batch_compile
 from torq_gen_config.pipeline import steps
 from torq_gen_config.pipeline.context import RunContext
 from torq_gen_config.pipeline.steps import units, untracked

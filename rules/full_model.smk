@@ -79,8 +79,8 @@ rule compile_partition_batch:
     input:
         models=get.partition_batch_models,
     output:
-        module=batch_module_output(os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.MODULE_FILE)),
-        info=os.path.join(ctx.part_batches, "{executor}", "{batch}", batch_compile.BATCH_FILE),
+        module=batch_module_output(os.path.join(ctx.part_batches, "{executor}", "{batch}", layout.MODULE_FILE)),
+        info=os.path.join(ctx.part_batches, "{executor}", "{batch}", layout.BATCH_FILE),
     params:
         executor=get.partition_batch_def,
         members=get.partition_batch_members,

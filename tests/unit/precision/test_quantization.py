@@ -16,7 +16,8 @@ from torq_gen_config.backends.iree import IreeBackend
 from torq_gen_config.core.errors import ModelError
 from torq_gen_config.mlir.importer import import_model
 from torq_gen_config.model.prepare import prepare_model
-from torq_gen_config.model.split import LAYER_MODEL, split_layers
+from torq_gen_config.core.layout import MODEL_FILE
+from torq_gen_config.model.split import split_layers
 from torq_gen_config.precision import qdq_graph
 from torq_gen_config.precision.alignment import align_layers, compute_nodes
 from torq_gen_config.precision.calibration import (DEFAULT_CALIBRATION_SAMPLES, DEFAULT_CALIBRATION_SEED,
@@ -55,7 +56,7 @@ def full_qop_int(sq):
 def layer(sq, op_type: str, k: int = 0) -> tuple[dict, onnx.ModelProto]:
     """The k-th layer of ``op_type`` (manifest record, loaded layer model)."""
     rec = [x for x in sq["manifest"]["layers"] if x["op_type"] == op_type][k]
-    return rec, onnx.load(str(sq["layers_dir"] / rec["slug"] / LAYER_MODEL))
+    return rec, onnx.load(str(sq["layers_dir"] / rec["slug"] / MODEL_FILE))
 
 
 def manifest_layers(sq) -> list[dict]:

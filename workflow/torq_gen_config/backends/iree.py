@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.layout import MODULE_FILE
 from ..core.lazy import metadata, ml_dtypes, np
 from ..core.tools import ToolNotFoundError, bounded_message, run_tool, tool_version
 from ..core.value_store import store_file_of
@@ -68,7 +69,6 @@ from .timing import check_timing_args, runtime_stats
 from .iree_tools import (
     _RAW_DTYPES,
     FUNCTION,
-    MODULE_FILE,
     _fix_dtype,
     _has_f64,
     _iree_version_line,

@@ -25,7 +25,6 @@ WITH_WEIGHTS_DIR = ".with_weights"
 #: before import, and the importer names the function after the graph).
 FUNCTION = "main"
 
-MODULE_FILE = "module.vmfb"
 
 # torch-mlir element types -> numpy dtype names (bfloat16 is ml_dtypes').
 _TORCH_DTYPES = {

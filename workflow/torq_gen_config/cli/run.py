@@ -36,10 +36,11 @@ from typing import Mapping
 from ..backends import capabilities, executor_with_tool_options, run_wide_overrides, unavailable_executors
 from ..core import run_lock
 from ..core.errors import ConfigError, ReportError
-from ..core.lazy import onnx, yaml
-from ..core.limits import DEFAULT_TIMEOUT_S
+from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
 from ..core.layout import (
     ASSIGNMENT_FILE,
+    CASE_INPUTS_FILE,
+    CASE_MODEL_FILE,
     FULL_DIR,
     FULL_MLIR_FILE,
     LAYERS_DIR,
@@ -49,6 +50,7 @@ from ..core.layout import (
     PLAN_FILE,
     PREPARED_MODEL_FILE,
     QUANTIZED_MODEL_FILE,
+    REFERENCE_FILE,
     RESULT_FILE,
     clear_outdated,
     compiler_file,
@@ -59,24 +61,33 @@ from ..core.layout import (
     report_file,
     work_dir,
 )
-from ..core.fileio import atomic_write_text, read_json, write_bytes_if_changed, write_json
+from ..core.lazy import onnx, yaml
+from ..core.limits import DEFAULT_TIMEOUT_S
 from ..fullrun.common import NOT_AS_ASSIGNED, PARTITIONS_MODE, RUN_RULES
-from ..model.prepare import load_model
-from ..reference.model_inputs import load_input_data
-from ..report.staleness import layer_files_digest
+from ..fullrun.plan import missing_debug_ir, missing_side_file
+from ..fullrun.report_section import full_model_section, reduced_lines, render_full_model_text
 from ..fullrun.selection import (
     assignment_bytes,
     check_selection,
     make_assignment,
+    named_executors,
     selection_from_compiler_json,
     selection_from_report,
 )
-from ..fullrun.report_section import full_model_section, render_full_model_text
-from ..fullrun.plan import missing_debug_ir, missing_side_file
-from ..fullrun.report_section import reduced_lines
-from ..fullrun.selection import named_executors
-from .options import (add_execution_options, add_keep_work_option, add_model_options, add_reduce_options, build_config,
-                      output_layout, repair_rules, resolve_execution_options, subgraph_flags)
+from ..model.prepare import load_model
+from ..reference.model_inputs import load_input_data
+from ..report.staleness import layer_files_digest
+from .options import (
+    add_execution_options,
+    add_keep_work_option,
+    add_model_options,
+    add_reduce_options,
+    build_config,
+    output_layout,
+    repair_rules,
+    resolve_execution_options,
+    subgraph_flags,
+)
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -256,8 +267,8 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     """
     from ..compare import normalize_tolerance
     from ..config import check_precision_matches
-    from ..report.publish import publish_report
     from ..pipeline.workflow_api import WorkflowFailed, run_workflow, run_workflow_with_snakemake_args
+    from ..report.publish import publish_report
 
     name = layout["name"]
     report_path = out / report_file(name)
@@ -497,7 +508,7 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
     try:
         reducer = Reducer(model_path=str(out / prepared), manifest=read_json(out / manifest_path, "layer manifest"),
                           layer_executors=plan["layer_executors"], executors=executor_definitions(plan),
-                          reference_npz=str(full / "reference.npz"), tolerance=section["tolerance_used"],
+                          reference_npz=str(full / REFERENCE_FILE), tolerance=section["tolerance_used"],
                           work_dir=full / REDUCE_WORK, jobs=cores, timeout_s=float(config.get("timeout_s") or DEFAULT_TIMEOUT_S),
                           budget=budget, progress=lambda line: print(f"--reduce: {line}", file=sys.stderr))
     except ValueError as e:  # the plan does not describe the model's nodes
@@ -544,7 +555,7 @@ def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Pat
     from ..pipeline.workflow_api import run_workflow
 
     cfg = {k: v for k, v in config.items() if k not in ("subgraph_from", "subgraph_to", "run_input_data")}
-    cfg.update({"model": str(red_dir / "model.onnx"), "input_data": str(red_dir / "inputs.npz"),
+    cfg.update({"model": str(red_dir / CASE_MODEL_FILE), "input_data": str(red_dir / CASE_INPUTS_FILE),
                 "auto_convert_bf16": False, "auto_convert_int32": False, "quantize": False})
     work = work_dir("model")
     run_workflow(config=cfg, workdir=red_dir, cores=cores, targets=[f"{work}/{LOCATIONS_FILE}"],
@@ -581,6 +592,6 @@ def reproducer_command(red_dir: Path, config: dict, tolerance: dict) -> str:
 
     # the tools' override variables that are set now (another iree-compile is another run)
     env = [f"{v}={os.environ[v]}" for v in TOOL_ENV_VARS if os.environ.get(v)]
-    return shlex.join([*env, "torq-gen-config", "run", "--model", rel(red_dir / "model.onnx"), "--input-data",
-                       rel(red_dir / "inputs.npz"), "--output-dir", rel(red_dir), "--config-file",
+    return shlex.join([*env, "torq-gen-config", "run", "--model", rel(red_dir / CASE_MODEL_FILE), "--input-data",
+                       rel(red_dir / CASE_INPUTS_FILE), "--output-dir", rel(red_dir), "--config-file",
                        rel(red_dir / "config.yaml")])

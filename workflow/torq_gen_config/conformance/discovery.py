@@ -17,6 +17,7 @@ from ..backends.base import CompiledArtifact
 from ..backends.iree_tools import parse_mlir_signature
 from ..core import layout
 from ..core.tools import first_error_line, run_tool
+from ..core.layout import MANIFEST_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE, RESULT_FILE
 
 #: source folders whose frames a refusal message names (this package and the rules)
 _OWN_CODE = (str(workflow_files.PACKAGE_DIR), str(workflow_files.root()))
@@ -120,7 +121,7 @@ class Discovery:
 
     def result(self, layer: dict, executor: str) -> dict | None:
         """The layer's verdict file for ``executor`` (``result.json``), or None."""
-        res = self.layers_dir / layer["slug"] / executor / "result.json"
+        res = self.layers_dir / layer["slug"] / executor / RESULT_FILE
         return json.loads(res.read_text()) if res.is_file() else None
 
 
@@ -141,7 +142,7 @@ def read_discovery(out: Path) -> Discovery:
     name = reports[0].name[len(layout.REPORT_PREFIX):-len(".json")]
     layers_dir = Path(out) / layout.work_dir(name) / layout.LAYERS_DIR
     return Discovery(name=name, report=json.loads(reports[0].read_text()),
-                     manifest=json.loads((layers_dir / "manifest.json").read_text()), layers_dir=layers_dir)
+                     manifest=json.loads((layers_dir / MANIFEST_FILE).read_text()), layers_dir=layers_dir)
 
 
 def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, meta: dict, work: Path,
@@ -155,13 +156,13 @@ def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, met
     """
     backend = backends.make_backend(executor)
     if backend.needs_mlir:
-        module = layer_dir / name / "module.vmfb"
+        module = layer_dir / name / MODULE_FILE
         if not module.is_file():
             raise FileNotFoundError(f"no compiled module {module}")
         art = CompiledArtifact(path=str(module), compile_ms=None,
-                               info={"signature": parse_mlir_signature(layer_dir / "model.mlir")})
+                               info={"signature": parse_mlir_signature(layer_dir / MLIR_FILE)})
     else:
-        art = CompiledArtifact(path=None, compile_ms=None, info={"onnx_path": str(layer_dir / "model.onnx")})
+        art = CompiledArtifact(path=None, compile_ms=None, info={"onnx_path": str(layer_dir / MODEL_FILE)})
     outs, _ = backend.run(art, inputs=inputs, input_names=meta["input_names"], output_names=meta["output_names"],
                           work_dir=str(work), timeout_s=timeout_s, log_path=None)
     return outs

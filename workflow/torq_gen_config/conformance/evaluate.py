@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import backends
 from ..backends.base import StageError
-from ..core.layout import LAYER_REFERENCE_FILE
+from ..core.layout import LAYER_REFERENCE_FILE, MLIR_FILE, MODEL_FILE
 from ..core.lazy import onnx
 from ..mlir.importer import import_layer
 from ..reference import judged_reference, load_reference
@@ -145,7 +145,7 @@ def unfolded_outcome(executor: dict, case, work: Path, timeout_s: float) -> dict
     None (the product gave none) and ``unfolded`` True; a stage failure is ``failed`` at
     that stage (``import``, ``session``, ``compile``, ``run``, ...)."""
     work.mkdir(parents=True, exist_ok=True)
-    model_path = work / "model.onnx"
+    model_path = work / MODEL_FILE
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
     model.graph.name = "main"  # the function name the backends run, as for a layer model
@@ -159,7 +159,7 @@ def unfolded_outcome(executor: dict, case, work: Path, timeout_s: float) -> dict
         return not_judged("unavailable", f"{type(e).__name__}: {first_line(str(e))}", **base)
     mlir = None
     if backend.needs_mlir:
-        mlir = work / "model.mlir"
+        mlir = work / MLIR_FILE
         st = import_layer(model_path, mlir)
         if st["status"] != "ok":
             return {"outcome": FAILED, "stage": "import", "message": tidy(first_line(st["message"] or "")), **base}

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core import run_lock
 from ..core.errors import EXIT_NOTHING_ASSIGNED, ConfigError
 from ..core.fileio import atomic_write_text, write_bytes_if_changed, write_json
-from ..core.layout import lock_file
+from ..core.layout import CASE_INPUTS_FILE, CASE_MODEL_FILE, lock_file
 from ..core.lazy import metadata, np
 from ..core.tools import kill_all_tools
 from . import cases as node_cases
@@ -127,14 +127,14 @@ def run_test(case, settings: Settings, fp: str, case_digest: str, env: dict) -> 
     stopping (no record is written for a discovery the stop killed)."""
     d = settings.out / "tests" / case.name
     d.mkdir(parents=True, exist_ok=True)
-    write_bytes_if_changed(d / "model.onnx", case.model.SerializeToString(deterministic=True))
+    write_bytes_if_changed(d / CASE_MODEL_FILE, case.model.SerializeToString(deterministic=True))
     changed = write_bytes_if_changed(d / "case.sha256", case_digest.encode())
-    if changed or not (d / "inputs.npz").is_file():  # only then: the discovery's --input-data keeps its mtime
-        write_bytes_if_changed(d / "inputs.npz", _npz_bytes(node_cases.inputs_of(case)))
+    if changed or not (d / CASE_INPUTS_FILE).is_file():  # only then: the discovery's --input-data keeps its mtime
+        write_bytes_if_changed(d / CASE_INPUTS_FILE, _npz_bytes(node_cases.inputs_of(case)))
     executors = settings.executors
     skip = sorted(set(settings.config.get("skip_executors") or []))
-    cmd = discover_command(d / "model.onnx", d / "out", tool_timeout_s=settings.timeout_s / 2,
-                           input_data=d / "inputs.npz", skip_executors=skip, config_file=settings.config_file)
+    cmd = discover_command(d / CASE_MODEL_FILE, d / "out", tool_timeout_s=settings.timeout_s / 2,
+                           input_data=d / CASE_INPUTS_FILE, skip_executors=skip, config_file=settings.config_file)
     rc, stdout, stderr, secs = run_discover(cmd, d, settings.timeout_s, env)
     if _stopping.is_set():
         return None

@@ -38,8 +38,24 @@ from typing import Callable, Iterable
 
 from .external_data import model_tensors
 from .fileio import file_digest, read_json, write_json
-from .layout import (BATCHES_DIR, COMPILED_FILE, FULL_DIR, LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, LAYERS_DIR,
-                     MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, UNITS_DIR, VALUES_DIR)
+from .layout import (
+    BATCH_MLIR_FILE,
+    BATCHES_DIR,
+    COMPILED_FILE,
+    FULL_DIR,
+    LAYER_INPUTS_FILE,
+    LAYER_REFERENCE_FILE,
+    LAYERS_DIR,
+    MLIR_FILE,
+    MODEL_FILE,
+    MODULE_FILE,
+    MODULE_PARTITION_PREFIX,
+    MODULE_SIDE_FILE,
+    PARTITION_RUN_DIR,
+    PARTITIONS_DIR,
+    UNITS_DIR,
+    VALUES_DIR,
+)
 from .lazy import onnx, rich_filesize
 from .value_store import prune as prune_values
 
@@ -49,7 +65,7 @@ SCHEMA = "torq-gen-config/keep-work/1"
 #: keep_work values: every file kept, or the finished run's intermediates removed
 ALL, MINIMAL = "all", "minimal"
 #: file names whose removal keeps their identity (:func:`cleaned_identity`)
-RESTORABLE_NAMES = frozenset({"model.mlir"})
+RESTORABLE_NAMES = frozenset({MLIR_FILE})
 
 
 def human(n: int | None) -> str:
@@ -161,7 +177,7 @@ def _successes(work: Path) -> set[tuple[str, str]]:
 def _compiled_artifact(pdir: Path) -> tuple[str | None, str | None]:
     """``(status, artifact path)`` of a partition's ``compiled.json`` (Nones if unreadable)."""
     try:
-        c = read_json(pdir / "compiled.json", "compiled partition")
+        c = read_json(pdir / COMPILED_FILE, "compiled partition")
         return c.get("status"), ((c.get("artifact") or {}).get("path"))
     except Exception:  # noqa: BLE001 - kept as it is
         return None, None
@@ -170,7 +186,7 @@ def _compiled_artifact(pdir: Path) -> tuple[str | None, str | None]:
 def _own_module(pdir: Path) -> bool:
     """Whether the full-model partition in ``pdir`` was compiled alone, into its own module."""
     status, artifact = _compiled_artifact(pdir)
-    return status == "ok" and bool(artifact) and Path(artifact).name == "module.vmfb" \
+    return status == "ok" and bool(artifact) and Path(artifact).name == MODULE_FILE \
         and Path(artifact).parent.name == pdir.name
 
 
@@ -182,31 +198,31 @@ def _select(work: Path, entries: list[tuple[tuple[str, ...], os.DirEntry]]) -> l
     reduce_parts: dict[str, list[Path]] = {}
     for parts, e in entries:
         n, name = len(parts), parts[-1]
-        if parts[0] == BATCHES_DIR and n == 4 and (name == "batch.mlir" or name.endswith(".vmfb")):
+        if parts[0] == BATCHES_DIR and n == 4 and (name == BATCH_MLIR_FILE or name.endswith(".vmfb")):
             out.append(Path(e.path))
-        elif parts[0] == "layers" and n == 3 and name == "model.mlir":
+        elif parts[0] == LAYERS_DIR and n == 3 and name == MLIR_FILE:
             if e.stat(follow_symlinks=False).st_size > 0:  # an import that failed left it empty
                 out.append(Path(e.path))
-        elif parts[0] == "layers" and n == 4 and (name.endswith(".vmfb") or (
+        elif parts[0] == LAYERS_DIR and n == 4 and (name.endswith(".vmfb") or (
                 (parts[1], parts[2]) in success and any(fnmatch.fnmatchcase(name, p) for p in RUN_IO))):
             out.append(Path(e.path))
-        elif parts[:2] == (FULL_DIR, BATCHES_DIR) and n == 5 and name == "batch.mlir":
+        elif parts[:2] == (FULL_DIR, BATCHES_DIR) and n == 5 and name == BATCH_MLIR_FILE:
             out.append(Path(e.path))
-        elif parts[:2] == ("full", "partitions") and n == 4 and name in ("module.vmfb", "model.mlir"):
+        elif parts[:2] == (FULL_DIR, PARTITIONS_DIR) and n == 4 and name in (MODULE_FILE, MLIR_FILE):
             partitions.setdefault(parts[2], []).append(Path(e.path))
-        elif parts[:2] == ("full", "partitions") and n == 5 and parts[3] == "run" \
+        elif parts[:2] == (FULL_DIR, PARTITIONS_DIR) and n == 5 and parts[3] == PARTITION_RUN_DIR \
                 and any(fnmatch.fnmatchcase(name, p) for p in RUN_IO):  # the run's copies of activations
             out.append(Path(e.path))
-        elif parts[:2] == ("full", "partitions") and n >= 4 and parts[2].startswith(MODULE_PARTITION_PREFIX) \
+        elif parts[:2] == (FULL_DIR, PARTITIONS_DIR) and n >= 4 and parts[2].startswith(MODULE_PARTITION_PREFIX) \
                 and name not in (MODULE_SIDE_FILE, COMPILED_FILE):  # placed.mlir (weights), IR dumps, run files
             partitions.setdefault(parts[2], []).append(Path(e.path))
         elif parts[:3] == ("full", "reduce", "partitions") and n >= 5:
             reduce_parts.setdefault(parts[3], []).append(Path(e.path))
-        elif parts[:3] == ("full", "reduce", "candidates") and n == 5 and name == "model.onnx":
+        elif parts[:3] == ("full", "reduce", "candidates") and n == 5 and name == MODEL_FILE:
             out.append(Path(e.path))
     for pid, paths in partitions.items():
         pdir = work / "full" / "partitions" / pid
-        if (pdir / "module.vmfb").is_file() and _own_module(pdir):
+        if (pdir / MODULE_FILE).is_file() and _own_module(pdir):
             out.extend(paths)
     for pid, paths in reduce_parts.items():
         if _compiled_artifact(work / "full" / "reduce" / "partitions" / pid)[0] == "ok":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 #: Folder of the per-name work directories, relative to the output directory.
@@ -51,6 +52,15 @@ RUN_OUTPUTS_FILE = "outputs.npz"
 #: The one-module run's folder in PARTITIONS_DIR: ``module-<fingerprint>``; its side file and
 #: compile record (the rest is made again by its compile).
 MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE, COMPILED_FILE = "module-", "placement.json", "compiled.json"
+#: Files of a layer folder and of a partition folder alike: the ONNX model, its MLIR, the
+#: import record, the compiled module; of a compile batch: its record and merged MLIR.
+MODEL_FILE, MLIR_FILE, IMPORT_FILE, MODULE_FILE = "model.onnx", "model.mlir", "import.json", "module.vmfb"
+BATCH_FILE, BATCH_MLIR_FILE = "batch.json", "batch.mlir"
+#: A partition's run files (given to and written by the tool that runs it), in its folder.
+PARTITION_RUN_DIR = "run"
+#: A model handed to a discovery with its input values, as a folder: ``run --reduce``'s
+#: reproducer (in reduced_dir, weights inside), a conformance node test.
+CASE_MODEL_FILE, CASE_INPUTS_FILE = "model.onnx", "inputs.npz"
 #: A model sweep's files in its output directory (beside one folder per model): the
 #: summary, its page and the sweep's run lock.
 SWEEP_JSON, SWEEP_HTML, SWEEP_LOCK = "sweep.json", "sweep.html", ".torq-gen-config-sweep.lock"
@@ -118,3 +128,150 @@ def mark_outdated(marker: str | os.PathLike, reason: str | None = None) -> None:
 def clear_outdated(marker: str | os.PathLike) -> None:
     """Remove the out-of-date marker (the report was just written)."""
     Path(marker).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class ExecutorFolder:
+    """The files of one (layer, executor) test: ``layers/<slug>/<executor>/``."""
+
+    path: Path
+
+    @property
+    def result(self) -> Path:
+        """The verdict (one line of JSON)."""
+        return self.path / RESULT_FILE
+
+    @property
+    def outputs(self) -> Path:
+        """The executor's outputs, kept where the verdict is not a success."""
+        return self.path / EXECUTOR_OUTPUTS_FILE
+
+    @property
+    def module(self) -> Path:
+        """The compiled module of the layer alone (IREE)."""
+        return self.path / MODULE_FILE
+
+
+@dataclass(frozen=True)
+class LayerFolder:
+    """The files of one layer: ``work/<name>/layers/<slug>/``."""
+
+    path: Path
+
+    @property
+    def model(self) -> Path:
+        """The layer's ONNX model (the graph; weights in the weight store)."""
+        return self.path / MODEL_FILE
+
+    @property
+    def quantized_model(self) -> Path:
+        """The layer cut from the quantized model (``--quantize``)."""
+        return self.path / QUANTIZED_MODEL_FILE
+
+    @property
+    def mlir(self) -> Path:
+        """The layer's MLIR (IREE's ONNX importer)."""
+        return self.path / MLIR_FILE
+
+    @property
+    def imported(self) -> Path:
+        """The import's record (status, message)."""
+        return self.path / IMPORT_FILE
+
+    @property
+    def inputs(self) -> Path:
+        """The record of the layer's input values (value references)."""
+        return self.path / LAYER_INPUTS_FILE
+
+    @property
+    def reference(self) -> Path:
+        """The record of the layer's reference outputs (value references)."""
+        return self.path / LAYER_REFERENCE_FILE
+
+    def executor(self, name: str) -> ExecutorFolder:
+        """The folder of this layer's test on executor ``name``."""
+        return ExecutorFolder(self.path / name)
+
+
+@dataclass(frozen=True)
+class PartitionFolder:
+    """The files of one partition of a full-model run: ``full/partitions/<pid>/`` (also
+    ``full/reduce/partitions/<pid>/``)."""
+
+    path: Path
+
+    @property
+    def model(self) -> Path:
+        """The partition's ONNX model."""
+        return self.path / MODEL_FILE
+
+    @property
+    def mlir(self) -> Path:
+        """The partition's MLIR (IREE)."""
+        return self.path / MLIR_FILE
+
+    @property
+    def imported(self) -> Path:
+        """A compile batch member's import record."""
+        return self.path / IMPORT_FILE
+
+    @property
+    def compiled(self) -> Path:
+        """The compile record (status, time, artifact)."""
+        return self.path / COMPILED_FILE
+
+    @property
+    def module(self) -> Path:
+        """The module compiled for this partition alone."""
+        return self.path / MODULE_FILE
+
+    @property
+    def side_file(self) -> Path:
+        """The one-module run's placement record (module partitions)."""
+        return self.path / MODULE_SIDE_FILE
+
+    @property
+    def run(self) -> Path:
+        """The folder of the partition's run files."""
+        return self.path / PARTITION_RUN_DIR
+
+
+@dataclass(frozen=True)
+class WorkDir:
+    """The work directory of one report name (``work/<name>/``, :func:`work_dir`) and the
+    folders in it; every path of a discovery or a run is made here."""
+
+    path: Path
+
+    @classmethod
+    def of(cls, output_dir: str | os.PathLike, name: str) -> "WorkDir":
+        """The work directory of report ``name`` in ``output_dir``."""
+        return cls(Path(output_dir) / work_dir(name))
+
+    @property
+    def layers(self) -> Path:
+        """The layer folders and the split's manifest."""
+        return self.path / LAYERS_DIR
+
+    @property
+    def manifest(self) -> Path:
+        """The split's layer manifest."""
+        return self.layers / MANIFEST_FILE
+
+    def layer(self, slug: str) -> LayerFolder:
+        """The folder of layer ``slug``."""
+        return LayerFolder(self.layers / slug)
+
+    @property
+    def full(self) -> Path:
+        """The full-model run's folder."""
+        return self.path / FULL_DIR
+
+    @property
+    def partitions(self) -> Path:
+        """The full-model run's partition folders."""
+        return self.full / PARTITIONS_DIR
+
+    def partition(self, pid: str) -> PartitionFolder:
+        """The folder of the full-model run's partition ``pid``."""
+        return PartitionFolder(self.partitions / pid)

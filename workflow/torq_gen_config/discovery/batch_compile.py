@@ -35,15 +35,13 @@ from ..backends.base import CompiledArtifact, StageError
 from ..backends.iree_tools import parse_mlir_signature
 from ..core.fileio import atomic_write_text, read_json, write_json
 from ..core.isolation import check_running
+from ..core.layout import BATCH_FILE, BATCH_MLIR_FILE, MODULE_FILE
 from ..core.lazy import np
 from ..core.limits import BATCH_WEIGHT_BYTES
 from ..core.logs import append_record
 from ..mlir.merge import MergeError, function_name, functions_at, merge_modules, parse_layer_module
 
 BATCH_SCHEMA = "torq-gen-config/compile-batch/1"
-BATCH_FILE = "batch.json"
-MERGED_FILE = "batch.mlir"
-MODULE_FILE = "module.vmfb"
 #: compiler runs one batch may take in all (the first compile, recompiles without
 #: the failing layers, bisection probes); what is left after that is compiled alone
 MAX_COMPILES = 24
@@ -178,7 +176,7 @@ def compile_batch(*, executor: dict, members: list[dict], out_dir: str, timeout_
     if artifact is None:
         atomic_write_text(module, "")  # the declared output; no member runs from it
     else:  # the merged text (twice the weights' size) is kept only to reproduce a failure
-        (out / MERGED_FILE).unlink(missing_ok=True)
+        (out / BATCH_MLIR_FILE).unlink(missing_ok=True)
     in_batch = [e for e in entries if e["status"] == COMPILED]
     info = dict(artifact.info) if artifact is not None else {}
     for key in ("signature", "onnx_path", "function", "compiler_stderr"):
@@ -221,7 +219,7 @@ def _compile_good(backend, good: list[str], parsed: dict, out: Path, entries: li
         if e.stage == "timeout":
             _leave(by_fn, good, f"the batch compile timed out after {timeout_s:g} s")
             return None
-        bad = _located(e, out / MERGED_FILE, good) or _bisect(
+        bad = _located(e, out / BATCH_MLIR_FILE, good) or _bisect(
             backend, good, parsed, out, compiles, timeout_s, log_path)
         if not bad:  # fails as a whole, but no part of it does alone
             _leave(by_fn, good, f"the batch failed ({e.stage}: {e.summary}) and no layer could be singled out")
@@ -237,7 +235,7 @@ def _try(backend, functions: list[str], parsed: dict, directory: Path, compiles:
     it in ``compiles``. Returns the artifact; raises StageError (with ``spans``, the
     functions' line ranges)."""
     text, spans = merge_modules([(f, parsed[f]) for f in functions])
-    mlir = directory / MERGED_FILE
+    mlir = directory / BATCH_MLIR_FILE
     atomic_write_text(mlir, text)
     t0 = time.perf_counter()
     try:
@@ -274,7 +272,7 @@ def _bisect(backend, functions: list[str], parsed: dict, out: Path, compiles: li
             except StageError as e:
                 if e.stage == "timeout":
                     return []
-                located = _located(e, probe / MERGED_FILE, half)
+                located = _located(e, probe / BATCH_MLIR_FILE, half)
                 if located:
                     return located
                 group = half

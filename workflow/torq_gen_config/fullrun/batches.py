@@ -32,14 +32,13 @@ from typing import Mapping
 
 from ..backends import capabilities
 from ..core.fileio import atomic_write_text, read_json, write_json
-from ..core.layout import BATCHES_DIR
+from ..core.layout import BATCH_FILE, BATCHES_DIR, IMPORT_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE
 from ..core.logs import append_record
-from ..discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch, member_artifact, plan_batches
-from .common import COMPILED_SCHEMA, PARTITION_MLIR, PARTITION_MODEL, _layer_span, _round
+from ..discovery.batch_compile import ALONE, BATCH_SCHEMA, compile_batch, member_artifact, plan_batches
+from .common import COMPILED_SCHEMA, _layer_span, _round
 from .compile import compile_partition, import_partition, safe_describe
 
 #: the import status a batch job writes next to each member's ``model.mlir``
-IMPORT_FILE = "import.json"
 
 
 def batch_dir(full_dir: str | os.PathLike, executor: str, batch_id: str) -> Path:
@@ -185,10 +184,10 @@ def compile_partition_batch(*, executor: Mapping, members: list[dict], partition
     full = []
     for m in members:
         pdir = Path(partitions_dir) / m["slug"]
-        st = import_partition(str(pdir / PARTITION_MODEL), str(pdir / PARTITION_MLIR),
+        st = import_partition(str(pdir / MODEL_FILE), str(pdir / MLIR_FILE),
                               parameters=executor.get("parameters") == "external")
         write_json(pdir / IMPORT_FILE, st)
-        full.append({**m, "mlir": str(pdir / PARTITION_MLIR), "import_status": str(pdir / IMPORT_FILE)})
+        full.append({**m, "mlir": str(pdir / MLIR_FILE), "import_status": str(pdir / IMPORT_FILE)})
     try:
         rec = compile_batch(executor=dict(executor), members=full, out_dir=str(out), timeout_s=timeout_s,
                             log_path=log_path)
@@ -222,7 +221,7 @@ def compiled_from_batch(*, pid: str, model_path: str, executor: Mapping, work_di
     Raises:
         TorqGenConfigError: ``batch_info`` exists but cannot be read.
     """
-    mlir = str(Path(work_dir) / PARTITION_MLIR)
+    mlir = str(Path(work_dir) / MLIR_FILE)
     if os.path.isfile(batch_info):
         artifact, timing = member_artifact(batch_info, batch_module, pid, mlir if os.path.isfile(mlir) else None)
     else:  # a kept batch removed since the plan was made

@@ -24,9 +24,6 @@ NOT_AS_ASSIGNED = "success, not as assigned"
 TWO_BACKENDS_NOTE = "IREE's shared-executable bug: its numbers may be wrong"
 ELSEWHERE_NOTE = ("read back from the compiled program: every dispatch is pinned to its device, yet the program is "
                   "what ran, not the assignment")
-PARTITION_MODEL = "model.onnx"
-PARTITION_MLIR = "model.mlir"
-COMPILED_FILE = "compiled.json"
 
 
 def _layer_span(layer_ids: list[str]) -> str:

@@ -9,11 +9,12 @@ from typing import Any, Mapping
 
 from ..backends import capabilities, make_backend
 from ..backends.base import StageError, failure_summary
+from ..core.layout import MLIR_FILE
 from ..core.limits import MESSAGE_CHARS as MESSAGE_LIMIT, SUMMARY_CHARS as SUMMARY_LIMIT
 from ..core.tools import bounded_message
 from ..core.external_data import load_model
 from ..mlir.importer import import_model
-from .common import COMPILED_SCHEMA, PARTITION_MLIR, _round
+from .common import COMPILED_SCHEMA, _round
 
 
 def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir: str, timeout_s: float,
@@ -77,7 +78,7 @@ def compile_partition(*, pid: str, model_path: str, executor: Mapping, work_dir:
         return fail("compile", f"backend {kind!r} is not available: {e}")
     mlir_path = None
     if backend.needs_mlir:
-        mlir_path = str(Path(work_dir) / PARTITION_MLIR)
+        mlir_path = str(Path(work_dir) / MLIR_FILE)
         imp = import_partition(model_path, mlir_path, parameters=executor.get("parameters") == "external")
         if imp["status"] != "ok":
             return fail("import", imp["message"])

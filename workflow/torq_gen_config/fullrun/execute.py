@@ -15,6 +15,7 @@ from ..backends.base import CompiledArtifact, StageError, failure_summary
 from ..compare import (ENGINE_TOLERANCE_MARGIN, FULL_MODEL_MIN_COSINE, count_over_tolerance,
                        dequantized_outputs_of_file, engine_widened_tolerances, judge, quantized_data_outputs_of_file,
                        widening_note)
+from ..core.layout import MODEL_FILE, PARTITION_RUN_DIR
 from ..core.isolation import run_isolated
 from ..core.lazy import onnx
 from ..core.limits import DEFAULT_TIMEOUT_S, MESSAGE_CHARS as MESSAGE_LIMIT, NOTE_CHARS, SUMMARY_CHARS as SUMMARY_LIMIT, call_limit
@@ -25,7 +26,7 @@ from ..model.folding import fold_constants
 from ..reference import judged_reference, load_reference
 from ..reference.reference_run import run_reference_file
 from .batches import batch_module_of
-from .common import PARTITION_MODEL, PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
+from .common import PARTITIONS_MODE, RESULT_SCHEMA, _layer_span, _round
 from .compile import compile_partition
 
 
@@ -130,7 +131,7 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         c = compiled[p["pid"]]
         pdir = Path(partitions_dir) / p["pid"]
         feed = {n: store[n] for n in p["inputs"]}
-        work = Path(run_dir) / p["pid"] if run_dir is not None else pdir / "run"
+        work = Path(run_dir) / p["pid"] if run_dir is not None else pdir / PARTITION_RUN_DIR
         try:
             backend = make_backend(p["executor_def"])
             artifact = _artifact(c, pdir, Path(partitions_dir).parent)
@@ -154,10 +155,10 @@ def run_partitions(plan: Mapping, *, reference_npz: str, compiled: Mapping[str, 
         row["run_ms"] = _round(run_ms)
         row["status"] = "ran"
         if check_partitions:
-            row["partition_check"] = _check_partition(p, str(pdir / PARTITION_MODEL), feed, outs, tolerance,
+            row["partition_check"] = _check_partition(p, str(pdir / MODEL_FILE), feed, outs, tolerance,
                                                       timeout_s=timeout_s)
         if keep & set(p["outputs"]):
-            part_levels = dequantized_outputs_of_file(str(pdir / PARTITION_MODEL))
+            part_levels = dequantized_outputs_of_file(str(pdir / MODEL_FILE))
             levels.update({n: q for n, q in part_levels.items() if n in keep})
         store.update(outs)
         for name in [n for n in store if last_use.get(n, -1) <= k and n not in keep]:
@@ -399,7 +400,7 @@ def _artifact(compiled: Mapping, pdir: Path, full_dir: Path):
     art = compiled.get("artifact") or {}
     info = dict(art.get("info") or {})
     if info.get("onnx_path"):
-        info["onnx_path"] = str(pdir / PARTITION_MODEL)
+        info["onnx_path"] = str(pdir / MODEL_FILE)
     path = str(pdir / Path(art["path"]).name) if art.get("path") else None
     path = batch_module_of(compiled, full_dir) or path
     return CompiledArtifact(path=path, compile_ms=compiled.get("compile_ms"), info=info)
@@ -418,14 +419,14 @@ def _run_alone(p: Mapping, row: dict, backend, feed: Mapping, pdir: Path, error:
     row["compile_batch"] = {"id": cb.get("id"), "executor": cb.get("executor"),
                             "compiled_alone": f"its run from the batch's module failed ({error.stage}); compiled "
                                               "alone for the one-partition result"}
-    c = compile_partition(pid=p["pid"], model_path=str(pdir / PARTITION_MODEL), executor=p["compile_def"],
+    c = compile_partition(pid=p["pid"], model_path=str(pdir / MODEL_FILE), executor=p["compile_def"],
                           work_dir=str(pdir), timeout_s=timeout_s, log_path=log_path)
     row["compile_ms"] = c.get("compile_ms")
     if c["status"] != "ok":
         f = c.get("failure") or {}
         raise StageError(f.get("stage") or "compile", f.get("message") or "compile failed", during=f.get("during"))
     return backend.run(_artifact(c, pdir, pdir.parent.parent), inputs=feed, input_names=p["inputs"],
-                       output_names=p["outputs"], work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
+                       output_names=p["outputs"], work_dir=str(pdir / PARTITION_RUN_DIR), timeout_s=timeout_s, log_path=log_path)
 
 
 def _check_partition(p: Mapping, model_path: str, feed: Mapping, outs: Mapping, tolerance: Mapping,

@@ -43,6 +43,7 @@ from ..mlir.placement import executor_of
 from ..model.graph import expose_outputs
 from ..reference import judged_reference, load_reference
 from ..reference.reference_run import run_reference
+from ..core.layout import PARTITION_RUN_DIR
 
 #: at most this many ops' values are exposed (above: boundaries and every N-th op)
 MAX_EXPOSED = 128
@@ -270,7 +271,7 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
     try:
         outs, run_ms = one_module.run_one_module(c, side["executors"], inputs=inputs, input_names=input_names,
                                                  output_names=[*output_names, *[e["slot"] for e in exposed]],
-                                                 work_dir=work / "run", timeout_s=timeout_s, log_path=log_path)
+                                                 work_dir=work / PARTITION_RUN_DIR, timeout_s=timeout_s, log_path=log_path)
     except StageError as e:
         return done("failed", f"not located: the diagnostic module (values exposed) failed to run: "
                               f"{e.stage}: {first_error_line(e.message)}")

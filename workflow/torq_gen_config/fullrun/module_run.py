@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 from . import one_module
 from ..backends.base import StageError, failure_summary
 from ..core.fileio import read_json, write_json
-from ..core.layout import MODULE_SIDE_FILE
+from ..core.layout import MODULE_SIDE_FILE, PARTITION_RUN_DIR
 from ..core.lazy import ir
 from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
 from ..core.tools import bounded_message, first_error_line
@@ -140,7 +140,7 @@ def copy_debug_ir(work_dir: str, compiled: Mapping, dest: str) -> str:
     except Exception as e:  # the bytecode stays readable with iree-opt
         shutil.copy2(stream, out / stream.name)
         (out / "stream.mlir.txt").write_text(f"not printed ({type(e).__name__}: {e}); see {stream.name}\n")
-    write_json(out / "placement.json", {"placement": compiled.get("placement"), "devices": compiled.get("devices"),
+    write_json(out / MODULE_SIDE_FILE, {"placement": compiled.get("placement"), "devices": compiled.get("devices"),
                                         "transfers": compiled.get("transfers"), "split": compiled.get("split")})
     (out / "README.txt").write_text(DEBUG_README, encoding="utf-8")
     return str(out)
@@ -237,7 +237,7 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
     try:
         outs, run_ms = one_module.run_one_module(mod, p.get("run_executors") or side.get("executors") or [],
                                                  inputs=inputs, input_names=p["inputs"], output_names=p["outputs"],
-                                                 work_dir=str(Path(partitions_dir) / p["pid"] / "run"),
+                                                 work_dir=str(Path(partitions_dir) / p["pid"] / PARTITION_RUN_DIR),
                                                  timeout_s=timeout_s, log_path=log_path)
     except StageError as e:
         row["status"] = "error"

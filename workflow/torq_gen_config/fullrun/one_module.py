@@ -37,6 +37,7 @@ from ..backends import make_backend
 from ..backends.base import CompiledArtifact, StageError, raise_for_tool_failure
 from ..backends.iree_tools import FUNCTION, parse_mlir_signature
 from ..core.errors import ConfigError
+from ..core.layout import MODULE_FILE
 from ..core.lazy import ir
 from ..core.tools import run_tool
 from ..mlir.placement import executor_of, pin_affinities, place_module
@@ -50,7 +51,6 @@ PLACED_FILE = "placed.mlir"
 FLOW_FILE = "flow.mlirbc"
 STREAM_FILE = "stream.mlirbc"
 SPLIT_FILE = "split.mlirbc"
-MODULE_FILE = "module.vmfb"
 #: the compile options every one-module compile gets
 EXECUTION_MODEL = "--iree-execution-model=async-external"
 _TINY = "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %b = arith.addf %a, %a : tensor<4xf32>\n" \

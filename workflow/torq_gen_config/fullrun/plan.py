@@ -13,14 +13,13 @@ from typing import Iterable, Mapping
 from ..backends import NEEDS_MLIR, capabilities, effective_executor
 from ..backends.parameters import with_parameters
 from ..core.fileio import write_bytes_if_changed
-from ..core.layout import PARTITIONS_DIR
+from ..core.layout import BATCHES_DIR, MODEL_FILE, PARTITIONS_DIR
 from ..core.external_data import model_bytes
 from ..core.weight_store import store_folded
 from ..model.folding import fold_constants
 from ..model.graph import node_inputs, tensor_consumers, value_types
-from ..core.layout import BATCHES_DIR
 from .batches import existing_batches, plan_partition_batches
-from .common import PARTITION_MODEL, PARTITIONS_MODE, PLAN_SCHEMA
+from .common import PARTITIONS_MODE, PLAN_SCHEMA
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .selection import check_selection, resolve_assignment
 
@@ -119,7 +118,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
     for index, (ex_name, members) in enumerate(partition_runs(seq)):
         part_model, io = build_partition_model(model, members, values, types=types, consumers=consumers,
                                                graph_outputs=graph_outputs)
-        data = model_bytes(part_model, parts_dir / "pid" / PARTITION_MODEL)  # its weights stay in the store
+        data = model_bytes(part_model, parts_dir / "pid" / MODEL_FILE)  # its weights stay in the store
         run_def = effective_executor(by_name[ex_name], compiler_options, runtime_options)
         if parameters:
             run_def = with_parameters(run_def, parameters, parameters["archives"])
@@ -130,7 +129,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             for d in (run_def, comp_def):
                 d["options"] = cls.with_debug_ir(d["options"], os.path.join(debug_ir, pid))
         if write:
-            write_bytes_if_changed(parts_dir / pid / PARTITION_MODEL, data)
+            write_bytes_if_changed(parts_dir / pid / MODEL_FILE, data)
         layer_ids: list[str] = []
         for j in members:
             if node_layer[j] not in layer_ids:
@@ -141,7 +140,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
             "first_node": members[0], "last_node": members[-1], "num_nodes": len(members),
             "layer_ids": layer_ids, "inputs": io["inputs"], "outputs": io["outputs"],
             "num_initializers": len(io["initializers"]),
-            "model": str(parts_dir / pid / PARTITION_MODEL),
+            "model": str(parts_dir / pid / MODEL_FILE),
             "executor_def": run_def, "compile_def": comp_def,
         })
     batches = plan_partition_batches(partitions, compile_batch, debug_ir=debug_ir,

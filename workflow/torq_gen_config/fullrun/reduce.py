@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from ..core.layout import COMPILED_FILE, MODEL_FILE, PARTITION_RUN_DIR, REFERENCE_FILE, RESULT_FILE
 from ..core.errors import ConfigError
 from ..core.fileio import read_json, save_npz, write_json
 from ..core.limits import DEFAULT_TIMEOUT_S, SUMMARY_CHARS
@@ -47,7 +48,7 @@ from ..model.folding import fold_constants
 from ..model.graph import tensor_consumers, value_types
 from .compile import compile_partition, safe_describe
 from .execute import run_partitions
-from .common import PARTITION_MODEL, PARTITIONS_MODE
+from .common import PARTITIONS_MODE
 from ..core.external_data import load_model, model_bytes
 from .partition import build_partition_model, compile_definition, partition_id, partition_runs
 from .plan import QDQ_OPS
@@ -309,17 +310,17 @@ class Reducer:
         parts_dir = self.work / "partitions"
         model, io = self.candidate_model(nodes)
         cdir.mkdir(parents=True, exist_ok=True)
-        model_path = cdir / "model.onnx"
+        model_path = cdir / MODEL_FILE
         model_path.write_bytes(model_bytes(model, model_path))
         partitions = []
         for index, (ex_name, members) in enumerate(partition_runs([(j, self.node_executor[j]) for j in nodes])):
             pmodel, pio = build_partition_model(self.model, members, self.constants, types=self.types,
                                                 consumers=self.consumers, graph_outputs=self.graph_outputs)
-            data = model_bytes(pmodel, parts_dir / "pid" / PARTITION_MODEL)  # same depth as the file
+            data = model_bytes(pmodel, parts_dir / "pid" / MODEL_FILE)  # same depth as the file
             run_def = self.executors[ex_name]
             comp_def = compile_definition(run_def)
             pid = partition_id(data, comp_def, None)
-            ppath = parts_dir / pid / PARTITION_MODEL
+            ppath = parts_dir / pid / MODEL_FILE
             if not ppath.is_file():
                 ppath.parent.mkdir(parents=True, exist_ok=True)
                 tmp = ppath.with_suffix(f".{threading.get_ident()}.tmp")
@@ -339,7 +340,7 @@ class Reducer:
     def _compiled(self, p: Mapping, log_path: str) -> dict:
         """The partition's ``compiled.json`` (compiled once per pid, also across runs)."""
         pdir = self.work / "partitions" / p["pid"]
-        path = pdir / "compiled.json"
+        path = pdir / COMPILED_FILE
         with self._lock:
             lock = self._locks.setdefault(p["pid"], threading.Lock())
         with lock:
@@ -367,7 +368,7 @@ class Reducer:
             return Outcome("invalid", summary=f"the reference run has no value for {missing[0]!r}")
         log_path = str(cdir / "candidate.log")
         compiled = {p["pid"]: self._compiled(p, log_path) for p in plan["partitions"]}
-        ref = cdir / "reference.npz"
+        ref = cdir / REFERENCE_FILE
         arrays = {f"input_{i}": self.value(n) for i, n in enumerate(plan["graph_inputs"])}
         arrays.update({f"output_{i}": self.value(n) for i, n in enumerate(plan["graph_outputs"])})
         save_npz(ref, arrays, {"status": "ok", "message": None, "engine": "onnxruntime (node by node)",
@@ -375,11 +376,11 @@ class Reducer:
         try:
             result = run_partitions(plan, reference_npz=str(ref), compiled=compiled, tolerance=self.tolerance,
                                     timeout_s=self.timeout_s, partitions_dir=str(self.work / "partitions"),
-                                    log_path=log_path, check_partitions=False, run_dir=str(cdir / "run"))
+                                    log_path=log_path, check_partitions=False, run_dir=str(cdir / PARTITION_RUN_DIR))
         finally:
             ref.unlink(missing_ok=True)
-            shutil.rmtree(cdir / "run", ignore_errors=True)
-        write_json(cdir / "result.json", result)
+            shutil.rmtree(cdir / PARTITION_RUN_DIR, ignore_errors=True)
+        write_json(cdir / RESULT_FILE, result)
         return outcome_of(result)
 
     # ------------------------------------------------------------------ search

@@ -17,6 +17,7 @@ from ..core.external_data import self_contained_bytes
 from ..core.lazy import np
 from ..mlir.importer import write_with_weights
 from .reduce import Outcome, Reducer
+from ..core.layout import CASE_INPUTS_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE, RESULT_FILE
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:
     """Write the data of the reproducer folder: ``model.onnx`` (the nodes found),
@@ -32,10 +33,10 @@ def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir:
     model, io = reducer.candidate_model(nodes)
     model.graph.name = "reduced"
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "model.onnx").write_bytes(self_contained_bytes(model))  # a file to hand on: weights inside
+    (out_dir / MODEL_FILE).write_bytes(self_contained_bytes(model))  # a file to hand on: weights inside
     tmp = out_dir / "inputs.tmp.npz"
     np.savez(tmp, **{n: reducer.value(n) for n in io["inputs"]})
-    os.replace(tmp, out_dir / "inputs.npz")
+    os.replace(tmp, out_dir / CASE_INPUTS_FILE)
     tmp = out_dir / "reference_outputs.tmp.npz"
     np.savez(tmp, **{n: reducer.value(n) for n in io["outputs"]})
     os.replace(tmp, out_dir / "reference_outputs.npz")
@@ -117,19 +118,19 @@ def raw_commands(reducer: Reducer, found: Mapping, out_dir: Path) -> list[str]:
     commands the reducer's log of that candidate recorded (``$ ...`` lines)."""
     nodes = list(found["nodes"])
     cdir = reducer.work / "candidates" / reducer._key(nodes)
-    result_path = cdir / "result.json"
+    result_path = cdir / RESULT_FILE
     if not result_path.is_file():
         return []
     result = read_json(result_path, "reduction candidate result")
     failure = result.get("failure") or {}
     pid = failure.get("pid")
     if result.get("status") == "error" and pid and failure.get("stage") in ("compile", "timeout", "crash"):
-        mlir = reducer.work / "partitions" / pid / "model.mlir"
+        mlir = reducer.work / "partitions" / pid / MLIR_FILE
         ex = reducer.executors.get(failure.get("executor") or "")
         if mlir.is_file() and ex:
             try:
                 backend = make_backend(ex)
-                argv = backend.compile_argv(str(out_dir / "partition.mlir"), str(out_dir / "module.vmfb"))
+                argv = backend.compile_argv(str(out_dir / "partition.mlir"), str(out_dir / MODULE_FILE))
             except Exception:
                 argv = None
             if argv:

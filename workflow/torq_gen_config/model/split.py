@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from ..core.external_data import save_model
+from ..core.layout import MODEL_FILE
 from ..core.lazy import helper, onnx
 from ..core.weight_store import store_folded
 from .folding import fold_constants
@@ -32,7 +33,6 @@ from .mac_count import mac_count
 from .shapes import type_is_complete, type_table, type_text
 
 #: Name of the layer model file inside each layer directory.
-LAYER_MODEL = "model.onnx"
 _SLUG_BAD = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -108,7 +108,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
         slugs[slug] = layer_id
         primary = next((j for j in members if nodes[j].op_type == un["op_type"]), members[-1])
         layer_model, io = build_layer_model(model, members, values, types, graph_outputs, layer_id, un["node_index"])
-        save_model(layer_model, layers_dir / slug / LAYER_MODEL, only_if_changed=True)
+        save_model(layer_model, layers_dir / slug / MODEL_FILE, only_if_changed=True)
         untestable = not_testable_reason(io, all_types, info)
         layers.append({
             "layer_id": layer_id,
@@ -127,7 +127,7 @@ def split_layers(model: "onnx.ModelProto", info: dict, layers_dir: str | os.Path
 
     keep = {layer["slug"] for layer in layers}
     for d in layers_dir.iterdir():
-        if d.is_dir() and d.name not in keep and (d / LAYER_MODEL).exists():
+        if d.is_dir() and d.name not in keep and (d / MODEL_FILE).exists():
             shutil.rmtree(d)
     return {"layers": layers, "folded_nodes": folded_nodes, "warnings": warnings,
             "total_user_nodes": len(info["user_nodes"])}

@@ -525,7 +525,7 @@ class RunInputs:
         the unit, whose keys redo only those layers)."""
         propagate = self.ctx.config["layer_inputs"] == "propagate"
         layers = self.ctx.layers
-        return {s: [units.file_identity(os.path.join(layers, s, "model.onnx")),
+        return {s: [units.file_identity(os.path.join(layers, s, layout.MODEL_FILE)),
                     units.file_identity(os.path.join(layers, s, layout.LAYER_INPUTS_FILE)) if propagate else None]
                 for s in self.unit_slugs(wildcards)}
 
@@ -536,7 +536,7 @@ class RunInputs:
         for s in self.unit_slugs(wildcards):
             d = os.path.join(self.ctx.layers, s)
             tokens = [timeout_rerun_token(os.path.join(d, f), self.ctx.config["timeout_s"])
-                      for f in (layout.LAYER_REFERENCE_FILE, "import.json")]
+                      for f in (layout.LAYER_REFERENCE_FILE, layout.IMPORT_FILE)]
             if any(tokens):
                 out[s] = tokens
         return out
@@ -591,7 +591,7 @@ class RunInputs:
             if any(tokens):
                 out[s] = tokens
         for b in self.unit_batches(wildcards) or []:
-            token = timeout_rerun_token(os.path.join(self.ctx.batches, wildcards.executor, b["id"], batch_compile.BATCH_FILE),
+            token = timeout_rerun_token(os.path.join(self.ctx.batches, wildcards.executor, b["id"], layout.BATCH_FILE),
                                         timeout_s)
             if token:
                 out[b["id"]] = token
@@ -743,8 +743,8 @@ class RunInputs:
         for b in self.full_plan(whole=True).get("compile_batches") or []:
             if b["id"] == part.get("compile_batch") and b["executor"] == part["executor"] and not b.get("kept"):
                 d = os.path.join(self.ctx.part_batches, b["executor"], b["id"])
-                inputs.update(batch_module=os.path.join(d, batch_compile.MODULE_FILE),
-                              batch_info=os.path.join(d, batch_compile.BATCH_FILE))
+                inputs.update(batch_module=os.path.join(d, layout.MODULE_FILE),
+                              batch_info=os.path.join(d, layout.BATCH_FILE))
         return inputs
 
     def partition_batch(self, wildcards) -> str | None:
@@ -792,7 +792,7 @@ class RunInputs:
         plan = self.full_plan(whole=True)
         if plan.get("module"):
             return []
-        return [os.path.join(self.ctx.part_batches, b["executor"], b["id"], batch_compile.MODULE_FILE)
+        return [os.path.join(self.ctx.part_batches, b["executor"], b["id"], layout.MODULE_FILE)
                 for b in plan.get("compile_batches") or [] if not b.get("kept")]
 
     def assignment_digest(self, wildcards) -> str:

@@ -25,7 +25,7 @@ from html import escape
 from pathlib import Path
 from typing import Mapping
 
-from ..core.layout import work_dir
+from ..core.layout import MANIFEST_FILE, work_dir
 from ..core.lazy import resources
 from ..core.statuses import DISPLAY_STATUSES, HTML_COLORS, SEVERITY, worst
 from .cells import cell_status, executor_colors, executor_names
@@ -56,7 +56,7 @@ def find_manifest(report_path: str | Path, report: Mapping) -> Path | None:
         dirs.append(work_dir(str(report["model_name"])))
     for d in dirs:
         if isinstance(d, str) and d:
-            path = base / d / "layers" / "manifest.json"
+            path = base / d / "layers" / MANIFEST_FILE
             if path.is_file():
                 return path
     return None

@@ -12,7 +12,8 @@ from ...core.tools import ToolNotFoundError, run_tool, tool_version
 from ..base import Backend, CompiledArtifact, RunWideOption, StageError, check_inputs, raise_for_tool_failure
 from ..iree_tools import compile_mlir_module
 from .tensors import read_output_bin, write_input_bin
-from .toolchain import FORCING_FLAGS, FUNCTION, MODULE_FILE, _hw_flags, _parse_options, find_torq_tool
+from ...core.layout import MODULE_FILE
+from .toolchain import FORCING_FLAGS, FUNCTION, _hw_flags, _parse_options, find_torq_tool
 from .whole_model import TorqWholeModel
 
 if TYPE_CHECKING:  # pragma: no cover

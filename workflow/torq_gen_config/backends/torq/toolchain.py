@@ -37,7 +37,6 @@ TOOLS: dict[str, tuple[str, str]] = {
 NATIVE_HOST_HW_TYPES = ("sim", "aws_fpga")
 
 FUNCTION = "main"
-MODULE_FILE = "module.vmfb"
 
 _OPTIONS = {
     "executor": str,

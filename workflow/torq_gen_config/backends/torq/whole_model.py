@@ -33,7 +33,8 @@ from ...mlir.importer import layer_location
 from ..base import CompiledArtifact, StageError, raise_for_tool_failure
 from ..iree_tools import parse_mlir_signature
 from ..whole_model import WholeModel
-from .toolchain import MODULE_FILE, _parse_options, full_model_compile_argv
+from ...core.layout import MODULE_FILE, PARTITION_RUN_DIR
+from .toolchain import _parse_options, full_model_compile_argv
 
 __all__ = ["TORQ_PARTITION", "TORQ_MAP_FILE", "TorqWholeModel", "torq_options", "mlir_function"]
 
@@ -352,7 +353,7 @@ class TorqWholeModel(WholeModel):
                                     info={"function": info.get("function"), "signature": info.get("signature")})
         return backend.run(artifact, inputs={n: inputs[n] for n in partition["inputs"]},
                            input_names=partition["inputs"], output_names=partition["outputs"],
-                           work_dir=str(pdir / "run"), timeout_s=timeout_s, log_path=log_path)
+                           work_dir=str(pdir / PARTITION_RUN_DIR), timeout_s=timeout_s, log_path=log_path)
 
     def result_fields(self, plan: Mapping, compiled: Mapping) -> dict:
         """``{"torq": {"executor_map", "num_map_entries", "executors", "compile_argv"}}``."""

@@ -16,11 +16,11 @@ from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import RunStopped
 from ...core.job_support import records_failure
 from ...core.keep_work import restore
-from ...core.layout import LAYER_REFERENCE_FILE, mark_outdated
+from ...core.layout import BATCH_FILE, IMPORT_FILE, LAYER_REFERENCE_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE, QUANTIZED_MODEL_FILE, RESULT_FILE, mark_outdated
 from ...compare import shown_status
 from ...core.logs import append_record, append_to_shared_log, fold_log
 from ...core.progress import job_verdict
-from ...discovery.batch_compile import ALONE, BATCH_FILE, BATCH_SCHEMA, MODULE_FILE, compile_batch
+from ...discovery.batch_compile import ALONE, BATCH_SCHEMA, compile_batch
 from ...discovery.layer_test import error_result, one_line_summary, run_layer_test, skipped_result
 from .markers import (
     SKIPPED_MARKER,
@@ -213,13 +213,13 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     by_slug = {m["slug"]: m for m in members}
     for b in batches or []:
         bdir = os.path.join(batches_dir, name, b["id"])
-        paths = {"module": os.path.join(bdir, "module.vmfb"), "info": os.path.join(bdir, "batch.json")}
+        paths = {"module": os.path.join(bdir, MODULE_FILE), "info": os.path.join(bdir, BATCH_FILE)}
         for slug in b["members"]:
             batch_of[slug] = paths
         if wanted is not None and not wanted.intersection(b["members"]):
             continue
-        full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": os.path.join(layers_dir, s, "model.mlir"),
-                 "import_status": os.path.join(layers_dir, s, "import.json")} for s in b["members"]]
+        full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": os.path.join(layers_dir, s, MLIR_FILE),
+                 "import_status": os.path.join(layers_dir, s, IMPORT_FILE)} for s in b["members"]]
         def batch_key(full=full) -> str:
             return make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
                             [p for m in full for p in (m["mlir"], m["import_status"])])
@@ -246,14 +246,14 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
-        result = os.path.join(d, name, "result.json")
+        result = os.path.join(d, name, RESULT_FILE)
         layer_log = os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log")
         if wanted is not None and slug not in wanted:
             continue
         model = os.path.join(d, _model_name(quantized))
-        mlir = os.path.join(d, "model.mlir") if needs_mlir else None
-        status = os.path.join(d, "import.json") if needs_mlir else None
-        earlier_results = [os.path.join(d, e, "result.json") for e in earlier] if skip_mode else []
+        mlir = os.path.join(d, MLIR_FILE) if needs_mlir else None
+        status = os.path.join(d, IMPORT_FILE) if needs_mlir else None
+        earlier_results = [os.path.join(d, e, RESULT_FILE) for e in earlier] if skip_mode else []
         batch = batch_of.get(slug)
         key = make_key({"executor": executor, "timing": timing, "precision": precision, "batch": bool(batch)},
                        [model, os.path.join(d, LAYER_REFERENCE_FILE), mlir, status])
@@ -306,7 +306,7 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
 
 def _model_name(quantized: bool) -> str:
     """The file of a layer's tests (and of its MLIR import): its quantized model or its own."""
-    return "quantized.onnx" if quantized else "model.onnx"
+    return QUANTIZED_MODEL_FILE if quantized else MODEL_FILE
 
 
 def restore_mlir(mlir: str | None, model: str, timeout_s: float) -> bool:

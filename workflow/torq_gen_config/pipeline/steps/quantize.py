@@ -10,7 +10,7 @@ from pathlib import Path
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
-from ...core.layout import mark_outdated
+from ...core.layout import QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE, mark_outdated
 from ...core.lazy import onnx
 from ...core.logs import append_record
 from ...core.limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
@@ -149,8 +149,8 @@ def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: s
 def quantize_failure(layer_onnx: str) -> str | None:
     """The reason a layer could not be quantized (``quantize.json`` next to its
     quantized model says ``status: error``), or None."""
-    p = Path(layer_onnx).parent / "quantize.json"
-    if Path(layer_onnx).name != "quantized.onnx" or not p.exists():
+    p = Path(layer_onnx).parent / QUANTIZE_INFO_FILE
+    if Path(layer_onnx).name != QUANTIZED_MODEL_FILE or not p.exists():
         return None
     q = read_json(str(p), "layer quantization info")
     return q.get("message") or "quantization failed" if q.get("status") == "error" else None

@@ -14,7 +14,7 @@ from ...core.errors import DamagedWorkFile
 from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
-from ...core.layout import LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, VALUES_DIR, mark_outdated
+from ...core.layout import IMPORT_FILE, LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, MLIR_FILE, MODEL_FILE, QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE, VALUES_DIR, mark_outdated
 from ...core.logs import append_record, fold_log
 from ...core.progress import job_verdict
 from ...core.statuses import NOT_TESTED
@@ -155,7 +155,7 @@ def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: floa
 
 
 #: the per-layer files of a prepared layer (their identities are in the unit's record)
-PREPARED_LAYER_FILES = ("quantized.onnx", LAYER_REFERENCE_FILE, "model.mlir", "import.json")
+PREPARED_LAYER_FILES = (QUANTIZED_MODEL_FILE, LAYER_REFERENCE_FILE, MLIR_FILE, IMPORT_FILE)
 
 
 def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_dir: str, prepared: str,
@@ -205,9 +205,9 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
         d = os.path.join(layers_dir, slug)
         redone: list[str] = []
         try:
-            model = os.path.join(d, "model.onnx")
+            model = os.path.join(d, MODEL_FILE)
             if quantize is not None:
-                quantized, qinfo = os.path.join(d, "quantized.onnx"), os.path.join(d, "quantize.json")
+                quantized, qinfo = os.path.join(d, QUANTIZED_MODEL_FILE), os.path.join(d, QUANTIZE_INFO_FILE)
                 key = make_key({"quantize": quantize}, [model, ranges, full_quant_info])
                 if force or not is_current(qinfo, key, quantized, keys=keys):
                     drop_key(qinfo, keys)
@@ -234,7 +234,7 @@ def prepare_unit_job(*, unit: str, members: list[dict], layers_dir: str, logs_di
                 redone.append("reference")
                 _fold_if_ok(log, reference, unit_log, f"{slug}: reference")
             if import_mlir:
-                mlir, status = os.path.join(d, "model.mlir"), os.path.join(d, "import.json")
+                mlir, status = os.path.join(d, MLIR_FILE), os.path.join(d, IMPORT_FILE)
                 external = parameters == "external"  # in the key only then: inline keeps the old keys
                 key = make_key({"precision": precision, **({"parameters": parameters} if external else {})}, [model])
                 if force or timed_out_under_smaller(status, timeout_s) or not is_current(status, key, mlir, keys=keys):
