@@ -43,13 +43,10 @@ from ..core.layout import (
     CASE_MODEL_FILE,
     FULL_DIR,
     FULL_MLIR_FILE,
-    LAYERS_DIR,
     LOCATIONS_FILE,
-    MANIFEST_FILE,
     OUTDATED_MARKER,
     PLAN_FILE,
     PREPARED_MODEL_FILE,
-    QUANTIZED_MODEL_FILE,
     REFERENCE_FILE,
     RESULT_FILE,
     clear_outdated,
@@ -499,9 +496,10 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
         raise ConfigError(f"--reduce reduces a chain of partitions; this run is one whole-model compile "
                           f"({plan.get('mode')}): reduce it with --subgraph-from/--subgraph-to by hand")
     prepared = plan["prepared_model"]
-    # plans written before the manifest was recorded: the split's, or the quantized model's
-    manifest_path = plan.get("manifest") or str(Path(prepared).parent / (
-        MANIFEST_FILE if Path(prepared).name == QUANTIZED_MODEL_FILE else f"{LAYERS_DIR}/{MANIFEST_FILE}"))
+    manifest_path = plan.get("manifest")
+    if not manifest_path:
+        raise ConfigError(f"{full / PLAN_FILE} names no layer manifest (an older version wrote it): run the same "
+                          "`torq-gen-config run` again, then --reduce")
     name = layout["name"]
     target = outcome_of(section)
     print(f"--reduce: searching for the smallest subgraph that fails like this: {target.summary}", file=sys.stderr)

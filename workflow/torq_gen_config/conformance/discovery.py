@@ -17,7 +17,7 @@ from ..backends.base import CompiledArtifact
 from ..backends.iree_tools import parse_mlir_signature
 from ..core import layout
 from ..core.tools import first_error_line, run_tool
-from ..core.layout import MANIFEST_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE, RESULT_FILE
+from ..core.layout import LayerFolder, WorkDir
 
 #: source folders whose frames a refusal message names (this package and the rules)
 _OWN_CODE = (str(workflow_files.PACKAGE_DIR), str(workflow_files.root()))
@@ -121,7 +121,7 @@ class Discovery:
 
     def result(self, layer: dict, executor: str) -> dict | None:
         """The layer's verdict file for ``executor`` (``result.json``), or None."""
-        res = self.layers_dir / layer["slug"] / executor / RESULT_FILE
+        res = LayerFolder(self.layers_dir / layer["slug"]).executor(executor).result
         return json.loads(res.read_text()) if res.is_file() else None
 
 
@@ -140,9 +140,9 @@ def read_discovery(out: Path) -> Discovery:
     if not reports:
         raise FileNotFoundError(f"no report JSON in {out}")
     name = reports[0].name[len(layout.REPORT_PREFIX):-len(".json")]
-    layers_dir = Path(out) / layout.work_dir(name) / layout.LAYERS_DIR
+    work = WorkDir.of(out, name)
     return Discovery(name=name, report=json.loads(reports[0].read_text()),
-                     manifest=json.loads((layers_dir / MANIFEST_FILE).read_text()), layers_dir=layers_dir)
+                     manifest=json.loads(work.manifest.read_text()), layers_dir=work.layers)
 
 
 def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, meta: dict, work: Path,
@@ -155,14 +155,14 @@ def rerun_executor(executor: dict, layer_dir: Path, name: str, inputs: dict, met
         FileNotFoundError: the layer has no compiled module; the backend's own errors.
     """
     backend = backends.make_backend(executor)
+    layer = LayerFolder(layer_dir)
     if backend.needs_mlir:
-        module = layer_dir / name / MODULE_FILE
+        module = layer.executor(name).module
         if not module.is_file():
             raise FileNotFoundError(f"no compiled module {module}")
-        art = CompiledArtifact(path=str(module), compile_ms=None,
-                               info={"signature": parse_mlir_signature(layer_dir / MLIR_FILE)})
+        art = CompiledArtifact(path=str(module), compile_ms=None, info={"signature": parse_mlir_signature(layer.mlir)})
     else:
-        art = CompiledArtifact(path=None, compile_ms=None, info={"onnx_path": str(layer_dir / MODEL_FILE)})
+        art = CompiledArtifact(path=None, compile_ms=None, info={"onnx_path": str(layer.model)})
     outs, _ = backend.run(art, inputs=inputs, input_names=meta["input_names"], output_names=meta["output_names"],
                           work_dir=str(work), timeout_s=timeout_s, log_path=None)
     return outs

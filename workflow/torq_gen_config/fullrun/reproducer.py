@@ -17,7 +17,7 @@ from ..core.external_data import self_contained_bytes
 from ..core.lazy import np
 from ..mlir.importer import write_with_weights
 from .reduce import Outcome, Reducer
-from ..core.layout import CASE_INPUTS_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE, RESULT_FILE
+from ..core.layout import CASE_INPUTS_FILE, MODEL_FILE, MODULE_FILE, PARTITIONS_DIR, RESULT_FILE, PartitionFolder
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:
     """Write the data of the reproducer folder: ``model.onnx`` (the nodes found),
@@ -125,7 +125,7 @@ def raw_commands(reducer: Reducer, found: Mapping, out_dir: Path) -> list[str]:
     failure = result.get("failure") or {}
     pid = failure.get("pid")
     if result.get("status") == "error" and pid and failure.get("stage") in ("compile", "timeout", "crash"):
-        mlir = reducer.work / "partitions" / pid / MLIR_FILE
+        mlir = PartitionFolder(reducer.work / PARTITIONS_DIR / pid).mlir
         ex = reducer.executors.get(failure.get("executor") or "")
         if mlir.is_file() and ex:
             try:

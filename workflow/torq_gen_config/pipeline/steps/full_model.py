@@ -15,7 +15,7 @@ from ...backends import capabilities
 from ...backends.parameters import describe, resolve_from
 from ...core.errors import ReportError
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
-from ...core.layout import BATCH_FILE, COMPILED_FILE, MODULE_FILE, RUN_OUTPUTS_FILE
+from ...core.layout import BATCH_FILE, MODULE_FILE, RUN_OUTPUTS_FILE, PartitionFolder
 from ...core.lazy import onnx
 from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
 from ...core.weight_store import FOLDED_RUN_FILE, STORE_FILE
@@ -322,7 +322,7 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
     compiled = {}
     # module mode: the module only (the chain is compiled when the module fails or differs)
     for part in [p["module"]] if p.get("mode") == MODULE_MODE else p["partitions"]:
-        f = parts_dir / part["pid"] / COMPILED_FILE
+        f = PartitionFolder(parts_dir / part["pid"]).compiled
         if f.is_file():
             compiled[part["pid"]] = read_json(f, "compile result")
             # --keep-work minimal removed the module, or its --debug-ir folder is gone: compiled again
@@ -362,7 +362,7 @@ def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict
     fallback partitions are compiled here, one at a time, when the module fails or
     differs (a partition compiled by an earlier run is reused)."""
     def compile_one(part: dict) -> dict:
-        f = parts_dir / part["pid"] / COMPILED_FILE
+        f = PartitionFolder(parts_dir / part["pid"]).compiled
         if f.is_file():
             c = read_json(f, "compile result")
             if c.get("status") == "ok" and not c.get("compile_batch") and not _module_gone(c, f.parent):

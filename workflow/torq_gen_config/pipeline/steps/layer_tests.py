@@ -16,7 +16,8 @@ from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import RunStopped
 from ...core.job_support import records_failure
 from ...core.keep_work import restore
-from ...core.layout import BATCH_FILE, IMPORT_FILE, LAYER_REFERENCE_FILE, MLIR_FILE, MODEL_FILE, MODULE_FILE, QUANTIZED_MODEL_FILE, RESULT_FILE, mark_outdated
+from ...core.layout import (BATCH_FILE, LAYER_REFERENCE_FILE, MODEL_FILE, MODULE_FILE, QUANTIZED_MODEL_FILE, LayerFolder,
+                             mark_outdated)
 from ...compare import shown_status
 from ...core.logs import append_record, append_to_shared_log, fold_log
 from ...core.progress import job_verdict
@@ -218,8 +219,8 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
             batch_of[slug] = paths
         if wanted is not None and not wanted.intersection(b["members"]):
             continue
-        full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": os.path.join(layers_dir, s, MLIR_FILE),
-                 "import_status": os.path.join(layers_dir, s, IMPORT_FILE)} for s in b["members"]]
+        full = [{"slug": s, "layer_id": by_slug[s]["layer_id"], "mlir": str(LayerFolder(Path(layers_dir, s)).mlir),
+                 "import_status": str(LayerFolder(Path(layers_dir, s)).imported)} for s in b["members"]]
         def batch_key(full=full) -> str:
             return make_key({"executor": executor, "members": [[m["slug"], m["layer_id"]] for m in full]},
                             [p for m in full for p in (m["mlir"], m["import_status"])])
@@ -246,17 +247,18 @@ def test_unit_job(*, unit: str, members: list[dict], executor: dict, layers_dir:
     for m in members:
         slug = m["slug"]
         d = os.path.join(layers_dir, slug)
-        result = os.path.join(d, name, RESULT_FILE)
+        folder = LayerFolder(Path(d))
+        result = str(folder.executor(name).result)
         layer_log = os.path.join(logs_dir, "test_layer", f"{slug}.{name}.log")
         if wanted is not None and slug not in wanted:
             continue
         model = os.path.join(d, _model_name(quantized))
-        mlir = os.path.join(d, MLIR_FILE) if needs_mlir else None
-        status = os.path.join(d, IMPORT_FILE) if needs_mlir else None
-        earlier_results = [os.path.join(d, e, RESULT_FILE) for e in earlier] if skip_mode else []
+        mlir = str(folder.mlir) if needs_mlir else None
+        status = str(folder.imported) if needs_mlir else None
+        earlier_results = [str(folder.executor(e).result) for e in earlier] if skip_mode else []
         batch = batch_of.get(slug)
         key = make_key({"executor": executor, "timing": timing, "precision": precision, "batch": bool(batch)},
-                       [model, os.path.join(d, LAYER_REFERENCE_FILE), mlir, status])
+                       [model, str(folder.reference), mlir, status])
         due = ((not skip_mode and was_skipped(os.path.dirname(result)))
                or timed_out_under_smaller(result, timeout_s)
                or (skip_mode and newer_than(earlier_results, result)))
