@@ -17,7 +17,6 @@ import re
 import threading
 import traceback
 from pathlib import Path
-from typing import Any
 
 from .. import backends
 from ..backends.base import StageError
@@ -111,156 +110,204 @@ def run_layer_test(*, layer: dict, executor: dict, layer_onnx: str, reference_np
         failing layer: every failure becomes an ``error`` verdict.
     """
     Path(work_dir).mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {
-        "schema": RESULT_SCHEMA,
-        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
-        "executor": executor["name"], "backend": executor["backend"],
-        "status": None, "tolerance_used": dict(tolerance), "metrics": None, "failure_report": None,
-        "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
-    }
-
-    def reference_failed(executor_summary: str, executor_message: str) -> dict:
-        """Unverified: the reference failed on these inputs, and the executor failed at
-        run time on them too; the reference's message comes first."""
-        ref = meta.get("message") or "the reference failed"
-        second_ok = (meta.get("second") or {}).get("status") == "ok"
-        note = (" (the other reference engine ran on the same inputs, so they may be valid: see reference_check)"
-                if second_ok else "")
-        result["status"] = "unverified"
-        result["failure_report"] = {
-            "type": "reference_error", "stage": "reference", "during": "run",
-            "summary": f"the reference failed on these inputs: {first_error_line(ref)}; {executor_summary}{note}"[
-                :SUMMARY_LIMIT],
-            "message": bounded_message(f"{ref}\n\n{executor_summary}{note}\n{executor_message}", MESSAGE_LIMIT),
-        }
-        return _finish(result, result_path, log_path)
-
-    def fail(stage: str, message: str, during: str | None = None) -> dict:
-        (Path(work_dir) / EXECUTOR_OUTPUTS_FILE).unlink(missing_ok=True)  # an earlier verdict's
-        result["status"] = "error"
-        result["failure_report"] = {
-            "type": "error", "stage": stage, "during": during,
-            "summary": f"{stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
-            "message": bounded_message(message, MESSAGE_LIMIT),
-        }
-        return _finish(result, result_path, log_path)
-
+    verdict = _Verdict(new_result(layer, executor, tolerance), result_path=result_path, log_path=log_path,
+                       work_dir=work_dir)
     inputs, ref_outputs, meta = load_reference(reference_npz)
-    second = meta.get("second") or {}
+    verdict.meta = meta
     # the outputs the verdict rests on: the primary's, the spec in float64 where the engines
     # disagree, the spec's where ONNX Runtime failed, or none
-    primary_outputs = ref_outputs
-    used, ref_outputs, fallback = judged_reference(meta, ref_outputs)
-    result["reference"] = {"status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
-                           "engine_version": meta.get("engine_version"), "ort_version": meta.get("ort_version"),
-                           "used": used, "fallback": fallback, "layer_inputs": meta.get("layer_inputs"),
-                           "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message",
-                                                                 "outputs_kept")}}
+    used, judged_outputs, fallback = judged_reference(meta, ref_outputs)
+    verdict.record_reference(used, fallback)
     if meta.get("inputs_missing"):  # nothing to run the executor on; not its fault
-        result["status"] = "unverified"
-        result["failure_report"] = {"type": "reference_error", "stage": "reference", "during": None,
-                                    "summary": first_error_line(meta.get("message") or "")[:SUMMARY_LIMIT],
-                                    "message": bounded_message(meta.get("message") or "", MESSAGE_LIMIT)}
-        return _finish(result, result_path, log_path)
+        reason = meta.get("message") or ""
+        return verdict.unverified(first_error_line(reason), reason)
     try:
         backend = backends.make_backend(executor)
     except Exception as e:
-        return fail("compile", f"backend {executor['backend']!r} is not available: {e}")
-    result["tool"] = _safe_describe(backend, min(float(timeout_s), 60.0))
-
+        return verdict.error("compile", f"backend {executor['backend']!r} is not available: {e}")
+    verdict.result["tool"] = _safe_describe(backend, min(float(timeout_s), 60.0))
     if backend.needs_mlir:
         st = json.loads(Path(import_status).read_text()) if import_status else {"status": "ok"}
         if st.get("status") != "ok":
             stage = st.get("stage") or "import"
-            return fail(stage, st.get("message") or "MLIR import failed", "import" if stage != "import" else None)
-    artifact = None
-    if batch:
-        artifact, result["timing"]["compile_batch"] = member_artifact(batch["info"], batch["module"], layer["slug"],
-                                                                      layer_mlir)
+            return verdict.error(stage, st.get("message") or "MLIR import failed",
+                                 "import" if stage != "import" else None)
     try:
-        if artifact is not None:  # compiled in its batch: run its function
-            try:
-                outputs, run_ms = backend.run(artifact, inputs=inputs, input_names=meta["input_names"],
-                                              output_names=meta["output_names"], work_dir=work_dir,
-                                              timeout_s=timeout_s, log_path=log_path)
-            except StageError as e:
-                if e.stage not in ("run", "crash"):  # a timeout is not waited for twice
-                    e.compile_ms = artifact.compile_ms
-                    raise
-                # the runtime's message names the batch's function and module layout: a
-                # one-layer compile gives the verdict and message that compile_batch 1 gives
-                result["timing"]["compile_batch"] = {
-                    "id": result["timing"]["compile_batch"]["id"],
-                    "compiled_alone": f"its run from the batch's module failed ({e.stage}); compiled alone for the "
-                                      "one-layer verdict"}
-                artifact = None
-        if artifact is None:
-            artifact, outputs, run_ms = backend.compile_and_run(
-                onnx_path=layer_onnx, mlir_path=layer_mlir, inputs=inputs, input_names=meta["input_names"],
-                output_names=meta["output_names"], work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
-        result["timing"]["compile_ms"] = _round(artifact.compile_ms)
-        result["timing"]["run_ms"] = _round(run_ms)
+        artifact, outputs = _compile_and_run(verdict.result, backend, layer=layer, layer_onnx=layer_onnx,
+                                             layer_mlir=layer_mlir, batch=batch, inputs=inputs, meta=meta,
+                                             work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
     except StageError as e:
         if getattr(e, "compile_ms", None) is not None:  # compiled, then the run failed
-            result["timing"]["compile_ms"] = _round(e.compile_ms)
+            verdict.result["timing"]["compile_ms"] = _round(e.compile_ms)
         during = getattr(e, "during", None)
         at_run = e.stage == "run" or (e.stage in ("timeout", "crash") and during == "run")
         if at_run and used is None:
             # no reference ran on these inputs: not the executor's fault (where the spec
             # ran, the inputs are valid and a run failure is the executor's)
-            return reference_failed(f"the executor failed too at run time ({e.stage}): {first_error_line(e.message)}",
-                                    e.message)
-        return fail(e.stage, e.message, during)
+            return verdict.reference_failed(
+                f"the executor failed too at run time ({e.stage}): {first_error_line(e.message)}", e.message)
+        return verdict.error(e.stage, e.message, during)
     except Exception as e:  # a backend bug must not stop the other layers
-        return fail("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-
-    def measure() -> None:
-        if timing:
-            _measure_runtime(result, backend, artifact, inputs, meta, work_dir=work_dir, timing=timing,
-                             timeout_s=timeout_s, log_path=log_path)
+        return verdict.error("run", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
 
     layer_model = _load_model(layer_onnx)
-    # the second opinion: the same outputs against the other reference engine (against the
-    # configured one where the spec in float64 settled a dispute); none when the verdict
-    # rests on that engine (the fallback), which would only repeat the verdict
+    _second_opinion(verdict.result, layer_model, outputs, meta, used=used, primary_outputs=ref_outputs)
+    if used is None:
+        reason = meta.get("message") or ""
+        verdict.unverified(f"ran, but the reference failed: {first_error_line(reason)}", reason, finish=False)
+    else:
+        try:
+            # outputs a DequantizeLinear writes (a quantized layer) are compared as their
+            # int8 levels: one quantization step is their resolution (docs/comparison.md)
+            if layer_model is None:
+                raise ValueError(f"cannot read the layer model {layer_onnx}")
+            status, summary, metrics = judge(outputs, judged_outputs, meta["output_names"], tolerance,
+                                             model=layer_model)
+        except Exception as e:
+            return verdict.error("compare", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        verdict.compared(status, summary, metrics)
+    if timing:
+        _measure_runtime(verdict.result, backend, artifact, inputs, meta, work_dir=work_dir, timing=timing,
+                         timeout_s=timeout_s, log_path=log_path)
+    _keep_outputs(verdict.result, outputs, work_dir, keep_outputs)
+    return verdict.finish()
+
+
+def new_result(layer: dict, executor: dict, tolerance: dict | None) -> dict:
+    """The skeleton of a (layer, executor) verdict record (``result.json``, schema
+    ``layer_result.schema.yaml``): no status yet, no metrics, no failure."""
+    return {
+        "schema": RESULT_SCHEMA,
+        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
+        "executor": executor["name"], "backend": executor["backend"],
+        "status": None, "tolerance_used": dict(tolerance) if tolerance is not None else None, "metrics": None,
+        "failure_report": None, "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
+    }
+
+
+def failure_record(kind: str, summary: str, message: str | None, *, stage: str | None = None,
+                   during: str | None = None) -> dict:
+    """A verdict's ``failure_report``: ``kind`` ``error`` (a stage failed), ``accuracy_failure``
+    (compared, over tolerance), ``reference_error`` (no reference to judge by) or ``skipped``;
+    the summary cut to SUMMARY_CHARS, the message bounded to MESSAGE_CHARS (head and tail)."""
+    return {"type": kind, "stage": stage, "during": during, "summary": summary[:SUMMARY_LIMIT],
+            "message": bounded_message(message, MESSAGE_LIMIT) if message is not None else None}
+
+
+class _Verdict:
+    """The verdict of one :func:`run_layer_test` as it is built: each outcome sets the
+    status and the failure record, and :meth:`finish` writes the result file."""
+
+    def __init__(self, result: dict, *, result_path: str, log_path: str | None, work_dir: str):
+        self.result, self.result_path, self.log_path, self.work_dir = result, result_path, log_path, work_dir
+        self.meta: dict = {}
+
+    def record_reference(self, used: str | None, fallback: str | None) -> None:
+        """``result["reference"]``: the layer reference's engines, statuses and the one judged against."""
+        meta, second = self.meta, self.meta.get("second") or {}
+        self.result["reference"] = {
+            "status": meta["status"], "message": meta.get("message"), "engine": meta.get("engine"),
+            "engine_version": meta.get("engine_version"), "ort_version": meta.get("ort_version"),
+            "used": used, "fallback": fallback, "layer_inputs": meta.get("layer_inputs"),
+            "second": {k: second.get(k) for k in ("engine", "engine_version", "status", "message", "outputs_kept")}}
+
+    def error(self, stage: str, message: str, during: str | None = None) -> dict:
+        """``error`` at ``stage``: written now (an earlier verdict's outputs removed)."""
+        (Path(self.work_dir) / EXECUTOR_OUTPUTS_FILE).unlink(missing_ok=True)
+        self.result["status"] = "error"
+        self.result["failure_report"] = failure_record("error", f"{stage} failed: {first_error_line(message)}",
+                                                       message, stage=stage, during=during)
+        return self.finish()
+
+    def unverified(self, summary: str, message: str, *, finish: bool = True) -> dict:
+        """``unverified``: no reference computed the layer (the executor may have run)."""
+        self.result["status"] = "unverified"
+        self.result["failure_report"] = failure_record("reference_error", summary, message, stage="reference")
+        return self.finish() if finish else self.result
+
+    def reference_failed(self, executor_summary: str, executor_message: str) -> dict:
+        """``unverified``: the reference failed on these inputs, and the executor failed at
+        run time on them too; the reference's message comes first."""
+        ref = self.meta.get("message") or "the reference failed"
+        note = (" (the other reference engine ran on the same inputs, so they may be valid: see reference_check)"
+                if (self.meta.get("second") or {}).get("status") == "ok" else "")
+        self.result["status"] = "unverified"
+        self.result["failure_report"] = failure_record(
+            "reference_error", f"the reference failed on these inputs: {first_error_line(ref)}; {executor_summary}{note}",
+            f"{ref}\n\n{executor_summary}{note}\n{executor_message}", stage="reference", during="run")
+        return self.finish()
+
+    def compared(self, status: str, summary: str, metrics: dict) -> None:
+        """The comparison's verdict and metrics (an ``accuracy_failure`` record unless a success)."""
+        self.result.update(metrics=metrics, status=status)
+        if status != "success":
+            self.result["failure_report"] = failure_record("accuracy_failure", summary, summary)
+
+    def finish(self) -> dict:
+        """Write the result file (the runtime's run files removed) and log the verdict."""
+        return _finish(self.result, self.result_path, self.log_path)
+
+
+def _compile_and_run(result: dict, backend, *, layer: dict, layer_onnx: str, layer_mlir: str | None,
+                     batch: dict | None, inputs: dict, meta: dict, work_dir: str, timeout_s: float,
+                     log_path: str | None) -> tuple:
+    """Compile and run the layer on ``backend`` (its function from the compile batch's
+    module when ``batch`` compiled it; compiled alone when that run fails or the batch left
+    it out); ``result["timing"]`` gets ``compile_ms``, ``run_ms`` (and ``compile_batch``).
+
+    Returns:
+        ``(artifact, outputs)``.
+
+    Raises:
+        StageError: from the backend (``compile_ms`` set on it when the compile went through).
+    """
+    artifact = None
+    if batch:
+        artifact, result["timing"]["compile_batch"] = member_artifact(batch["info"], batch["module"], layer["slug"],
+                                                                      layer_mlir)
+    if artifact is not None:  # compiled in its batch: run its function
+        try:
+            outputs, run_ms = backend.run(artifact, inputs=inputs, input_names=meta["input_names"],
+                                          output_names=meta["output_names"], work_dir=work_dir,
+                                          timeout_s=timeout_s, log_path=log_path)
+        except StageError as e:
+            if e.stage not in ("run", "crash"):  # a timeout is not waited for twice
+                e.compile_ms = artifact.compile_ms
+                raise
+            # the runtime's message names the batch's function and module layout: a
+            # one-layer compile gives the verdict and message that compile_batch 1 gives
+            result["timing"]["compile_batch"] = {
+                "id": result["timing"]["compile_batch"]["id"],
+                "compiled_alone": f"its run from the batch's module failed ({e.stage}); compiled alone for the "
+                                  "one-layer verdict"}
+            artifact = None
+    if artifact is None:
+        artifact, outputs, run_ms = backend.compile_and_run(
+            onnx_path=layer_onnx, mlir_path=layer_mlir, inputs=inputs, input_names=meta["input_names"],
+            output_names=meta["output_names"], work_dir=work_dir, timeout_s=timeout_s, log_path=log_path)
+    result["timing"]["compile_ms"] = _round(artifact.compile_ms)
+    result["timing"]["run_ms"] = _round(run_ms)
+    return artifact, outputs
+
+
+def _second_opinion(result: dict, layer_model, outputs: dict, meta: dict, *, used: str | None,
+                    primary_outputs: dict) -> None:
+    """``result["reference_check"]``: the executor's outputs against the other reference
+    engine (against the configured one where the spec in float64 settled a dispute); none
+    when the verdict rests on that engine (the fallback), which would only repeat the verdict."""
+    second = meta.get("second") or {}
     check_engine, check_outputs = second.get("engine"), meta.get("second_outputs") or {}
     if used == SPEC_FLOAT64:
         check_engine, check_outputs = meta.get("engine"), primary_outputs
-    if check_outputs and layer_model is not None and used != check_engine:
-        try:
-            check = compare_on_model(layer_model, outputs, check_outputs, meta["output_names"])
-        except Exception as e:  # a non-numeric output
-            check = None
-            result["reference_check_error"] = f"{type(e).__name__}: {e}"[:SUMMARY_LIMIT]
-        if check is not None:
-            result["reference_check"] = {"engine": check_engine, "metrics": check}
-    if used is None:
-        result["status"] = "unverified"
-        reason = meta.get("message") or ""
-        result["failure_report"] = {
-            "type": "reference_error", "stage": "reference", "during": None,
-            "summary": f"ran, but the reference failed: {first_error_line(reason)}"[:SUMMARY_LIMIT],
-            "message": bounded_message(reason, MESSAGE_LIMIT),
-        }
-        measure()
-        _keep_outputs(result, outputs, work_dir, keep_outputs)
-        return _finish(result, result_path, log_path)
+    if not check_outputs or layer_model is None or used == check_engine:
+        return
     try:
-        # outputs a DequantizeLinear writes (a quantized layer) are compared as their
-        # int8 levels: one quantization step is their resolution (docs/comparison.md)
-        if layer_model is None:
-            raise ValueError(f"cannot read the layer model {layer_onnx}")
-        status, summary, metrics = judge(outputs, ref_outputs, meta["output_names"], tolerance, model=layer_model)
-    except Exception as e:
-        return fail("compare", f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-    result["metrics"] = metrics
-    result["status"] = status
-    if status != "success":
-        result["failure_report"] = {"type": "accuracy_failure", "stage": None, "during": None,
-                                    "summary": summary[:SUMMARY_LIMIT], "message": summary}
-    measure()
-    _keep_outputs(result, outputs, work_dir, keep_outputs)
-    return _finish(result, result_path, log_path)
+        check = compare_on_model(layer_model, outputs, check_outputs, meta["output_names"])
+    except Exception as e:  # a non-numeric output
+        result["reference_check_error"] = f"{type(e).__name__}: {e}"[:SUMMARY_LIMIT]
+        return
+    if check is not None:
+        result["reference_check"] = {"engine": check_engine, "metrics": check}
 
 
 def _keep_outputs(result: dict, outputs: dict, work_dir: str, keep: bool) -> None:
@@ -312,16 +359,10 @@ def error_result(*, layer: dict, executor: dict, stage: str, message: str, resul
     """Write and return an ``error`` verdict found before compiling (stage ``quantize``:
     the layer could not be quantized, ``--quantize``) or outside the test itself (stage
     ``internal``: torq-gen-config failed on this layer; the message has the traceback)."""
-    result = {
-        "schema": RESULT_SCHEMA,
-        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
-        "executor": executor["name"], "backend": executor["backend"],
-        "status": "error", "tolerance_used": dict(tolerance), "metrics": None,
-        "failure_report": {"type": "error", "stage": stage, "during": None,
-                           "summary": f"{stage} failed: {first_error_line(message)}"[:SUMMARY_LIMIT],
-                           "message": bounded_message(message, MESSAGE_LIMIT)},
-        "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
-    }
+    result = new_result(layer, executor, tolerance)
+    result["status"] = "error"
+    result["failure_report"] = failure_record("error", f"{stage} failed: {first_error_line(message)}", message,
+                                              stage=stage)
     write_json(result_path, result, compact=True)
     return result
 
@@ -329,16 +370,10 @@ def error_result(*, layer: dict, executor: dict, stage: str, message: str, resul
 def skipped_result(*, layer: dict, executor: dict, by: str, result_path: str) -> dict:
     """Write and return the ``skipped`` result of an executor not tested because the
     higher-priority executor ``by`` already succeeded on the layer (skip mode)."""
-    result = {
-        "schema": RESULT_SCHEMA,
-        "layer_id": layer["layer_id"], "layer_slug": layer["slug"], "op_type": layer["op_type"],
-        "executor": executor["name"], "backend": executor["backend"],
-        "status": "skipped", "skipped_because": {"executor": by, "mode": "skip_mode"},
-        "tolerance_used": None, "metrics": None,
-        "failure_report": {"type": "skipped", "stage": None, "during": None,
-                           "summary": f"not tested: {by} already succeeded on this layer (skip mode)", "message": None},
-        "timing": {"compile_ms": None, "run_ms": None}, "reference": None,
-    }
+    result = new_result(layer, executor, None)
+    result.update(status="skipped", skipped_because={"executor": by, "mode": "skip_mode"})
+    result["failure_report"] = failure_record(
+        "skipped", f"not tested: {by} already succeeded on this layer (skip mode)", None)
     write_json(result_path, result, compact=True)
     return result
 
