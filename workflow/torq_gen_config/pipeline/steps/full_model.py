@@ -40,14 +40,17 @@ from ...fullrun.module_run import compile_module_partition, run_module_plan
 from ...reference import compute_reference
 from ...reference.model_inputs import load_input_data, load_model_inputs
 from .quantize import quantized_input_ranges
+from . import step
 
 
+@step
 def full_assignment(input, output, params, log) -> None:
     """Rule ``full_assignment``: assignment.json from the compiler JSON (input) and the
     report next to it (param ``report``, a path; param ``digest``: what it assigns)."""
     assignment_job(report=params.report, compiler=input.compiler, assignment=output.assignment, log=log[0])
 
 
+@step
 def plan_full_model(input, output, params, log) -> None:
     """Checkpoint ``plan_full_model``: plan.json and the partitions' side files.
     Params: ``executors``, ``compiler_options``, ``runtime_options``, ``compile_batch``,
@@ -56,10 +59,11 @@ def plan_full_model(input, output, params, log) -> None:
     plan_job(assignment=input.assignment, prepared=input.model, manifest=input.manifest,
              locations=input.locations, executors=params.executors, plan=output.plan,
              compiler_options=params.compiler_options, runtime_options=params.runtime_options,
-             full_mlir=input.mlir, compile_batch=params.compile_batch, timeout_s=params.timeout_s.value, log=log[0],
+             full_mlir=input.mlir, compile_batch=params.compile_batch, timeout_s=params.timeout_s, log=log[0],
              parameters=params.parameters, prepare_info=input.info, run_mode=params.run_mode)
 
 
+@step
 def compile_partition_batch(input, output, params, log, wildcards) -> None:
     """Rule ``compile_partition_batch``: the partitions of one compile batch (wildcards
     ``executor``, ``batch``) imported and compiled as one module. Params: ``executor``
@@ -67,10 +71,11 @@ def compile_partition_batch(input, output, params, log, wildcards) -> None:
     untracked ``timeout_s``, ``log_file``. Input ``models``: the members' ONNX models."""
     compile_partition_batch_job(executor=params.executor, members=params.members,
                                 partitions_dir=str(Path(input.models[0]).parent.parent),
-                                out_dir=os.path.dirname(output.module), timeout_s=params.timeout_s.value,
-                                log=log[0], log_file=params.log_file.value)
+                                out_dir=os.path.dirname(output.module), timeout_s=params.timeout_s,
+                                log=log[0], log_file=params.log_file)
 
 
+@step
 def compile_partition(input, output, params, log, wildcards) -> None:
     """Rule ``compile_partition``: one partition (wildcard ``pid``) compiled for its
     executor (param ``executor``), or taken from its compile batch (param ``batch``: its
@@ -81,10 +86,11 @@ def compile_partition(input, output, params, log, wildcards) -> None:
         d = batch_dir(Path(output.compiled).parent.parent.parent, params.executor["name"], params.batch)
         batch = {"module": str(d / MODULE_FILE), "info": str(d / BATCH_FILE)}
     compile_partition_job(pid=wildcards.pid, model=input.model, executor=params.executor,
-                          compiled=output.compiled, timeout_s=params.timeout_s.value, log=log[0],
-                          log_file=params.log_file.value, verbose=params.verbose.value, batch=batch)
+                          compiled=output.compiled, timeout_s=params.timeout_s, log=log[0],
+                          log_file=params.log_file, verbose=params.verbose, batch=batch)
 
 
+@step
 def full_reference(input, output, params, log) -> None:
     """Rule ``full_reference``: the whole model's reference outputs on the model's input
     values (or on ``run --input-data``). Params: ``inputs``, ``engine``, ``quantized``,
@@ -93,15 +99,16 @@ def full_reference(input, output, params, log) -> None:
                        input_settings=params.inputs, model_inputs=input.model_inputs,
                        run_data=input.run_data[0] if input.run_data else None,
                        quantized=params.quantized, engine=params.engine, optimized_check=params.optimized_check,
-                       timeout_s=params.timeout_s.value, log=log[0])
+                       timeout_s=params.timeout_s, log=log[0])
 
 
+@step
 def run_full_model(input, output, params, log) -> None:
     """Rule ``run_full_model``: result.json of the whole-model run; untracked
     ``tolerance``, ``timeout_s``, ``log_file``, ``verbose``."""
     run_full_model_job(plan=input.plan, reference=input.reference, result=output.result,
-                       tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
-                       log=log[0], log_file=params.log_file.value, verbose=params.verbose.value)
+                       tolerance=params.tolerance, timeout_s=params.timeout_s,
+                       log=log[0], log_file=params.log_file, verbose=params.verbose)
 
 
 # ---- job bodies

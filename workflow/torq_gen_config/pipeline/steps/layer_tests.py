@@ -16,8 +16,7 @@ from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import RunStopped
 from ...core.job_support import records_failure
 from ...core.keep_work import restore
-from ...core.layout import (BATCH_FILE, LAYER_REFERENCE_FILE, MODEL_FILE, MODULE_FILE, QUANTIZED_MODEL_FILE, LayerFolder,
-                             mark_outdated)
+from ...core.layout import BATCH_FILE, LAYER_REFERENCE_FILE, MODEL_FILE, MODULE_FILE, QUANTIZED_MODEL_FILE, LayerFolder
 from ...compare import shown_status
 from ...core.logs import append_record, append_to_shared_log, fold_log
 from ...core.progress import job_verdict
@@ -35,6 +34,7 @@ from .split import import_layer_job
 from .units import (changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key,
                     unit_key_file)
 from .quantize import quantize_failure
+from . import step
 
 @records_failure
 def test_layer_job(*, layer: dict, executor: dict, layer_onnx: str, reference: str, mlir: str | None,
@@ -344,14 +344,15 @@ def _status_of(result: str) -> str | None:
 def _unit_params(input, params) -> dict:
     """The keyword arguments of :func:`test_unit_job` from a unit rule's params."""
     return dict(unit=params.unit, members=params.members, executor=params.executor,
-                layers_dir=params.layers_dir.value, logs_dir=params.logs_dir.value,
-                batches_dir=params.batches_dir.value, batches=params.batches, needs_mlir=params.needs_mlir,
+                layers_dir=params.layers_dir, logs_dir=params.logs_dir,
+                batches_dir=params.batches_dir, batches=params.batches, needs_mlir=params.needs_mlir,
                 quantized=params.precision.get("quantize") is not None, timing=params.timing,
-                precision=params.precision, tolerance=params.tolerance.value, timeout_s=params.timeout_s.value,
-                skip_mode=params.skip_mode.value, earlier=params.earlier.value, log_file=params.log_file.value,
-                verbose=params.verbose.value, force=params.force.value, keep_outputs=params.keep_outputs.value)
+                precision=params.precision, tolerance=params.tolerance, timeout_s=params.timeout_s,
+                skip_mode=params.skip_mode, earlier=params.earlier, log_file=params.log_file,
+                verbose=params.verbose, force=params.force, keep_outputs=params.keep_outputs)
 
 
+@step(feeds_report=True)
 def test_unit(input, output, params, log) -> None:
     """Rule ``test_unit``: the unit's ``<executor>.json`` (:func:`test_unit_job`).
     Params: ``unit``, ``members``, ``executor`` (effective), ``batches``, ``needs_mlir``,
@@ -360,19 +361,18 @@ def test_unit(input, output, params, log) -> None:
     batches' timeout records: their rerun tokens, steps.markers), ``outdated``;
     untracked ``tolerance``, ``timeout_s``, ``keep_outputs``, ``skip_mode``, ``earlier``, ``log_file``,
     ``verbose``, ``force`` and the directories."""
-    mark_outdated(params.outdated)
     test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared, drift=params.drift)
 
 
+@step(feeds_report=True)
 def test_layer(input, output, params, log) -> None:
     """Rule ``test_layer``: one layer's ``result.json`` asked for on its own (a
     re-target): its unit's compile batch compiled again if it is out of date, then
     this layer tested (:func:`test_unit_job` with ``only``). The unit's record gets
     the new entry (:func:`update_unit_record`), so the next run makes the report again."""
-    mark_outdated(params.outdated)
     slug = os.path.basename(os.path.dirname(os.path.dirname(output.result)))
     res = test_unit_job(**_unit_params(input, params), only=[slug], prepared=input.prepared)
-    update_unit_record(params.unit_record.value, res["members"])
+    update_unit_record(params.unit_record, res["members"])
 
 
 def update_unit_record(path: str, entries: list[dict]) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from ...core.fileio import atomic_write_bytes, atomic_write_text, write_bytes_if_changed, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, logs_failure, records_failure
-from ...core.layout import mark_outdated
 from ...core.lazy import onnx
 from ...core.logs import append_record
 from ...core.limits import DEFAULT_TIMEOUT_S, model_job_limit
@@ -27,6 +26,7 @@ from ...model.symbolic_dims import (DEFAULT_SOURCE, SHAPES_SOURCE, check_run_wit
 from ...precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 from ...reference.model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
 from ...reference.model_run import run_model_by_node, run_summary
+from . import step
 
 @records_failure
 def prepare_model_job(**kwargs) -> None:
@@ -253,23 +253,23 @@ def import_full_model_job(*, prepared: str, mlir: str, locations: str, weights: 
         print(f"warning: full-model MLIR import failed, layers get no mlir_location: {res['message'][:300]}", file=sys.stderr)
 
 
+@step(feeds_report=True)
 def prepare_model(input, output, params, log) -> None:
     """Rule ``prepare_model``: the prepared model, its info and the model's input values
     (:func:`prepare_model_job`). Params: ``outdated`` (the report's out-of-date
     marker), ``target_opset``, ``precision``, ``inputs``, ``input_shapes``; untracked
     ``subgraph`` ((from, to) layer IDs or None) and ``timeout_s``."""
-    mark_outdated(params.outdated)
     prepare_model_job(model=input.model, prepared=output.model, info_path=output.info,
-                      target_opset=params.target_opset, subgraph=params.subgraph.value, precision=params.precision,
+                      target_opset=params.target_opset, subgraph=params.subgraph, precision=params.precision,
                       model_inputs=output.model_inputs, input_settings=params.inputs,
                       input_data=input.data[0] if input.data else None, input_shapes=params.input_shapes,
-                      timeout_s=params.timeout_s.value, log=log[0])
+                      timeout_s=params.timeout_s, log=log[0])
 
 
+@step(feeds_report=True)
 def import_full_model(input, output, params, log) -> None:
     """Rule ``import_full_model``: full.mlir and locations.json (:func:`import_full_model_job`).
     Params: ``weights`` (an executor compiles full.mlir: keep its weights), ``precision``,
     ``outdated``; untracked ``timeout_s``."""
-    mark_outdated(params.outdated)
     import_full_model_job(prepared=input.model, mlir=output.mlir, locations=output.locations,
-                          weights=params.weights, timeout_s=params.timeout_s.value, log=log[0])
+                          weights=params.weights, timeout_s=params.timeout_s, log=log[0])

@@ -20,6 +20,7 @@ from ...precision.calibration import calibration_samples
 from ...precision.layer_mapping import map_layers_to_quantized, mapping_summary, quantized_tensor_names
 from ...precision.ort_quantization import QuantizationError
 from ...precision.ranges import tensor_ranges
+from . import step
 
 @records_failure
 def calibrate_job(*, timeout_s: float | None = None, **kwargs) -> None:
@@ -188,33 +189,33 @@ def quantized_input_ranges(layer_onnx: str, ranges: dict) -> dict[str, list[floa
     return out
 
 
+@step(feeds_report=True)
 def calibrate_model(input, output, params, log) -> None:
     """Rule ``calibrate_model``: calibration.json (:func:`calibrate_job`)."""
-    mark_outdated(params.outdated)
     calibrate_job(prepared=input.model, ranges=output.ranges, samples=params.samples, seed=params.seed,
                   float_range=params.float_range, data=input.data[0] if input.data else None,
-                  timeout_s=params.timeout_s.value, log=log[0])
+                  timeout_s=params.timeout_s, log=log[0])
 
 
+@step(feeds_report=True)
 def quantize_full_model(input, output, params, log) -> None:
     """Rule ``quantize_full_model``: the quantized model and its info (:func:`quantize_full_model_job`)."""
-    mark_outdated(params.outdated)
     quantize_full_model_job(prepared=input.model, ranges=input.ranges, quantized=output.model, info=output.info,
                             settings=params.settings, samples=params.samples, seed=params.seed,
                             float_range=params.float_range, data=input.data[0] if input.data else None,
-                            timeout_s=params.timeout_s.value, log=log[0])
+                            timeout_s=params.timeout_s, log=log[0])
 
 
 def quantize_layer(input, output, params, log) -> None:
     """Rule ``quantize_layer``: the layer quantized on its own (:func:`quantize_layer_job`)."""
     mark_outdated(params.outdated)
     quantize_layer_job(layer_onnx=input.model, ranges=input.ranges, quantized=output.model, info=output.info,
-                       settings=params.settings, full_model_info=input.full, timeout_s=params.timeout_s.value,
+                       settings=params.settings, full_model_info=input.full, timeout_s=params.timeout_s,
                        log=log[0])
 
 
+@step(feeds_report=True)
 def map_quantized_layers(input, output, params, log) -> None:
     """Rule ``map_quantized_layers``: the layers mapped onto the quantized model
     (:func:`map_quantized_layers_job`)."""
-    mark_outdated(params.outdated)
     map_quantized_layers_job(manifest=input.manifest, quantized=input.model, mapped=output.manifest, log=log[0])

@@ -17,6 +17,7 @@ from ...core.errors import EXIT_NOTHING_ASSIGNED
 from ...report.publish import compiler_json_error, publish_report, read_report_summary
 from ...report.summary import status_counts_line
 from ..workflow_api import called_from_api
+from . import step
 
 
 @records_failure
@@ -44,6 +45,7 @@ def finish_work_dir(work_dir: str, keep_work: str, model: str | None, *, output_
                   echo=lambda line: print(line, file=sys.stderr, flush=True))
 
 
+@step
 def aggregate_report(input, output, params, log) -> dict:
     """Rule ``aggregate_report``: the report JSON and the compiler JSON
     (:func:`aggregate_job`), then the report is no longer out of date; prints one line.

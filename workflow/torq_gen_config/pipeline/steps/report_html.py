@@ -6,9 +6,11 @@ from __future__ import annotations
 from ...core.job_support import records_failure
 from ...core.logs import append_record
 from ...report.html import write_report_html
+from . import step
 
 
 @records_failure
+@step
 def report_html(input, output, params, log) -> None:
     """Rule ``report_html``: ``output.html`` from ``input.report`` (and the compiler JSON
     next to it, when there); a line in the job log. Raises ReportError for a malformed

@@ -14,7 +14,8 @@ from ...core.errors import DamagedWorkFile
 from ...core.fileio import atomic_write_text, read_json, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
-from ...core.layout import IMPORT_FILE, LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, MLIR_FILE, MODEL_FILE, QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE, VALUES_DIR, mark_outdated
+from ...core.layout import (IMPORT_FILE, LAYER_INPUTS_FILE, LAYER_REFERENCE_FILE, MLIR_FILE, MODEL_FILE, QUANTIZE_INFO_FILE,
+                            QUANTIZED_MODEL_FILE, VALUES_DIR)
 from ...core.logs import append_record, fold_log
 from ...core.progress import job_verdict
 from ...core.statuses import NOT_TESTED
@@ -28,6 +29,7 @@ from ...core.limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_
 from ...core.external_data import load_model
 from ...core.value_store import ValueStore, write_record
 from ...core.weight_store import FOLDED_FILE
+from . import step
 
 @records_failure
 def split_layers_job(**kwargs) -> None:
@@ -288,15 +290,16 @@ def _fresh_log(logs_dir: str, step: str, slug: str) -> str:
     return str(path)
 
 
+@step(feeds_report=True)
 def split_layers(input, output, params, log) -> None:
     """Checkpoint ``split_layers``: the manifest, the layer models and (``layer_inputs``:
     propagate) their inputs (:func:`split_layers_job`)."""
-    mark_outdated(params.outdated)
     split_layers_job(prepared=input.model, info_path=input.info, manifest=output.manifest,
                      model_inputs=input.model_inputs, layer_inputs=params.layer_inputs,
-                     timeout_s=params.timeout_s.value, log=log[0])
+                     timeout_s=params.timeout_s, log=log[0])
 
 
+@step(feeds_report=True)
 def prepare_unit(input, output, params, log) -> None:
     """Rule ``prepare_unit``: the unit's layers prepared (:func:`prepare_unit_job`).
     Inputs: ``manifest``, with quantize ``ranges`` and ``full``. Params: ``unit``,
@@ -305,10 +308,9 @@ def prepare_unit(input, output, params, log) -> None:
     mode: inline or external), ``rerun`` (the members'
     timeout records: :func:`~.markers.timeout_rerun_token`), ``outdated``; untracked
     ``timeout_s``, ``layers_dir``, ``logs_dir``, ``force``, ``tolerance``."""
-    mark_outdated(params.outdated)
-    prepare_unit_job(unit=params.unit, members=params.members, layers_dir=params.layers_dir.value,
-                     logs_dir=params.logs_dir.value, prepared=output.prepared, input_settings=params.inputs,
+    prepare_unit_job(unit=params.unit, members=params.members, layers_dir=params.layers_dir,
+                     logs_dir=params.logs_dir, prepared=output.prepared, input_settings=params.inputs,
                      layer_inputs=params.layer_inputs, engine=params.engine, precision=params.precision,
                      import_mlir=params.import_mlir, quantize=params.quantize, ranges=input.get("ranges"),
-                     full_quant_info=input.get("full"), timeout_s=params.timeout_s.value, force=params.force.value,
-                     parameters=params.parameters, tolerance=params.tolerance.value)
+                     full_quant_info=input.get("full"), timeout_s=params.timeout_s, force=params.force,
+                     parameters=params.parameters, tolerance=params.tolerance)

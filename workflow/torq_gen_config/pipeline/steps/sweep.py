@@ -9,8 +9,10 @@ from ...core.fileio import atomic_write_text, write_json
 from ...core.logs import append_record
 from ...core.schemas import validator
 from ...report.sweep import build_sweep, render_sweep_html
+from . import step
 
 
+@step
 def sweep_summary(input, output, params, log) -> None:
     """Rule ``sweep_summary``: ``output.summary`` (checked against its schema) and
     ``output.html`` from every model's report (``params.rows``, sheet order); a line in
