@@ -18,7 +18,7 @@ from .elementwise import ABS_DIFF_THRESHOLDS, REL_DIFF_THRESHOLDS
 
 DEFAULT_TOLERANCE: dict[str, float] = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01,
                                        "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
-"""Seed defaults (seed 002 section 4, ``default_tolerance`` of the report) for
+"""The original tool's defaults (``default_tolerance`` of the report) for
 float outputs, and the bounds used instead for outputs whose reference is
 bfloat16 (``--auto-convert-bf16``): bf16 keeps 8 significant bits, so one unit in
 the last place is 2**-8 to 2**-7 (0.4 % to 0.8 %) of a value, and an executor
@@ -126,7 +126,7 @@ def default_int_atol(dtype: Any = None, quantized: bool = False) -> int:
 
 
 def normalize_tolerance(tolerance: Mapping[str, Any] | None) -> dict:
-    """Return a validated tolerance dict with the seed defaults filled in.
+    """Return a validated tolerance dict with the defaults filled in.
 
     ``fp_avg_tol`` and ``fp_max_tol`` are dimensionless bounds on the mean and
     max normalized error ``d`` of float outputs, ``bf16_avg_tol`` and

@@ -4,7 +4,7 @@ crash. The per-job log and the log file shared by all jobs are :mod:`torq_gen_co
 
 Jobs run in-process (``run:`` blocks with the local executor's threads, see
 ``profiles/default``), so a job costs milliseconds of start-up instead of a Python
-process with numpy, ONNX Runtime and IREE imported (notes/snakemake.md). Tools that
+process with numpy, ONNX Runtime and IREE imported (docs/toolchain.md, 'Snakemake'). Tools that
 can crash or hang run as subprocesses with timeouts.
 """
 

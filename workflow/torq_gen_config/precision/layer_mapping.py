@@ -4,7 +4,7 @@ With ``--quantize`` the compiler sees the quantized model, so the compiler JSON 
 name lines of the quantized MLIR, and ``run`` must partition the quantized model.
 The quantized model has QuantizeLinear/DequantizeLinear wrappers, quantized op
 types (QLinearConv, ...) and fewer compute ops (activations such as Relu fused into
-the preceding Conv). Following seed 001 ("Quantized Models") and seed 002 section 5:
+the preceding Conv). Following the original tool (docs/original_tool.md, 'Quantization'):
 
 1. the compute nodes of the quantized model (Q/DQ dropped, op types renamed back
    to their base type: :func:`torq_gen_config.precision.alignment.compute_nodes`)
