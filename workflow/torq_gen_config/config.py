@@ -77,7 +77,7 @@ def validate_config(config: dict) -> dict:
         ConfigError: one line naming the offending key and the problem.
     """
     config = copy.deepcopy(config)
-    schema = load_schema()  # read and parsed once per validation (was three times)
+    schema = load_schema()  # read once: the coercion and the validator share it
     _coerce_scalars(config, schema)
     validator_cls = jsonschema.validators.validator_for(schema)
     validator = _with_defaults(validator_cls)(schema)

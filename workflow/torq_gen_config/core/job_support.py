@@ -28,7 +28,7 @@ JOB_FAILURES: list[str] = []
 def records_failure(fn):
     """Decorator for job entry points: a TorqGenConfigError (a missing or corrupt
     model, an int64 value out of int32 range, failed quantization, ...) is noted in
-    :data:`JOB_FAILURES` and raised again (the job fails as before)."""
+    :data:`JOB_FAILURES` and raised again (the job still fails)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

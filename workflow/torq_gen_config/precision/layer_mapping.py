@@ -216,7 +216,7 @@ def quantized_tensor_names(quantized_model: "onnx.ModelProto") -> list[str]:  # 
     quantized: the inputs of its QuantizeLinear nodes, and the int8/uint8 outputs of
     its compute nodes (QOperator), without onnxruntime's suffixes. A layer's float
     I/O get Q/DQ pairs in its own test only where they are in this list, i.e. where
-    the whole model has them too (``quantize_layer``)."""
+    the whole model has them too (the ``quantize_layer`` step of rule ``prepare_unit``)."""
     types = {v.name: v.type.tensor_type.elem_type for v in list(quantized_model.graph.value_info)
              + list(quantized_model.graph.output) + list(quantized_model.graph.input)}
     ints = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}
