@@ -79,7 +79,7 @@ def sequential_loop(model: str, work: Path, config: dict) -> tuple[float, float,
                      manifest=str(layers_dir / "manifest.json"), model_inputs=model_inputs,
                      layer_inputs=config["layer_inputs"], timeout_s=config["timeout_s"])
     man = json.loads((layers_dir / "manifest.json").read_text())
-    from torq_gen_config.backends import NEEDS_MLIR
+    from torq_gen_config.backends import needs_mlir
 
     for layer in man["layers"]:
         d = layers_dir / layer["slug"]
@@ -88,7 +88,7 @@ def sequential_loop(model: str, work: Path, config: dict) -> tuple[float, float,
                       inputs_path=str(d / "inputs.npz") if config["layer_inputs"] == "propagate" else None)
         import_layer_job(layer_onnx=str(d / "model.onnx"), mlir=str(d / "model.mlir"), status=str(d / "import.json"))
         for ex in config["executors"]:
-            needs = NEEDS_MLIR[ex["backend"]]
+            needs = needs_mlir(ex["backend"])
             test_layer_job(layer=layer, executor=ex, layer_onnx=str(d / "model.onnx"), reference=str(d / "reference.npz"),
                            mlir=str(d / "model.mlir") if needs else None,
                            import_status=str(d / "import.json") if needs else None,

@@ -142,7 +142,7 @@ def test_without_the_split_the_random_assignment_is_wrong(squeezenet):
     assert diff > ATOL or c["placement"]["two_backends"], (
         f"without the stream-level executable split the random assignment now compiles, runs and matches "
         f"ONNX Runtime (max |diff| {diff:.3g}): this IREE version may have fixed the shared-executable bug "
-        "(notes/one_module_placement.md), so the split (mlir/stream_split.py) may no longer be needed")
+        "(docs/toolchain.md), so the split (mlir/stream_split.py) may no longer be needed")
 
 
 def test_cpu_and_cuda_in_one_module_compile_and_read_back(tmp_path):

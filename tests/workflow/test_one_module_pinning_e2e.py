@@ -12,7 +12,7 @@ so the read-back is "as assigned" for every layer that has a kernel, on
   assignment;
 
 each against ONNX Runtime within 1e-4, no executable built for two backends (the split of
-notes/one_module_placement.md still holds with the pins). About 60 s on 2 cores."""
+docs/toolchain.md, 'The IREE shared-executable bug', still holds with the pins). About 60 s on 2 cores."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ import pytest
 from conftest import REPO, run_cli, work
 from fixtures.models import transformer_encoder_stack
 
-from torq_gen_config.backends import NEEDS_MLIR, capabilities
+from torq_gen_config.backends import capabilities, needs_mlir
 from torq_gen_config.discovery.batch_compile import plan_batches
 from torq_gen_config.config import load_config_file
 from torq_gen_config.pipeline.steps import layer_tests
@@ -86,7 +86,7 @@ def per_layer_jobs(layers_dir: Path, root: Path) -> dict:
                                  for s in b["members"]})
         for layer in layers:
             d = copy / layer["slug"]
-            needs = NEEDS_MLIR[ex["backend"]]
+            needs = needs_mlir(ex["backend"])
             layer_rec = {k: layer[k] for k in ("layer_id", "slug", "op_type", "node_index")}
             layer_tests.test_layer_job(layer=layer_rec, executor=ex, layer_onnx=str(d / "model.onnx"),
                                        reference=str(d / "reference.json"), mlir=str(d / "model.mlir") if needs else None,

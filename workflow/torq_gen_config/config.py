@@ -77,7 +77,7 @@ def validate_config(config: dict) -> dict:
         ConfigError: one line naming the offending key and the problem.
     """
     config = copy.deepcopy(config)
-    schema = load_schema()  # read and parsed once per validation (was three times)
+    schema = load_schema()  # read once: the coercion and the validator share it
     _coerce_scalars(config, schema)
     validator_cls = jsonschema.validators.validator_for(schema)
     validator = _with_defaults(validator_cls)(schema)
@@ -162,7 +162,7 @@ _CLI_FLAG = {"auto_convert_bf16": "--auto-convert-bf16", "auto_convert_int32": "
 
 
 def check_precision_flags(config: dict) -> None:
-    """Flag rules of the precision modes (seed 001 section 5, notes/reference_tool.md s6):
+    """Flag rules of the precision modes (docs/original_tool.md, 'Dtype conversion'):
     bf16 and int32 conversion each exclude ``quantize``; ``per_channel``,
     ``full_integer`` and ``calibration_data`` need ``quantize``;
     ``save_bf16_model`` needs ``auto_convert_bf16``. (With ``full_integer`` the int8
@@ -206,9 +206,8 @@ def check_save_bf16_path(model_path: str | os.PathLike, save_path: str | os.Path
 
 
 def check_precision_matches(report: dict, config: dict, *, report_name: str = "the report") -> None:
-    """``run`` must use the precision flags discovery used (seed 001: "pass the same
-    --quantize/--per-channel/--full-integer/--quant-format flags to run"; the original
-    did not record them, notes/reference_tool.md s6). ``run`` takes them from the report
+    """``run`` must use the precision flags discovery used (as the original tool required,
+    without recording them: docs/original_tool.md, 'Dtype conversion'). ``run`` takes them from the report
     (``cli/run.py`` ``with_discovery_inputs``), so this catches only a config that still
     differs; reports written before the flags were recorded count as "all off".
 

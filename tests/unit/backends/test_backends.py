@@ -740,22 +740,20 @@ def test_stage_error_validation():
     }
 
 
-def test_needs_mlir_table_matches_backend_classes():
-    from torq_gen_config.backends import BACKEND_KINDS, NEEDS_MLIR, backend_class
+def test_needs_mlir_matches_backend_classes():
+    from torq_gen_config.backends import BACKEND_KINDS, backend_class, needs_mlir
 
     for kind in BACKEND_KINDS:
-        assert NEEDS_MLIR[kind] == backend_class(kind).needs_mlir, kind
+        assert needs_mlir(kind) == backend_class(kind).needs_mlir, kind
 
 
-def test_needs_mlir_is_a_read_only_view_of_the_registry(monkeypatch):
-    from torq_gen_config.backends import NEEDS_MLIR
+def test_needs_mlir_of_an_unknown_or_unavailable_backend(monkeypatch):
+    from torq_gen_config.backends import needs_mlir
 
-    with pytest.raises(TypeError):
-        NEEDS_MLIR["iree"] = False  # type: ignore[index]
-    assert set(NEEDS_MLIR) == set(BACKEND_KINDS) and "nope" not in NEEDS_MLIR
     monkeypatch.setitem(BACKEND_KINDS, "broken", "torq_gen_config.backends.no_such_module:Nope")
-    assert NEEDS_MLIR["broken"] is True  # unavailable: its jobs fail with the import error
-    assert NEEDS_MLIR["onnxruntime"] is False
+    assert needs_mlir("broken") is True  # unavailable: its jobs fail with the import error
+    assert needs_mlir("nope") is True and needs_mlir(None) is True
+    assert needs_mlir("onnxruntime") is False
 
 
 def test_the_config_schema_backend_enum_is_the_registry(monkeypatch):

@@ -13,7 +13,7 @@ import pytest
 from conftest import TensorProto, helper, make_model, tvi
 from onnx import numpy_helper
 
-from torq_gen_config.backends import BACKEND_KINDS, NEEDS_MLIR, executor_with_tool_options, make_backend
+from torq_gen_config.backends import BACKEND_KINDS, executor_with_tool_options, make_backend, needs_mlir
 from torq_gen_config.compare import DEFAULT_TOLERANCE
 from torq_gen_config.config import DEFAULT_CONFIG_PATH, load_config_file, validate_config
 from torq_gen_config.core.errors import ConfigError
@@ -59,7 +59,7 @@ def test_the_config_accepts_a_kind_only_once_it_is_registered(monkeypatch):
 
 
 def test_capabilities_come_from_the_class(registered):
-    assert NEEDS_MLIR["ort-example"] is False
+    assert needs_mlir("ort-example") is False
     assert executor_with_tool_options(EXAMPLE, ["--x"], ["--y"]) is EXAMPLE  # takes no tool options
     with pytest.raises(ConfigError, match="unknown option"):
         make_backend({**EXAMPLE, "options": {"providers": []}})

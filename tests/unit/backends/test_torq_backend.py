@@ -25,7 +25,7 @@ from conftest import (FAKE_COMPILE, FAKE_DIR, FAKE_RUN, REPO, TORQ_VARS, VENV_BI
                       helper, make_model, run_cli, tvi, work)
 from onnx import numpy_helper
 
-from torq_gen_config.backends import NEEDS_MLIR, StageError, backend_class, make_backend
+from torq_gen_config.backends import StageError, backend_class, make_backend, needs_mlir
 from torq_gen_config.backends.torq import (
     FORCING_FLAGS,
     TorqBackend,
@@ -199,7 +199,7 @@ def test_missing_tool_error_lists_every_place(monkeypatch, tmp_path):
 
 
 def test_registry_and_options():
-    assert backend_class("torq") is TorqBackend and NEEDS_MLIR["torq"] is TorqBackend.needs_mlir is True
+    assert backend_class("torq") is TorqBackend and needs_mlir("torq") is TorqBackend.needs_mlir is True
     b = make_backend({"name": "nss", "backend": "torq"})
     assert (b.executor, b.torq_hw, b.torq_hw_type, b.compile_flags, b.run_flags) == ("nss", "default", "sim", [], [])
     b = make_backend({"name": "npu-a", "backend": "torq", "options": {"executor": "css", "torq_hw": "sl2610",

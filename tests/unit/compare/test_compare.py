@@ -316,8 +316,7 @@ def test_int_atol_override_and_counts():
     assert count_over_tolerance(plain, {}) == (8, 0.08)
     assert derive_status(plain)[1] == "max abs diff 3 > int_atol 0 (8 of 100 elements over tolerance, 8.00%)"
     assert derive_status(plain, {"int_atol": 3})[0] == "success"  # int_atol still overrides
-    assert default_int_atol("int8") == 0 and default_int_atol("int64") == 0
-    assert default_int_atol("int8", quantized=True) == 1
+    assert default_int_atol() == 0 and default_int_atol(quantized=True) == 1
 
 
 def test_integer_differences_do_not_wrap():

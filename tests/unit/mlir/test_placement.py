@@ -85,7 +85,7 @@ def test_devices_declared_in_order_with_default(small):
 
 def test_devices_of_different_kinds_get_a_topology(small):
     """A CPU and a CUDA device: links with transparent access both ways (IREE needs them
-    to compile, notes/toolchain.md section 6); two local devices get none."""
+    to compile, docs/toolchain.md); two local devices get none."""
     text, keys = small
     cuda = '#hal.executable.target<"cuda", "cuda-nvptx-fb">'
     res = place_module(text, {keys["relu"]: "gpu"}, {**TARGETS, "gpu": cuda}, default="cpu",

@@ -32,7 +32,7 @@ def _st(**statuses):
 @pytest.mark.parametrize(
     "statuses, expected",
     [
-        # the four examples of seed 001 section 3
+        # the four examples of the original tool's manual (docs/original_tool.md, 'Recommendation')
         (dict(nss="success", css="difference", host="success"), "nss"),
         (dict(nss="error", css="difference", host="success"), "host"),
         (dict(nss="error", css="error", host="success"), "host"),
@@ -48,7 +48,7 @@ def test_recommend_priority_rule(statuses, expected):
 
 
 def test_recommend_prefers_success_over_earlier_difference():
-    # seed 001 section 3: "NSS=error, CSS=difference, Host=success" — a success anywhere wins
+    # the original tool's example "NSS=error, CSS=difference, Host=success" — a success anywhere wins
     results = _st(llvm_cpu="difference", vulkan="success")
     assert recommend_executor(results, ["llvm-cpu", "vulkan"]) == "vulkan"
 

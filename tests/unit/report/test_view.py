@@ -393,8 +393,8 @@ def test_layer_details_mark_a_success_that_could_not_have_failed():
 
 # ---------------------------------------------------------------- the original tool's reports
 
-#: A report as the original tool wrote it (seed 001, "Understanding the JSON" and section 7:
-#: TFLite layer IDs, no model_name, a summary with only total_layers and status_counts).
+#: A report as the original tool wrote it (docs/original_tool.md, "Commands and files" and
+#: "Report JSON": TFLite layer IDs, no model_name, a summary with only total_layers and status_counts).
 SEED_REPORT = {
     "ops": {
         "CONV_2D_0": {"executors": {"nss": {"status": "success"}, "css": {"status": "difference"},

@@ -33,10 +33,10 @@ __all__ = [
     "UnknownBackendError",
     "backend_class",
     "make_backend",
-    "NEEDS_MLIR",
     "capabilities",
     "effective_executor",
     "executor_with_tool_options",
+    "needs_mlir",
     "run_wide_options",
     "run_wide_overrides",
     "unavailable_executors",
@@ -48,31 +48,6 @@ BACKEND_KINDS: dict[str, str] = {
     "onnxruntime": "torq_gen_config.backends.onnxruntime:OnnxRuntimeBackend",
     "torq": "torq_gen_config.backends.torq:TorqBackend",
 }
-
-
-class _NeedsMlir(Mapping):
-    """Read-only backend kind -> the class's ``needs_mlir`` (for old importers; the
-    rules need it to build the DAG). The class is imported on first use; a backend
-    whose module fails to import counts as needing MLIR (its jobs fail with the
-    import error)."""
-
-    def __getitem__(self, kind: str) -> bool:
-        if kind not in BACKEND_KINDS:
-            raise KeyError(kind)
-        try:
-            return bool(backend_class(kind).needs_mlir)
-        except BackendUnavailableError:
-            return True
-
-    def __iter__(self):
-        return iter(BACKEND_KINDS)
-
-    def __len__(self) -> int:
-        return len(BACKEND_KINDS)
-
-
-#: backend kind -> whether its compile input is the layer's MLIR (computed from the registry).
-NEEDS_MLIR: Mapping[str, bool] = _NeedsMlir()
 
 
 class UnknownBackendError(ConfigError, ValueError):
@@ -156,6 +131,16 @@ def capabilities(kind: str | None) -> type[Backend]:
         return backend_class(kind) if isinstance(kind, str) else Backend
     except (UnknownBackendError, BackendUnavailableError):
         return Backend
+
+
+def needs_mlir(kind: str | None) -> bool:
+    """Whether backend ``kind`` compiles the layer's MLIR (its class's ``needs_mlir``), so
+    the workflow must import the layer first. A kind that is unknown or whose module fails
+    to import counts as needing MLIR: the import runs and its jobs fail with the error."""
+    try:
+        return bool(backend_class(kind).needs_mlir) if isinstance(kind, str) else True
+    except (UnknownBackendError, BackendUnavailableError):
+        return True
 
 
 def effective_executor(executor: Mapping, compiler_options: Iterable[str] = (),

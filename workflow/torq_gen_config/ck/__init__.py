@@ -1,8 +1,10 @@
 """ck-profile: PyTorch convolution traces -> CK Profiler configurations -> profiler runs.
 
-The second tool of this repository (seeds/004_*; facts about the real program in
-docs/ck_profile.md). Its modules, bottom to top (imports point down only; from the rest
-of the package it uses only the basic layer: errors, fileio, tools)::
+The second tool of this repository. It replaces two scripts, ``convert_pytorch_to_ck.py``
+and ``run_ck_profiler.py`` ("the seed" in this package: their formats and command lines
+are kept); facts about the real program in docs/ck_profile.md. Its modules, bottom to
+top (imports point down only; from the rest of the package it uses only the basic layer:
+errors, fileio, tools)::
 
     problem          ConvProblem: one grouped convolution, output size, FLOP and byte counts
     profiler_args    the real ckProfiler's command line: op names, dtype/layout codes, argc rule

@@ -29,14 +29,14 @@ Its main entry points (all importable from ``torq_gen_config.compare``):
 
 The metric is documented for users in ``docs/comparison.md``. In short (the
 rule replaces the original tool's strict symmetric relative check, see
-``notes/reference_tool.md`` section 2 and its bugs in section 10):
+docs/original_tool.md, 'Statuses and tolerances'):
 
 Float outputs (float16, bfloat16, float32, float64; computed in float64)
     ``d_i = |o_i - r_i| / max(|r_i|, F)`` with the floor
     ``F = max(ABS_FLOOR[reference dtype], 1e-3 * max_j |r_j|)``.
     Verdict success iff ``max_i d_i <= fp_max_tol`` and
-    ``mean_i d_i <= fp_avg_tol`` (defaults from seed 002 section 4 /
-    ``notes/reference_tool.md`` section 1: both 0.01).
+    ``mean_i d_i <= fp_avg_tol`` (the original tool's defaults:
+    both 0.01).
 Integer outputs
     ``max |o_i - r_i|`` in exact integer arithmetic; success iff it is
     ``<= int_atol``: by default 0 (exact) for every integer dtype, 1 (one

@@ -18,7 +18,7 @@ from .elementwise import ABS_DIFF_THRESHOLDS, REL_DIFF_THRESHOLDS
 
 DEFAULT_TOLERANCE: dict[str, float] = {"fp_avg_tol": 0.01, "fp_max_tol": 0.01,
                                        "bf16_avg_tol": 0.01, "bf16_max_tol": 0.05}
-"""Seed defaults (seed 002 section 4, ``default_tolerance`` of the report) for
+"""The original tool's defaults (``default_tolerance`` of the report) for
 float outputs, and the bounds used instead for outputs whose reference is
 bfloat16 (``--auto-convert-bf16``): bf16 keeps 8 significant bits, so one unit in
 the last place is 2**-8 to 2**-7 (0.4 % to 0.8 %) of a value, and an executor
@@ -103,14 +103,11 @@ def widening_note(tolerance: Mapping[str, Any] | None, widened: Mapping[str, Map
     return f"tolerance widened to {margin:g} x what {engine} is off the reference: " + "; ".join(parts)
 
 
-def default_int_atol(dtype: Any = None, quantized: bool = False) -> int:
+def default_int_atol(quantized: bool = False) -> int:
     """Default absolute tolerance (in units of the output, i.e. integer steps) of
-    an integer output.
+    an integer output, whatever its integer dtype.
 
     Args:
-        dtype: the output's integer dtype (numpy / ml_dtypes dtype or its name, as
-            stored in metrics). The default no longer depends on it; it is kept
-            so that callers passing it keep working.
         quantized: the output carries quantized data (the levels of a
             DequantizeLinear output, or an output written by QuantizeLinear,
             QLinear* or an op that only moves such values; see
@@ -126,12 +123,12 @@ def default_int_atol(dtype: Any = None, quantized: bool = False) -> int:
 
 
 def normalize_tolerance(tolerance: Mapping[str, Any] | None) -> dict:
-    """Return a validated tolerance dict with the seed defaults filled in.
+    """Return a validated tolerance dict with the defaults filled in.
 
     ``fp_avg_tol`` and ``fp_max_tol`` are dimensionless bounds on the mean and
     max normalized error ``d`` of float outputs, ``bf16_avg_tol`` and
     ``bf16_max_tol`` the same for outputs whose reference is bfloat16; the optional ``int_atol`` (integer, units of the
-    output) overrides the per-dtype integer default (:func:`default_int_atol`).
+    output) overrides the integer default (:func:`default_int_atol`).
 
     Raises:
         ValueError: unknown keys, or a value that is not a finite number >= 0
@@ -203,7 +200,7 @@ def _int_atol_for(out: Mapping, tol: Mapping) -> int:
     if tol.get("int_atol") is not None:
         return int(tol["int_atol"])
     # metrics stored before the flag existed have no "quantized": exact
-    return default_int_atol(out.get("ref_dtype"), quantized=bool(out.get("quantized", False)))
+    return default_int_atol(quantized=bool(out.get("quantized", False)))
 
 
 def count_over_tolerance(metrics: Mapping, tolerance: Mapping | None,

@@ -4,7 +4,7 @@ crash. The per-job log and the log file shared by all jobs are :mod:`torq_gen_co
 
 Jobs run in-process (``run:`` blocks with the local executor's threads, see
 ``profiles/default``), so a job costs milliseconds of start-up instead of a Python
-process with numpy, ONNX Runtime and IREE imported (notes/snakemake.md). Tools that
+process with numpy, ONNX Runtime and IREE imported (docs/toolchain.md, 'Snakemake'). Tools that
 can crash or hang run as subprocesses with timeouts.
 """
 
@@ -28,7 +28,7 @@ JOB_FAILURES: list[str] = []
 def records_failure(fn):
     """Decorator for job entry points: a TorqGenConfigError (a missing or corrupt
     model, an int64 value out of int32 range, failed quantization, ...) is noted in
-    :data:`JOB_FAILURES` and raised again (the job fails as before)."""
+    :data:`JOB_FAILURES` and raised again (the job still fails)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

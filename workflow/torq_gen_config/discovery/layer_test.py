@@ -1,7 +1,7 @@
 """One (layer, executor) test: compile, run, compare, write ``result.json``.
 
-The verdict is one of ``success`` / ``difference`` / ``error`` (seed 001 section 2,
-"Status types") plus ``unverified`` when the executor ran but no reference could compute
+The verdict is one of ``success`` / ``difference`` / ``error`` (docs/original_tool.md,
+'Statuses and tolerances') plus ``unverified`` when the executor ran but no reference could compute
 the layer (never a success; where ONNX Runtime fails and onnx's reference implementation
 runs, the verdict is computed against the latter, and the result says so). Errors carry
 the stage (``import``, ``compile``, ``run``, ``compare``, ``timeout``, ``crash``) and the

@@ -4,8 +4,8 @@ its assigned executor. One module per step: :mod:`.selection` (what to run),
 :mod:`.execute` (compile, run, compare), :mod:`.report_section` (the report).
 
 IREE and ONNX Runtime have no per-op assignment pass, so the model runs as a chain
-of *partitions* (notes/toolchain.md section 6: per-layer modules chained through
-host numpy is the safe path):
+of *partitions* (per-layer modules chained through host numpy: the safe path of
+docs/toolchain.md, 'Heterogeneous placement in one IREE module'):
 
 1. Constant-producing nodes are folded (:func:`torq_gen_config.model.split.fold_constants`,
    the same folding as the layer split), so every remaining node of the prepared

@@ -1,5 +1,6 @@
 """The assignment compiled and run as ONE IREE module with per-op devices
-(notes/one_module_placement.md; ``run --run-mode module``, :mod:`.module_run`).
+(docs/toolchain.md, 'Heterogeneous placement in one IREE module'; ``run --run-mode
+module``, :mod:`.module_run`).
 
 Steps (:func:`compile_one_module`, then :func:`run_one_module`):
 

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..backends import NEEDS_MLIR, capabilities, effective_executor
+from ..backends import capabilities, effective_executor, needs_mlir
 from ..backends.parameters import with_parameters
 from ..core.fileio import write_bytes_if_changed
 from ..core.layout import BATCHES_DIR, MODEL_FILE, PARTITIONS_DIR
@@ -136,7 +136,7 @@ def make_plan(model, manifest: Mapping, locations: Mapping | None, assignment: M
                 layer_ids.append(node_layer[j])
         partitions.append({
             "index": index, "pid": pid, "executor": ex_name, "backend": run_def.get("backend"),
-            "needs_mlir": bool(NEEDS_MLIR.get(run_def.get("backend"), True)),
+            "needs_mlir": needs_mlir(run_def.get("backend")),
             "first_node": members[0], "last_node": members[-1], "num_nodes": len(members),
             "layer_ids": layer_ids, "inputs": io["inputs"], "outputs": io["outputs"],
             "num_initializers": len(io["initializers"]),

@@ -4,7 +4,7 @@ ONNX nodes to the ``line:col`` of their ``torch.operator`` in the printed MLIR.
 The importer emits one op per ONNX node in graph order. Rather than computing line
 numbers by arithmetic, :func:`import_model` records how many ops each node adds,
 prints the module, re-parses the printed file and reads each op's location back
-(the method measured in notes/toolchain.md section 3). The op type of every mapped
+(docs/toolchain.md, 'IREE import and node locations'). The op type of every mapped
 op is checked against the ONNX node (``torch.operator "onnx.<OpType>"``).
 """
 

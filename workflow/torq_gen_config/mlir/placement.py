@@ -1,6 +1,7 @@
 """The placement step: an executor assignment (the compiler JSON's ``op_assignments``,
 keyed by the ``line:col`` of each op of ``full.mlir``) turned into ONE IREE module whose
-ops run on several HAL devices (notes/one_module_placement.md).
+ops run on several HAL devices (docs/toolchain.md, 'Heterogeneous placement in one IREE
+module').
 
 The transformation works on the parsed IR with IREE's MLIR Python bindings
 (``iree.compiler.ir``), never on the text:
@@ -351,7 +352,7 @@ def topology(symbols: list[str]) -> str:
     in both directions between every two devices.
 
     Without it, IREE 3.13 fails to legalize ``hal.allocator.resolve_memory_properties``
-    for a buffer used by both (notes/toolchain.md section 6, iree-org/iree#20856); with
+    for a buffer used by both (iree-org/iree#20856, docs/toolchain.md); with
     it, such buffers get the mapping usage (host-visible). Devices of one kind need none.
     Whether this is right at run time on a discrete GPU is unverified here (no GPU).
     """

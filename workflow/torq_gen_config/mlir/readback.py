@@ -1,5 +1,5 @@
 """Where each op of a placed module really ran, read back from what ``iree-compile``
-wrote (notes/one_module_placement.md, "Reading back where each op ran").
+wrote (docs/toolchain.md, 'Reading back where each op ran').
 
 Three sources, all keyed by the ``line:col`` locations of ``full.mlir`` that the placed
 module keeps (:mod:`.placement`):

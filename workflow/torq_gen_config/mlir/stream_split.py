@@ -1,5 +1,5 @@
 """The stream-level executable split: one copy per device of every ``stream.executable``
-dispatched from more than one device (notes/one_module_placement.md, "The IREE bug").
+dispatched from more than one device (docs/toolchain.md, 'The IREE shared-executable bug').
 
 IREE deduplicates identical dispatches before it knows their devices; an executable
 then used by two devices gets one variant per backend, and the host code of one device

@@ -3,7 +3,7 @@
 Nodes whose inputs are all constant (``Constant``, ``ConstantOfShape`` of a constant
 shape, ``Identity`` of an initializer, arithmetic on such values) are evaluated with
 onnx's reference evaluator; ``Shape``/``Size`` of a tensor whose shape is fully static
-take their value from that shape (notes/reference_tool.md section 4). The layer split
+take their value from that shape (docs/original_tool.md, 'Layer IDs and indices'). The layer split
 makes these values initializers of the layers that read them, the shape completion
 (:mod:`torq_gen_config.model.shapes`) feeds them back into shape inference.
 """

@@ -92,7 +92,7 @@ def _subgraph_free_names(node) -> list[str]:
 def user_node_table(model: "onnx.ModelProto") -> list[dict]:  # noqa: F821
     """One record per node of the user's model, in graph order.
 
-    ``node_index`` is the position among the non-``Constant`` nodes (the seed's
+    ``node_index`` is the position among the non-``Constant`` nodes (the original tool's
     ``_node_index``), ``None`` for ``Constant`` nodes.
     """
     table = []

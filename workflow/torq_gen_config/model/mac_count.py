@@ -1,7 +1,7 @@
 """Multiply-accumulate (MAC) counts of single-layer ONNX models.
 
-Formulas from ``notes/reference_tool.md`` section 8 (the original tool's
-``_utils_mac``), one multiply-add per weight use:
+Formulas of the original tool (docs/original_tool.md, 'MAC counts'), one
+multiply-add per weight use:
 
 =================================  ===============================================
 Op                                 MACs
@@ -199,7 +199,7 @@ def _shapes_needed(node: onnx.NodeProto) -> list[str]:
 
 
 def mac_count(layer: onnx.ModelProto) -> int | None:
-    """MAC count of a single-layer ONNX model (source: ``notes/reference_tool.md`` section 8).
+    """MAC count of a single-layer ONNX model (docs/original_tool.md, 'MAC counts').
 
     Args:
         layer: a layer model as produced by the layer split: one compute node

@@ -5,7 +5,7 @@ preparation tags every user node with a unique name before the conversion
 (:data:`_TAG`), maps each converted node back to the user node it comes from
 (:func:`trace_node_origins`), restores the user's tensor and node names, and checks that
 the conversion kept the model's signature (:func:`model_signature`,
-:func:`signature_changes`); notes/toolchain.md section 2-3.
+:func:`signature_changes`); docs/toolchain.md, 'Opset 17 legalization'.
 """
 
 from __future__ import annotations

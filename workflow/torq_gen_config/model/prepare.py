@@ -2,12 +2,12 @@
 upgrade the opset, infer shapes, and keep track of which prepared node comes from
 which node of the user's model.
 
-Layer IDs and node indices always refer to the user's model (seed 001 section 6,
-"Position-Based Matching"). The opset upgrade (``onnx.version_converter``) renames
+Layer IDs and node indices always refer to the user's model (docs/original_tool.md,
+'Layer IDs and indices'). The opset upgrade (``onnx.version_converter``) renames
 tensors and can expand one node into several (Softmax-9 becomes
 Shape/Flatten/Softmax/Reshape at opset 13+), so every user node is tagged with a
 unique name before the conversion and the tags are read back afterwards
-(notes/toolchain.md section 2-3).
+(docs/toolchain.md, 'Opset 17 legalization').
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
 
     Raises:
         ModelError: the file is missing, a directory, a ``.tflite`` model (rejected:
-            the tool is ONNX-only, seed 002 section 11), not a protobuf, truncated,
+            the tool is ONNX-only, as the original), not a protobuf, truncated,
             has no graph, its external data is missing or short, or the checker
             rejects it.
     """
@@ -197,7 +197,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     give every dynamic input dim a value (``input_shapes``, else the rule of
     :mod:`torq_gen_config.model.symbolic_dims`: metadata, the model's stride, 1); upgrade the
     default-domain opset to ``target_opset`` when lower (IREE's importer legalizes
-    several ops only from opset 17, notes/toolchain.md section 4), unless the upgrade
+    several ops only from opset 17, docs/toolchain.md), unless the upgrade
     would change the model's signature: then the model keeps its opset, with a warning
     (``info["opset"]["upgrade_undone"]``); restore the user's node and tensor names;
     complete every tensor's shape and dtype (static inference, then folded constants
@@ -221,7 +221,7 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
             ``info["model_run"]``.
         conversions: ``(key, convert)`` pairs applied in order to the (cut) model, e.g.
             ``("bf16", precision.narrowing.convert_to_bf16)`` for
-            ``--auto-convert-bf16`` (seed 001 section 5; notes/reference_tool.md s6; the
+            ``--auto-convert-bf16`` (docs/original_tool.md, 'Dtype conversion'; the
             caller raises ``target_opset`` to what they need). ``convert(model)`` returns
             ``(model, report)`` with ``report["origin"]`` (per new node, the index of the
             node it comes from); the reports go to ``info["precision"][key]``. Nodes a

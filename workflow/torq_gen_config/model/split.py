@@ -5,10 +5,9 @@ inputs are all constant (``Constant``, ``ConstantOfShape`` of a constant shape,
 ``Identity`` of an initializer, ``Shape``/``Size`` of a tensor with a static shape
 and arithmetic on such values) are evaluated here and their values become
 initializers of the layers that consume them; they are not layers
-(notes/reference_tool.md section 4: "Constant nodes are not layers, but their values
-(and shape subgraphs that fold) become initializers of the layer").
+(as in the original tool: docs/original_tool.md, 'Layer IDs and indices').
 
-Layer ID: ``<OpType>_<first output name>`` of the user's node (seed 001 section 6).
+Layer ID: ``<OpType>_<first output name>`` of the user's node (the original tool's).
 When the opset upgrade expanded a user node into several nodes, the layer model
 holds the non-constant part of that expansion, and it is still one layer.
 """
@@ -174,7 +173,8 @@ def layer_signature(layer_model) -> str:
     Covers, per node: op type, domain and attribute values; and the layer's input and
     output shapes and dtypes, and its initializers' shapes and dtypes (not their
     values), as the issue for duplicate detection specifies. The original tool ignored
-    attribute values (notes/reference_tool.md section 5); here they count.
+    attribute values (docs/original_tool.md, 'Skip mode, dedup, cache, timing'); here
+    they count.
 
     Returns:
         A 16-hex-digit SHA-1 prefix.

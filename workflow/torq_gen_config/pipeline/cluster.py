@@ -133,7 +133,7 @@ def import_slurm_plugin_without_probe() -> bool:
     os.environ["SLURM_CONF"] = NO_SLURM_CONF
     try:
         importlib.import_module(SLURM_PLUGIN)
-    except Exception:  # a broken plugin: Snakemake reports it at its own import, as before
+    except Exception:  # a broken plugin: Snakemake's own import of it reports the error
         return False
     finally:
         if saved is None:

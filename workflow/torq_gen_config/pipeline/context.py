@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import backends
-from ..backends import NEEDS_MLIR
 from ..backends import parameters as weights_mode
 from ..config import (
     PRECISION_KEYS,
@@ -196,7 +195,7 @@ class RunContext:
             compile_batch=compile_batch,
             batched={n: compile_batch > 1 and backends.capabilities(e["backend"]).batch_compile
                      for n, e in executors.items()},
-            import_mlir=any(NEEDS_MLIR[e["backend"]] for e in executors.values()),
+            import_mlir=any(backends.needs_mlir(e["backend"]) for e in executors.values()),
             parameter_settings={"setting": config["parameters"], "auto_mb": config["parameters_auto_mb"]},
             timeout=untracked(config["timeout_s"]),
         )
@@ -680,7 +679,7 @@ class RunInputs:
             members=self.unit_members,
             executor=self.executor,
             batches=self.unit_batches,
-            needs_mlir=lambda wildcards: NEEDS_MLIR[ctx.executors[wildcards.executor]["backend"]],
+            needs_mlir=lambda wildcards: backends.needs_mlir(ctx.executors[wildcards.executor]["backend"]),
             timing=ctx.timing,
             precision=ctx.layer_precision,
             rerun=self.unit_test_rerun,

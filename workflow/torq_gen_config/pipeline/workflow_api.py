@@ -216,7 +216,7 @@ def execute(*, config: dict, workdir: Path, cores: int, targets: list[str] | Non
                                                         use_threads=bool(profile.get("force-use-threads")),
                                                         ignore_incomplete=False),
                 scheduling_settings=st.SchedulingSettings(scheduler=profile["scheduler"]),
-                scheduler_settings=snakemake_greedy.SchedulerSettings(),  # required with greedy (notes/snakemake.md)
+                scheduler_settings=snakemake_greedy.SchedulerSettings(),  # required with greedy (docs/toolchain.md)
             )
     except snakemake_exceptions.WorkflowError as e:
         raise WorkflowFailed(_with_job_failures(_one_line(e), failures)) from None

@@ -2,7 +2,7 @@
 
 :func:`compute_nodes` lists the compute nodes (Q/DQ and Constant dropped, QLinear*
 renamed back to the base op) and :func:`align_layers` aligns them with the layers by a
-longest common subsequence over op types (seed 001 "Quantized Models") where
+longest common subsequence over op types (docs/original_tool.md, 'Quantization') where
 :func:`torq_gen_config.precision.layer_mapping.match_by_names` found no match by tensor
 name; activations that ORT fuses away (Relu after Conv) are left unaligned.
 """
@@ -23,7 +23,7 @@ def compute_nodes(model) -> list[dict]:
 
     QuantizeLinear / DequantizeLinear / DynamicQuantizeLinear and Constant nodes are
     dropped; quantized op types are renamed to their base type with
-    :data:`QUANTIZED_OP_BASE` (seed 001 "Quantized Models", steps 2-3).
+    :data:`QUANTIZED_OP_BASE` (as the original tool).
 
     Returns:
         ``[{"index": position in model.graph.node, "op_type": base type,
@@ -49,7 +49,7 @@ def base_tensor_name(name: str) -> str:
 def align_layers(layers: list[dict], computes: list[dict]) -> list[int | None]:
     """Align layers with compute ops by a longest common subsequence of op types.
 
-    Order-preserving (seed 001 "Quantized Models" step 4; notes/reference_tool.md s6):
+    Order-preserving (the original tool's alignment, docs/original_tool.md, 'Quantization'):
     among the alignments with the most op-type matches, one with the most pairs whose
     names agree is chosen (the layer's first output is among the compute node's
     outputs, also after removing the suffixes ORT appends such as ``_quantized``).

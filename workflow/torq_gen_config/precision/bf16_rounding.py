@@ -26,8 +26,9 @@ def round_to_bf16(array: np.ndarray, *, saturate: bool = False) -> np.ndarray:
     Returns:
         An array of the same shape with dtype ``ml_dtypes.bfloat16``.
 
-    Source: seed notes/reference_tool.md s6 (round-to-nearest-even, only the bf16
-    maximum enforced); ``ml_dtypes``' float32 -> bfloat16 cast rounds to nearest even.
+    As the original tool (round to nearest even, only the bf16 maximum enforced;
+    docs/original_tool.md, 'Dtype conversion'); ``ml_dtypes``' float32 -> bfloat16
+    cast rounds to nearest even.
     """
     x = np.asarray(array, dtype=np.float32)
     r = x.astype(ml_dtypes.bfloat16)

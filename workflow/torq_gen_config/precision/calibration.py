@@ -13,7 +13,7 @@ from .folding import _infer
 from .ort_quantization import QuantizationError, _one_line
 
 
-#: Calibration defaults of the original tool (seed: notes/reference_tool.md s6).
+#: Calibration defaults of the original tool (docs/original_tool.md, 'Quantization').
 DEFAULT_CALIBRATION_SAMPLES = 20
 DEFAULT_CALIBRATION_SEED = 0
 DEFAULT_FLOAT_RANGE = (-1.0, 1.0)
@@ -42,7 +42,7 @@ def calibration_samples(model, *, n: int, seed: int, float_range: tuple[float, f
                         data_path: str | os.PathLike | None = None) -> list[dict[str, "np.ndarray"]]:  # noqa: F821
     """Calibration samples for ``model``: one feed dict (input name -> array) per sample.
 
-    Random (``data_path`` None; seed: notes/reference_tool.md s6, 20 samples, seed 0,
+    Random (``data_path`` None; the original tool's 20 samples, seed 0,
     uniform [-1, 1)): ``n`` samples, seeded and deterministic. Float inputs are drawn
     from ``numpy.random.default_rng(seed)`` uniform in ``[low, high)`` of
     ``float_range`` (cast to the input's float dtype). Non-float inputs are drawn as

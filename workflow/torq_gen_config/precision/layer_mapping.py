@@ -4,7 +4,7 @@ With ``--quantize`` the compiler sees the quantized model, so the compiler JSON 
 name lines of the quantized MLIR, and ``run`` must partition the quantized model.
 The quantized model has QuantizeLinear/DequantizeLinear wrappers, quantized op
 types (QLinearConv, ...) and fewer compute ops (activations such as Relu fused into
-the preceding Conv). Following seed 001 ("Quantized Models") and seed 002 section 5:
+the preceding Conv). Following the original tool (docs/original_tool.md, 'Quantization'):
 
 1. the compute nodes of the quantized model (Q/DQ dropped, op types renamed back
    to their base type: :func:`torq_gen_config.precision.alignment.compute_nodes`)
@@ -216,7 +216,7 @@ def quantized_tensor_names(quantized_model: "onnx.ModelProto") -> list[str]:  # 
     quantized: the inputs of its QuantizeLinear nodes, and the int8/uint8 outputs of
     its compute nodes (QOperator), without onnxruntime's suffixes. A layer's float
     I/O get Q/DQ pairs in its own test only where they are in this list, i.e. where
-    the whole model has them too (``quantize_layer``)."""
+    the whole model has them too (the ``quantize_layer`` step of rule ``prepare_unit``)."""
     types = {v.name: v.type.tensor_type.elem_type for v in list(quantized_model.graph.value_info)
              + list(quantized_model.graph.output) + list(quantized_model.graph.input)}
     ints = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8}

@@ -4,7 +4,7 @@ One engine (:class:`_Narrower`) serves both conversions; it is parameterised by 
 (wide, narrow) element-type pairs: ``FLOAT -> BFLOAT16``, or ``INT64 -> INT32`` plus
 ``UINT64 -> UINT32``.
 
-Rules (seed: notes/reference_tool.md section 6; types: ONNX operator schemas via
+Rules (the original tool's, docs/original_tool.md, 'Dtype conversion'; types: ONNX operator schemas via
 ``onnx.defs`` at the model's opset):
 
 * Per node, every formal input/output parameter has a type string: a type
@@ -12,7 +12,7 @@ Rules (seed: notes/reference_tool.md section 6; types: ONNX operator schemas via
   variadic last parameter covers the remaining actual inputs/outputs. A constraint
   shared by several parameters is decided once per node: narrow if the narrow type
   is allowed, else every parameter bound to it keeps the wide type.
-* Graph inputs and outputs of a wide type become narrow (the seed's ``convert_io``).
+* Graph inputs and outputs of a wide type become narrow (the original tool's ``convert_io``).
 * Constant producers (initializers, ``Constant``, ``ConstantOfShape``) and nodes
   whose output type is set by an attribute (``Cast.to``, ``dtype`` of
   ``EyeLike``/``Random*``/``Bernoulli``/``Multinomial``, ``output_datatype``,
@@ -27,13 +27,13 @@ Rules (seed: notes/reference_tool.md section 6; types: ONNX operator schemas via
   outer-scope references and outputs stay wide (Casts around them; outer-scope
   names inside a subgraph are renamed to the wide Cast's output when needed).
 * int32 only: ``Slice`` parameters stay int64 although the schema allows int32
-  (:data:`KEEP_INT64_INPUTS`, as the seed). INT64_MIN/INT64_MAX (UINT64 max)
+  (:data:`KEEP_INT64_INPUTS`, as the original tool). INT64_MIN/INT64_MAX (UINT64 max)
   sentinels in constants are clamped to the 32-bit extremes and reported; any other
   out-of-range constant raises :class:`~torq_gen_config.core.errors.ModelError`.
 * bf16 only: constants are rounded to nearest even; finite values beyond the bf16
   maximum (~3.39e38) are clamped to +-max instead of becoming inf (counted).
   ``LayerNormalization.stash_type`` becomes bf16 because its schema (constraint
-  ``U`` of Mean/InvStdDev, opset 17+) allows bf16, as the seed does; it stays float
+  ``U`` of Mean/InvStdDev, opset 17+) allows bf16, as the original tool does; it stays float
   if a consumer of Mean/InvStdDev requires float. ``Resize`` roi/scales stay fp32
   because their schema allows only float types there.
 """
@@ -51,7 +51,7 @@ from .narrowing_plan import _SHORT, _NarrowingPlan
 from .onnx_graph import _all_names, _default_opset, _from_array, _one_line, _rename_refs, _subgraphs, _to_array
 
 #: Minimum default-domain opset: bf16 Conv etc. exist in ONNX schemas from opset 22
-#: (the seed upgrades to 22 for both conversions).
+#: (the original tool upgrades to 22 for both conversions).
 BF16_OPSET = 22
 
 #: Inputs kept int64 by the int32 conversion although the schema allows int32 (as the
@@ -87,7 +87,8 @@ def convert_to_bf16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict]:
         ModelError: the converted model fails shape inference or
             ``onnx.checker.check_model(full_check=True)``.
 
-    Rules: seed notes/reference_tool.md s6 (FP32Converter), ONNX schemas via onnx.defs;
+    Rules: the original tool's ``FP32Converter`` (docs/original_tool.md, 'Dtype
+    conversion'), ONNX schemas via onnx.defs;
     see the module docstring.
     """
     return _Narrower(model, {onnx.TensorProto.FLOAT: onnx.TensorProto.BFLOAT16}, {}, "bf16").run()
@@ -116,7 +117,8 @@ def convert_int64_to_int32(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dic
             sentinel (the message names the tensor and the first offending value), or
             the converted model fails shape inference / the full checker.
 
-    Rules: seed notes/reference_tool.md s6 (Int64Converter), ONNX schemas via onnx.defs.
+    Rules: the original tool's ``Int64Converter`` (docs/original_tool.md, 'Dtype
+    conversion'), ONNX schemas via onnx.defs.
     """
     pairs = {onnx.TensorProto.INT64: onnx.TensorProto.INT32, onnx.TensorProto.UINT64: onnx.TensorProto.UINT32}
     return _Narrower(model, pairs, KEEP_INT64_INPUTS, "int32").run()

@@ -245,7 +245,7 @@ class _NarrowingPlan:
             g.decision = wide
             names = ", ".join(f"'{s[3]}'" for s in kept)
             g.reason = (f"{op} input(s) {names} kept {_TYPE_STR[wide]} although the schema allows "
-                        f"{_TYPE_STR[narrow]} (KEEP_INT64_INPUTS, as the seed)")
+                        f"{_TYPE_STR[narrow]} (KEEP_INT64_INPUTS, as the original tool)")
         elif _TYPE_STR[narrow] not in g.allowed:
             g.decision = wide
             io, _, _, pname = wide_slots[0] if wide_slots else ("out", 0, "", "?")

@@ -1,7 +1,7 @@
 """Static int8 quantization (A8W8) of whole models and single layers with ONNX Runtime.
 
 Wraps :func:`onnxruntime.quantization.quantize_static` (the original tool does the
-same; seed: notes/reference_tool.md s6 "Quantization" and "Quantized flow"):
+same: docs/original_tool.md, 'Quantization'):
 
 * Calibration: random samples uniform in ``[-1, 1)``, seed 0, 20 samples by default,
   or the samples of a user ``.npz`` file (:func:`calibration_samples`).
@@ -40,7 +40,7 @@ from .qdq_graph import (_QDQ_OPS, QUANTIZED_OP_BASE, _complete_value_info, _coun
                         place_constant_nodes_before_use)
 from .ranges import _float_tensors, tensor_ranges
 
-#: Ops for which ``hybrid`` chooses QOperator (seed: notes/reference_tool.md s6, ``--quant-format hybrid``).
+#: Ops for which ``hybrid`` chooses QOperator (the original tool's ``--quant-format hybrid``).
 HYBRID_QOPERATOR_OPS = frozenset({"Conv", "Add", "Mul", "MatMul", "MaxPool", "AveragePool", "GlobalAveragePool",
                                   "Relu", "Clip", "LeakyRelu", "Sigmoid", "Softmax"})
 
@@ -104,7 +104,7 @@ def quantize_model(model, *, ranges: dict, samples: list[dict] | None = None, qu
                    wrap_only: "Collection[str] | None" = None) -> tuple["onnx.ModelProto", dict]:  # noqa: F821
     """Quantize a float model (the whole model or one layer) to int8 with ``quantize_static``.
 
-    Steps (seed: notes/reference_tool.md s6; onnxruntime.quantization docs):
+    Steps (docs/original_tool.md, 'Quantization'; onnxruntime.quantization docs):
 
     1. :func:`fold_to_initializers` (weights must be initializers).
     2. Format: ``qdq`` or ``qoperator`` as given; ``hybrid`` uses QOperator if every

@@ -19,7 +19,7 @@ def widen_bf16_to_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
     value_info, initializers, tensor attributes (Constant values, ConstantOfShape
     value), ``Cast``/``dtype``-like attributes and ``LayerNormalization.stash_type``,
     in the main graph and in subgraphs. The model (opset 22 ops on float) runs in
-    ONNX Runtime CPU, which has no bf16 Conv (notes/toolchain.md s5). References:
+    ONNX Runtime CPU, which has no bf16 Conv (docs/toolchain.md, 'bf16 and int8'). References:
     run it on bf16-rounded inputs upcast to fp32, round the outputs with
     :func:`round_to_bf16`.
 

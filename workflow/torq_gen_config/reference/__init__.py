@@ -138,7 +138,7 @@ def compute_reference(layer_path: str | os.PathLike, out_path: str | os.PathLike
     A layer with bfloat16 tensors (``--auto-convert-bf16``) gets its references from
     the same layer widened to float32, run on the bf16 inputs, with the bf16 outputs
     rounded to bf16 (round to nearest even): ONNX Runtime CPU has no bf16 kernels for
-    most ops (notes/toolchain.md section 5; docs/precision.md).
+    most ops (docs/toolchain.md, 'bf16 and int8'; docs/precision.md).
     ``meta["reference_precision"]`` says which was used.
 
     A failing engine (it refuses the model, fails on the inputs, or exceeds

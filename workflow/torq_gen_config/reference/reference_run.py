@@ -13,7 +13,7 @@ Two engines give the expected outputs of a layer (docs/comparison.md, "Reference
 
 Both run a model with bfloat16 tensors widened to float32 (bf16 constants and inputs
 upcast exactly) and round its bf16 outputs to bf16 (round to nearest even): ONNX
-Runtime CPU has no bf16 kernels for most ops (notes/toolchain.md section 5). Both are
+Runtime CPU has no bf16 kernels for most ops (docs/toolchain.md, 'bf16 and int8'). Both are
 bounded in time: ONNX Runtime by ``RunOptions.terminate`` (checked between kernels),
 the reference evaluator by a deadline after which its thread is abandoned (it keeps
 running in the background until its current op returns; an isolated worker process

@@ -1,11 +1,11 @@
 """Assembly of the report JSON and the compiler JSON from per-layer results.
 
-Layouts: seed 002 section 4 ("Two-JSON Design") and ``notes/reference_tool.md``
-section 1. The report written here is a superset of the seed's version 1.1
+Layouts: docs/original_tool.md, 'Report JSON' and 'Compiler JSON'. The report
+written here is a superset of the original tool's version 1.1
 format (extra fields: per-executor ``metrics``, ``timing.compile_ms/run_ms``,
 ``reference_status``, ``backend``; per-op ``recommendation_source``,
 ``op_type``, ``layer_slug``; top-level ``executors``, ``mlir_file``,
-``provenance``), so the C++ ``ExecutorAssignmentPass`` and seed readers keep
+``provenance``), so the C++ ``ExecutorAssignmentPass`` and readers of the original format keep
 working.
 """
 
@@ -133,8 +133,8 @@ def _timing_entry(timing: Mapping) -> dict:
     Always ``compile_ms`` and ``run_ms`` (the single verification run, for IREE
     a whole ``iree-run-module`` process). With compile batches, ``compile_batch``
     as in the result (``compile_ms`` is then the layer's share of its batch). When the runtime was measured
-    (``collect_timing``): ``runtime_ms`` (the median, 3 decimals, the seed's
-    field), ``runs``, ``warmup``, ``median_ms``, ``min_ms``, ``mean_ms``,
+    (``collect_timing``): ``runtime_ms`` (the median, 3 decimals, the original
+    tool's field), ``runs``, ``warmup``, ``median_ms``, ``min_ms``, ``mean_ms``,
     ``max_ms``, ``samples_ms`` and ``method``. When the measurement failed:
     ``runtime_error`` (its one-line summary).
     """
@@ -179,7 +179,7 @@ def build_report(
     previous_report: Mapping | None = None,
     recommend_by_timing: bool = False,
 ) -> dict:
-    """Build the report JSON (format version 1.1, superset of seed 002 section 4).
+    """Build the report JSON (format version 1.1, a superset of the original tool's).
 
     Args:
         model_name: the model's name (file stem), shown in both JSONs.
@@ -213,12 +213,11 @@ def build_report(
     layer's effective tolerance (override, else ``default_tolerance``), so the
     report is consistent with its ``default_tolerance`` whatever tolerance the
     layer-test job used. The recommendation follows
-    :func:`~torq_gen_config.report.recommend.recommend_with_reason` (seed 001
-    section 3); each op records why as ``recommendation_reason``
+    :func:`~torq_gen_config.report.recommend.recommend_with_reason`; each op records why as ``recommendation_reason``
     (``"priority"``, ``"fastest success (0.123 ms median)"``, ``"priority (no
     timing data)"``, ``"user"``, ...), and the summary counts the layers chosen
     by timing and those that fell back, with a note. ``mlir_location`` falls back to the op type when the layer has
-    no MLIR location (seed behaviour), which keeps it out of the compiler JSON.
+    no MLIR location (as the original tool does), which keeps it out of the compiler JSON.
 
     Returns:
         The report dict (JSON-safe if the inputs are).
@@ -356,7 +355,7 @@ def check_report(report: Any, source: str = "the report JSON") -> None:
 
 
 def build_compiler_json(report: Mapping) -> dict:
-    """Compiler JSON for the C++ ``ExecutorAssignmentPass`` (seed 002 section 4).
+    """Compiler JSON for the C++ ``ExecutorAssignmentPass`` (docs/original_tool.md, 'Compiler JSON').
 
     Returns:
         ``{"op_assignments": {"L:C": {"executor": name}}, "model_name": ...}``
@@ -420,7 +419,7 @@ def discovery_report_of(report: Mapping) -> dict:
     """A report's ``discovery_report`` computed from its ``ops`` (:func:`summarize`,
     :func:`trust_lists`): the one source of the summaries shown to a person (the render
     step, ``view``, the HTML page), so that a report whose stored summary is incomplete or
-    out of date (the original tool's format, seed 001 section 7: no ``executor_counts``)
+    out of date (the original tool's older reports: no ``executor_counts``)
     shows what its layers say. Kept from the stored summary, as the layers cannot tell:
     the recommendation rule and ``distinct_layers_tested`` (what discovery tested)."""
     ops = report.get("ops") or {}

@@ -22,7 +22,7 @@ An entry holds only what a person set: ``recommended_executor`` together with
 passes this file to :func:`~torq_gen_config.report.build.build_report` as
 ``previous_report``, so the choices survive a later ``discover``.
 
-Differences from the original tool (``notes/reference_tool.md`` section 7):
+Differences from the original tool (docs/original_tool.md, 'edit'):
 the executor is validated against the report's executors; ``null`` is stored
 as JSON null; a tolerance edit takes effect at once (the layer's verdicts and
 recommendation are re-derived); the summary is regenerated, not only the text;

@@ -49,7 +49,7 @@ def model_name_of(data: Mapping | None, path: str | os.PathLike) -> tuple[str, b
     """``(name, from the file name?)`` of a report or compiler JSON: its ``model_name``, else
     the name in its file name (``torq_gen_config_<name>.json``, for a compiler JSON
     ``torq_gen_config_<name>_compiler.json``; another file: its stem). The original tool's
-    reports have no ``model_name`` (seed 001, sections 3 and 7)."""
+    older reports have no ``model_name`` (docs/original_tool.md, 'Report JSON')."""
     name = data.get("model_name") if isinstance(data, Mapping) else None
     if isinstance(name, str) and name:
         return name, False

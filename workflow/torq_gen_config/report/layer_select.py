@@ -43,7 +43,7 @@ def _no_match_message(layer_ids: list[str], query: str) -> str:
 def match_layers(layer_ids: list[str], pattern: str) -> list[str]:
     """Layer IDs selected by ``pattern``, in report order.
 
-    Strategies, first that applies (``notes/reference_tool.md`` section 7):
+    Strategies, first that applies (the original tool's: docs/original_tool.md, 'edit'):
 
     1. ``ALL``: every layer;
     2. the pattern holds ``*`` or ``?``: fnmatch, case-insensitive;

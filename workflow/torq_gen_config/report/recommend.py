@@ -1,15 +1,15 @@
 """Choice of the recommended executor per layer, and status re-derivation.
 
-The rule follows seed 001 section 3 ("How Recommended Executor is Determined"):
+The rule follows the original tool's (docs/original_tool.md, 'Recommendation'):
 executors are tried in the configured priority order; the first one whose
 output matches the reference wins, else the first that ran but differs. This
 project adds a third level for ``"unverified"`` runs (the executor ran but the
 reference failed on that layer, so nothing could be compared): better than no
 executor at all, but flagged in the report. A layer whose every tested
-executor has status ``"error"`` is a critical failure (seed 001 section 3,
-``notes/reference_tool.md`` section 1 ``critical_failures``).
+executor has status ``"error"`` is a critical failure, as in the
+original tool.
 
-With ``by_timing`` (seed 001 section 3, "Timing-Based Executor Recommendation")
+With ``by_timing`` (the original tool's ``--recommend-by-timing``)
 the fastest success by measured runtime median wins, else the fastest
 difference; where no candidate has a measured runtime the priority rule
 applies and the reason says so (the original tool returned no recommendation
@@ -54,7 +54,7 @@ def runtime_median_ms(result: Mapping) -> float | None:
     """The measured runtime median (ms) of one result, or None when there is none.
 
     Accepts a report executor entry (``timing.median_ms``, 4 decimals, else the
-    seed's ``timing.runtime_ms``) and a layer-test result
+    original tool's ``timing.runtime_ms``) and a layer-test result
     (``timing.runtime.median_ms``). Non-finite or negative values count as
     missing.
     """
@@ -146,8 +146,8 @@ def recommend_executor(results: Mapping[str, Mapping], priority: list[str], by_t
         (:func:`is_inconclusive`); else the first with ``"difference"``; else the first ``"unverified"``;
         else None (no executor ran: critical failure, or nothing tested).
         Executors in ``priority`` but missing from ``results`` are ignored, as
-        are results of executors not in ``priority``. Source: seed 001 section 3,
-        plus the ``unverified`` level of this project.
+        are results of executors not in ``priority``. Source: docs/original_tool.md,
+        'Recommendation', plus the ``unverified`` level of this project.
 
     Raises:
         ValueError: a considered result has no valid status.
@@ -187,8 +187,8 @@ def is_critical_failure(results: Mapping[str, Mapping]) -> bool:
 
     A ``"difference"`` or an ``"unverified"`` run that produced outputs is not
     critical (the layer can still run somewhere); a layer with no tested executors
-    (skipped) is not critical either. Source: ``notes/reference_tool.md`` section 1
-    (``critical_failures``), seed 001 section 3 (last example).
+    (skipped) is not critical either. Source: docs/original_tool.md,
+    'Recommendation'.
 
     Raises:
         ValueError: a result has no valid status.

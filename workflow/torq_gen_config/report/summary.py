@@ -53,8 +53,8 @@ def summarize(report_ops: Mapping[str, Mapping], executor_names: list[str],
         ``notes`` (sentences for people, e.g. the fallback). ``critical_failures`` lists, in report order, the layers
         where every tested executor has status ``error``:
         ``{layer_id, node_index, mlir_location, error_details: {executor:
-        {status, stage, summary}}}``. Source: ``notes/reference_tool.md``
-        section 1 (``discovery_report``).
+        {status, stage, summary}}}``. Source: docs/original_tool.md,
+        'Report JSON'.
     """
     status_counts = {s: 0 for s in STATUSES}
     executor_counts = {name: 0 for name in executor_names}

@@ -1,7 +1,7 @@
 """Plain-text summary stored as ``final_report_text`` in the report JSON.
 
 Section order follows the original tool's final report
-(``notes/reference_tool.md`` section 8): title, model and layer count; status
+(docs/original_tool.md, 'Final report text'): title, model and layer count; status
 summary; recommended executor distribution (with the recommendation rule and
 its notes, e.g. a by-timing fallback); runtime per executor when timing was
 collected; critical failures; per-layer table. Executor columns come from the

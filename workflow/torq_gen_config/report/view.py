@@ -1,6 +1,6 @@
 """Rendering of report and compiler JSONs for ``torq-gen-config view`` (with rich).
 
-Three views (``notes/reference_tool.md`` section 7, seed 001 section 3):
+Three views (the original tool's: docs/original_tool.md, 'view'):
 
 * :func:`render_summary`: model, status counts, recommendation counts, timing
   summary, critical failures, a per-layer table (one column per configured

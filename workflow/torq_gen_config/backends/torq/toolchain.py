@@ -113,7 +113,7 @@ def tool_search_places(name: str, *, repo_root: str | os.PathLike | None = None)
 def find_torq_tool(name: str, *, repo_root: str | os.PathLike | None = None) -> str:
     """Absolute path of ``torq-compile`` or ``torq-run-module``.
 
-    Precedence (seed 001 section 2, "Runtime Requirements"):
+    Precedence (the original tool's: docs/original_tool.md, 'TORQ tools'):
 
     1. ``$TORQ_COMPILE`` / ``$TORQ_RUN_MODULE``: a path, or a name looked up on
        ``PATH``. Set but not an executable is an error (no silent fallback);

@@ -130,7 +130,7 @@ def _log_batch_compile(log: str | None, batch_file: str) -> None:
 @records_failure
 def compile_batch_job(*, executor: dict, members: list[dict], out_dir: str, timeout_s: float,
                       log: str | None = None) -> None:
-    """Rule ``compile_batch``: one module for a batch of layers on one executor
+    """Step of rule ``test_unit``: one module for a batch of layers on one executor
     (:func:`torq_gen_config.discovery.batch_compile.compile_batch`). A batch that cannot be
     compiled at all (the backend is unavailable, a bug) still writes its files with
     every layer marked to compile alone, so each layer's own test reports it."""

@@ -1,5 +1,6 @@
 """Jobs of rules/quantize.smk (``--quantize``, docs/precision.md): calibrate, quantize
-the whole model and each layer, map the layers onto the quantized model."""
+the whole model, map the layers onto the quantized model; and the quantization of each
+layer, a step of rule ``prepare_unit`` (:func:`quantize_layer_job`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from ...core.fileio import read_json, write_bytes_if_changed, write_json
 from ...core.isolation import WorkerCrash, WorkerTimeout, run_isolated
 from ...core.job_support import in_worker, records_failure
-from ...core.layout import QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE, mark_outdated
+from ...core.layout import QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE
 from ...core.lazy import onnx
 from ...core.logs import append_record
 from ...core.limits import DEFAULT_TIMEOUT_S, call_limit, model_job_limit
@@ -108,7 +109,7 @@ def quantize_layer_job(*, timeout_s: float | None = None, **kwargs) -> None:
 
 def _quantize_layer_job(*, layer_onnx: str, ranges: str, quantized: str, info: str, settings: dict,
                        full_model_info: str | None = None, log: str | None = None) -> None:
-    """Rule ``quantize_layer``: one FP32 layer model quantized on its own with the
+    """Step ``quantize_layer`` of rule ``prepare_unit``: one FP32 layer model quantized on its own with the
     whole model's calibration ranges on its inputs and outputs, in the format the
     whole model got (``full_model_info``'s ``format_used``: with ``hybrid`` the
     choice is made once, for the model); float32 I/O that ONNX Runtime leaves float
@@ -204,14 +205,6 @@ def quantize_full_model(input, output, params, log) -> None:
                             settings=params.settings, samples=params.samples, seed=params.seed,
                             float_range=params.float_range, data=input.data[0] if input.data else None,
                             timeout_s=params.timeout_s, log=log[0])
-
-
-def quantize_layer(input, output, params, log) -> None:
-    """Rule ``quantize_layer``: the layer quantized on its own (:func:`quantize_layer_job`)."""
-    mark_outdated(params.outdated)
-    quantize_layer_job(layer_onnx=input.model, ranges=input.ranges, quantized=output.model, info=output.info,
-                       settings=params.settings, full_model_info=input.full, timeout_s=params.timeout_s,
-                       log=log[0])
 
 
 @step(feeds_report=True)

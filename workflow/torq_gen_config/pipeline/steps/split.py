@@ -104,7 +104,7 @@ def _split_layers_job(*, prepared: str, info_path: str, manifest: str, model_inp
 def reference_job(*, layer_onnx: str, reference: str, values_dir: str, input_settings: dict,
                   inputs_path: str | None = None, calibration: str | None = None, engine: str = "onnxruntime",
                   timeout_s: float | None = None, tolerance: dict | None = None, log: str | None = None) -> None:
-    """Rule ``layer_reference``: layer inputs (from ``inputs_path`` with ``layer_inputs:
+    """Step ``layer_reference`` of rule ``prepare_unit``: layer inputs (from ``inputs_path`` with ``layer_inputs:
     propagate``, else generated; with ``--quantize`` drawn in the calibrated ranges of
     ``calibration``, see :func:`quantized_input_ranges`) and the outputs of both
     reference engines, ``engine`` first (:func:`~torq_gen_config.reference.compute_reference`),
@@ -137,7 +137,7 @@ def reference_job(*, layer_onnx: str, reference: str, values_dir: str, input_set
 @records_failure
 def import_layer_job(*, layer_onnx: str, mlir: str, status: str, timeout_s: float | None = None,
                      log: str | None = None, parameters: bool = False) -> None:
-    """Rule ``import_layer``: the layer's MLIR, imported in a supervised worker. An
+    """Step ``import_layer`` of rule ``prepare_unit``: the layer's MLIR, imported in a supervised worker. An
     importer failure, hang or crash is recorded in ``status`` (``"stage"``: import,
     timeout or crash), not raised: the layer's tests report it and the others go on.
     ``parameters``: the stored weights as IREE parameters (``parameters: external``)."""
