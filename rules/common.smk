@@ -15,7 +15,8 @@ from torq_gen_config.core.errors import TorqGenConfigError
 from torq_gen_config.core.fileio import remove_temporary_files
 from torq_gen_config.pipeline import steps
 from torq_gen_config.pipeline.context import RunContext
-from torq_gen_config.pipeline.steps import units, untracked
+from torq_gen_config.pipeline import units
+from torq_gen_config.pipeline.steps import untracked
 import torq_gen_config.pipeline.steps.full_model
 import torq_gen_config.pipeline.steps.layer_tests
 import torq_gen_config.pipeline.steps.prepare

@@ -1,4 +1,4 @@
-# One job per (unit of layers, executor) (pipeline/steps/units.py): the unit's compile batches
+# One job per (unit of layers, executor) (pipeline/units.py): the unit's compile batches
 # (compile_batch > 1, backends with batch_compile; docs/compile_batches.md), then
 # compile, run and compare each layer, each writing its own result.json. Tolerance,
 # timeout, log file and verbosity are untracked params: the report re-derives verdicts

@@ -25,7 +25,7 @@ checkpoint split_layers:
         steps.split.split_layers(input, output, params, log)
 
 
-# Per unit of layers (pipeline/steps/units.py: ~32 layers, a whole number of compile batches):
+# Per unit of layers (pipeline/units.py: ~32 layers, a whole number of compile batches):
 # each member's quantized model (--quantize), its inputs and both reference engines'
 # outputs (the configured one, reference, is what the verdicts are computed against;
 # each value once in the work directory's value store, reference.json names them),

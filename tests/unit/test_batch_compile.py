@@ -168,7 +168,7 @@ def test_timeout_leaves_every_layer_to_compile_alone(members, tmp_path, monkeypa
     assert "timed out" in rec["members"][0]["reason"] and len(rec["compiles"]) == 1
     assert (tmp_path / "module.vmfb").read_bytes() == b""
     # the job records the timeout: a rerun with a larger --timeout compiles the batch again
-    from torq_gen_config.pipeline.steps.markers import TIMED_OUT_SUFFIX, timeout_rerun_token
+    from torq_gen_config.pipeline.markers import TIMED_OUT_SUFFIX, timeout_rerun_token
 
     job_dir = tmp_path / "job"
     compile_batch_job(executor={"name": "f", "backend": "fake"}, members=_fake_members(tmp_path, 99, members),

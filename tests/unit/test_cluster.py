@@ -20,7 +20,7 @@ def test_the_slurm_profile_names_the_slurm_executor_and_its_settings():
     settings = cluster.read_profile(REPO / "profiles" / "slurm")
     assert settings["executor"] == "slurm"
     assert settings["slurm-status-command"] == "squeue"  # no accounting database, no sacct
-    # no groups: the jobs are units of layers already (steps/units.py); every rule with
+    # no groups: the jobs are units of layers already (pipeline/units.py); every rule with
     # resources set exists in rules/*.smk, and the unit rules have theirs
     assert "groups" not in settings and "group-components" not in settings
     rules = "".join(p.read_text() for p in (REPO / "rules").glob("*.smk"))

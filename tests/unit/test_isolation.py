@@ -1,5 +1,5 @@
 """Supervised workers (isolation.py), the run lock (run_lock.py), the timeout records
-that make a larger --timeout redo a job (steps/markers.py) and the report's staleness checks."""
+that make a larger --timeout redo a job (pipeline/markers.py) and the report's staleness checks."""
 
 from __future__ import annotations
 

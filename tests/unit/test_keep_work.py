@@ -1,6 +1,6 @@
 """keep_work.py: the work directory's size (disk usage, hard links once), which files
 ``--keep-work minimal`` removes, its record, and how a removed layer MLIR keeps its
-identity for the currency checks (steps/units.py) and is made again with it."""
+identity for the currency checks (pipeline/units.py) and is made again with it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from torq_gen_config.core import keep_work
 from torq_gen_config.core.fileio import write_json
 from torq_gen_config.core.schemas import schema_for, validator
-from torq_gen_config.pipeline.steps import units
+from torq_gen_config.pipeline import units
 
 
 def _blocks(path: Path) -> int:

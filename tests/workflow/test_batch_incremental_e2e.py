@@ -148,7 +148,7 @@ def test_larger_timeout_redoes_only_what_timed_out(tmp_path):
     batches_timed_out = sorted(str(p.relative_to(w)) for p in stamps.before if p.name == "batch.json"
                                and any(c["status"] == "timeout" for c in json.loads(p.read_text())["compiles"]))
     # under load a layer's reference or MLIR import can time out too (a marker beside it,
-    # pipeline/steps/markers.py): then the verdicts built on it are redone as well
+    # pipeline/markers.py): then the verdicts built on it are redone as well
     for marker in (w / "layers").glob("*/*.timed-out"):
         layer = marker.parent
         built_on = [d for d in layer.iterdir() if d.is_dir()]

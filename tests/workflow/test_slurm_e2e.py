@@ -76,7 +76,7 @@ def _kinds(jobs: dict[int, str]) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_discovery_through_slurm_matches_a_local_run(slurm, tmp_path):
-    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers: one unit (steps/units.py)
+    model = small_cnn(tmp_path / "cnn.onnx")  # 3 layers: one unit (pipeline/units.py)
     local = run_cli("discover", "--model", model, "--output-dir", tmp_path / "local", "-j", "2", "-q")
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     expected = comparable(json.loads((tmp_path / "local" / "torq_gen_config_cnn.json").read_text()))

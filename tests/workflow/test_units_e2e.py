@@ -1,4 +1,4 @@
-"""The unit of work (steps/units.py, docs/scale.md) changes how the work is scheduled,
+"""The unit of work (pipeline/units.py, docs/scale.md) changes how the work is scheduled,
 not what is computed: on light_squeezenet and a transformer-encoder stack, every
 (layer, executor) verdict of `discover` equals the one the per-layer job functions give
 when called one layer at a time (the shape of the workflow before units: a reference

@@ -1,4 +1,4 @@
-"""The rerun params of the per-layer jobs (torq_gen_config.pipeline.steps.markers): computed
+"""The rerun params of the per-layer jobs (torq_gen_config.pipeline.markers): computed
 read-only while the DAG is built, new when a skipped verdict or a timeout under a smaller
 limit asks for a rerun, and the same again after the rerun dealt with it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from torq_gen_config.pipeline.steps.markers import (
+from torq_gen_config.pipeline.markers import (
     SKIPPED_MARKER,
     consume_rerun_marker,
     record_timeout,

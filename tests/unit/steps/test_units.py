@@ -1,4 +1,4 @@
-"""steps/units.py: the unit plan (about 32 layers, whole compile batches) and the
+"""pipeline/units.py: the unit plan (about 32 layers, whole compile batches) and the
 per-layer keys that keep what is up to date inside a unit job."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from torq_gen_config.discovery.batch_compile import plan_batches
-from torq_gen_config.pipeline.steps import units
+from torq_gen_config.pipeline import units
 
 
 @pytest.mark.parametrize("compile_batch,size", [(1, 32), (8, 32), (5, 35), (32, 32), (64, 64), (100, 100)])
@@ -86,7 +86,7 @@ def test_newer_than(tmp_path):
 
 
 def test_changed_outside_names_an_edited_or_deleted_output(tmp_path):
-    from torq_gen_config.pipeline.steps.units import changed_outside
+    from torq_gen_config.pipeline.units import changed_outside
 
     out = tmp_path / "result.json"
     assert changed_outside(out) is None  # never made

@@ -17,7 +17,7 @@ Removed files are made again where they are needed, never an error:
   files anew;
 - a layer's ``model.mlir`` is part of its tests' keys (its size and mtime). It is
   *restorable*: its identity and SHA-1 are recorded in ``keep_work.json`` before it is
-  removed, every currency check (``steps.units.file_identity``/``is_current``) takes
+  removed, every currency check (``units.file_identity``/``is_current``) takes
   that recorded identity for the missing file (:func:`cleaned_identity`), so nothing is
   retested because it was removed; a job that reads it imports it again
   (:func:`restore`), and when the import gives the same bytes the file gets its old

@@ -35,7 +35,7 @@ PREPARED_MODEL_FILE, PREPARE_INFO_FILE, MODEL_INPUTS_FILE = "prepared.onnx", "pr
 FULL_MLIR_FILE, LOCATIONS_FILE, MANIFEST_FILE = "full.mlir", "locations.json", "manifest.json"
 REPORT_SUMMARY_FILE = "report_summary.json"
 CALIBRATION_FILE, QUANTIZED_MODEL_FILE, QUANTIZE_INFO_FILE = "calibration.json", "quantized.onnx", "quantize.json"
-#: Folders of a work directory: the units of work (pipeline/steps/units.py) and the
+#: Folders of a work directory: the units of work (pipeline/units.py) and the
 #: compile batches (of the layers; in FULL_DIR, of the partitions).
 UNITS_DIR, BATCHES_DIR = "units", "batches"
 #: The value store (core/value_store.py): every tensor value of the discovery once, named by digest.

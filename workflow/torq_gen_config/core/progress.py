@@ -182,7 +182,7 @@ def _job_label(rule: str, wildcards: dict) -> str:
     return rule
 
 
-#: A unit job's record (steps/units.py): ``.../units/<unit>/prepared.json`` or ``<executor>.json``.
+#: A unit job's record (pipeline/units.py): ``.../units/<unit>/prepared.json`` or ``<executor>.json``.
 _UNIT_RECORD_RE = re.compile(r"(?:^|/)units/(?P<unit>[^/]+)/(?P<name>[^/]+)\.json$")
 #: The slurm plugin's message of a failed job: ``SLURM-job '57' failed, SLURM status is: 'CANCELLED'. ...``
 _SLURM_STATE_RE = re.compile(r"SLURM status is: '(?P<state>[A-Z_]+)'")

@@ -66,7 +66,7 @@ def plan_batches(slugs: list[str], size: int, key: str | None = None, *, weights
     them twice, in the compile job's memory and in the compiler's), so a layer heavier
     than that is a batch of its own, which :func:`compile_batch` leaves to its own test
     (no merge). ``unit``: batches never cross a multiple of ``unit`` slugs (the units of
-    :func:`~torq_gen_config.pipeline.steps.units.plan_units`).
+    :func:`~torq_gen_config.pipeline.units.plan_units`).
 
     Without ``key``, the batch id is ``<index:04d>-<10 hex digits of sha256 of the
     member slugs>``: a batch keeps its id while its members stay, and another

@@ -39,9 +39,10 @@ from ..model import tested_layers as layer_test_plan
 from ..model.prepare import model_fingerprint
 from ..model.subgraph import run_names
 from ..model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS
-from .steps import Untracked, units, untracked
+from . import units
+from .steps import Untracked, untracked
 from .steps import full_model as full_model_steps
-from .steps.markers import skipped_rerun_token, timeout_rerun_token
+from .markers import skipped_rerun_token, timeout_rerun_token
 
 #: A unit's drift when nothing changed outside the workflow (and before any unit record).
 NO_DRIFT = {"prepared": [], "results": {}}
@@ -530,7 +531,7 @@ class RunInputs:
 
     def prepare_rerun(self, wildcards) -> dict:
         """The prepare job's rerun param (read-only): per member that timed out under a
-        smaller --timeout than now, new tokens (steps.markers.timeout_rerun_token)."""
+        smaller --timeout than now, new tokens (markers.timeout_rerun_token)."""
         out = {}
         for s in self.unit_slugs(wildcards):
             d = os.path.join(self.ctx.layers, s)
@@ -580,7 +581,7 @@ class RunInputs:
     def unit_test_rerun(self, wildcards) -> dict:
         """The test job's rerun param (read-only): the members' skip-mode placeholders
         (outside skip mode) and timeout records under a smaller --timeout, and the
-        batches' timeout records (steps.markers)."""
+        batches' timeout records (markers)."""
         out = {}
         timeout_s = self.ctx.config["timeout_s"]
         for s in self.unit_slugs(wildcards):

@@ -22,7 +22,7 @@ from ...core.logs import append_record, append_to_shared_log, fold_log
 from ...core.progress import job_verdict
 from ...discovery.batch_compile import ALONE, BATCH_SCHEMA, compile_batch
 from ...discovery.layer_test import error_result, one_line_summary, run_layer_test, skipped_result
-from .markers import (
+from ..markers import (
     SKIPPED_MARKER,
     TIMED_OUT_SUFFIX,
     consume_marker,
@@ -31,7 +31,7 @@ from .markers import (
     was_skipped,
 )
 from .split import import_layer_job
-from .units import (changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key,
+from ..units import (changed_outside, drop_key, file_identity, is_current, make_key, newer_than, record_key,
                     unit_key_file)
 from .quantize import quantize_failure
 from . import step
@@ -358,7 +358,7 @@ def test_unit(input, output, params, log) -> None:
     Params: ``unit``, ``members``, ``executor`` (effective), ``batches``, ``needs_mlir``,
     ``timing``, ``precision``, ``drift`` (members whose files changed outside the
     workflow, rules/common.smk get_unit_drift), ``rerun`` (the members' skip and timeout records and the
-    batches' timeout records: their rerun tokens, steps.markers), ``outdated``;
+    batches' timeout records: their rerun tokens, markers), ``outdated``;
     untracked ``tolerance``, ``timeout_s``, ``keep_outputs``, ``skip_mode``, ``earlier``, ``log_file``,
     ``verbose``, ``force`` and the directories."""
     test_unit_job(**_unit_params(input, params), out=output.result, prepared=input.prepared, drift=params.drift)

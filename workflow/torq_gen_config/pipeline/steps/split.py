@@ -22,9 +22,9 @@ from ...core.statuses import NOT_TESTED
 from ...mlir.importer import import_layer
 from ...model import split as model_split
 from ...reference import compute_reference, propagate_layer_inputs
-from .markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
+from ..markers import TIMED_OUT_SUFFIX, consume_marker, record_timeout, timed_out_under_smaller
 from .quantize import quantize_layer_job, quantized_input_ranges
-from .units import drop_key, file_identity, is_current, make_key, record_key, unit_key_file
+from ..units import drop_key, file_identity, is_current, make_key, record_key, unit_key_file
 from ...core.limits import DEFAULT_TIMEOUT_S, NOTE_CHARS, call_limit, model_job_limit
 from ...core.external_data import load_model
 from ...core.value_store import ValueStore, write_record

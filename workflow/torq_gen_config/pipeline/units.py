@@ -30,8 +30,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ...core.fileio import atomic_write_text
-from ...core.keep_work import cleaned_identity
+from ..core.fileio import atomic_write_text
+from ..core.keep_work import cleaned_identity
 
 #: layers per unit, rounded up to a whole number of compile batches (:func:`unit_size`)
 UNIT_LAYERS = 32

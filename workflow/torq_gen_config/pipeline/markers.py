@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ...core.limits import DEFAULT_TIMEOUT_S
+from ..core.limits import DEFAULT_TIMEOUT_S
 
 #: File next to a result.json that was written as "skipped" (skip mode).
 SKIPPED_MARKER = ".skipped"
