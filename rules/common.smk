@@ -15,6 +15,7 @@ from torq_gen_config.core.errors import TorqGenConfigError
 from torq_gen_config.core.fileio import remove_temporary_files
 from torq_gen_config.pipeline import steps
 from torq_gen_config.pipeline.context import RunContext
+from torq_gen_config.preflight import preflight
 from torq_gen_config.pipeline import units
 from torq_gen_config.pipeline.steps import untracked
 import torq_gen_config.pipeline.steps.full_model
@@ -35,13 +36,16 @@ except TorqGenConfigError as e:
     raise WorkflowError(str(e))
 
 if workflow.exec_mode == ExecMode.DEFAULT:
+    # The model and the inputs given for it checked as the command line checks them (one
+    # line instead of a failed job; done once per process: the command line checked them).
     # A Snakemake lock that a killed run left on this output directory would make this run
     # refuse ("Directory cannot be locked"); Snakemake checks it after the parse and before
     # any hook, so here: a live run of this model is named, a stale lock removed. Not in a
     # cluster job (exec mode remote/subprocess): the main process that submitted it holds it.
     try:
+        preflight(config)
         ctx.check_run_lock(os.getcwd())
-    except run_lock.RunLocked as e:
+    except TorqGenConfigError as e:  # run_lock.RunLocked too
         raise WorkflowError(str(e))
 else:
     # A cluster job's process runs no onstart: its in-process work runs in supervised

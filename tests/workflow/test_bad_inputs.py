@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -131,6 +134,18 @@ def test_workflow_found_error(tmp_path, case, extra, words):
     assert p.returncode == 2, p.stderr[-2000:]
     assert last.startswith("torq-gen-config: error: ") and words in last, p.stderr[-2000:]
     assert "Traceback" not in p.stderr
+
+
+def test_the_snakemake_form_checks_the_model_as_the_command_line_does(tmp_path):
+    """preflight in the run context's parse: an input shape the model does not take is the
+    same one line before any job (it was a failed prepare job), here in a dry run."""
+    snakefile = Path(__file__).resolve().parents[2] / "Snakefile"
+    p = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-s", str(snakefile), "-n", "--cores", "1",
+                        "--config", 'input_shapes=["nosuch:1x3x224x224"]', f"output_dir={tmp_path / 'out'}"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0
+    assert "--input-shapes names 'nosuch', which the model does not have as input" in p.stdout + p.stderr
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("errno_name", ["ENOSPC", "EACCES", "EROFS"])

@@ -15,7 +15,7 @@ from torq_gen_config.config import (
     validate_config,
 )
 from torq_gen_config.core import layout
-from torq_gen_config.core.errors import ConfigError
+from torq_gen_config.core.errors import ConfigError, ModelError
 from torq_gen_config.model.subgraph import run_names
 from torq_gen_config.pipeline.context import RunContext
 from torq_gen_config.pipeline.steps import Untracked
@@ -82,8 +82,8 @@ def test_the_default_output_dir_and_the_cli_share_the_names(tmp_path, monkeypatc
     assert os.path.join(ctx.out, names.work) == ctx.work
 
 
-def test_a_bad_model_path_is_a_config_error(tmp_path):
-    with pytest.raises(ConfigError, match="model file not found"):
+def test_a_bad_model_path_is_a_model_error(tmp_path):
+    with pytest.raises(ModelError, match="model file not found"):
         RunContext.from_config(_config(tmp_path, model=str(tmp_path / "missing.onnx")))
 
 

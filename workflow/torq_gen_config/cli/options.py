@@ -12,7 +12,6 @@ from .. import workflow_files
 from ..backends import run_wide_options
 from ..core.errors import ConfigError
 from ..core.layout import LAYERS_DIR, MANIFEST_FILE, PREPARED_MODEL_FILE
-from ..core.lazy import onnx
 from ..core.weight_store import FOLDED_FILE, STORE_FILE
 
 
@@ -163,15 +162,12 @@ def build_config(args: argparse.Namespace) -> dict:
         ModelError: the model is missing, unreadable or not ONNX.
     """
     from ..config import DEFAULT_CONFIG_PATH, load_config_file, resolve_model_path, validate_config
-    from ..model.prepare import load_model
+    from ..preflight import preflight
 
     absent = workflow_files.missing()
     if absent:
         raise ConfigError(absent)
     model = resolve_model_path(args.model).resolve()  # also onnx:<path in the onnx package>, as in the config
-    if "{" in str(model) or "}" in str(model):
-        raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model}; rename or copy the file")
-    onnx_model = load_model(model, graph_only=True)  # one-line error for missing/corrupt/.tflite before anything starts
     config = load_config_file(DEFAULT_CONFIG_PATH)
     if getattr(args, "config_file", None):
         # config/gpu.yaml and config/torq.yaml are also found from another directory (and in a wheel)
@@ -190,13 +186,7 @@ def build_config(args: argparse.Namespace) -> dict:
     if getattr(args, "layer_inputs", None):
         config["layer_inputs"] = args.layer_inputs
     if getattr(args, "input_data", None):
-        data = Path(args.input_data).expanduser().resolve()
-        if not data.is_file():
-            raise ConfigError(f"--input-data {data}: no such file")
-        from ..reference.model_inputs import open_input_data
-
-        open_input_data(data).close()  # not an .npz: say so before the workflow starts
-        config["input_data"] = str(data)
+        config["input_data"] = str(Path(args.input_data).expanduser().resolve())
     if getattr(args, "input_shapes", None):
         config["input_shapes"] = list(args.input_shapes)
     if getattr(args, "reference", None):
@@ -257,30 +247,7 @@ def build_config(args: argparse.Namespace) -> dict:
     if getattr(args, "calibration_samples", None) is not None and not config.get("quantize"):
         raise ConfigError("--calibration-samples needs --quantize")
     config = validate_config(config)
-    inputs_only = None
-    if config.get("input_shapes") or config.get("input_data"):
-        inputs_only = onnx.ModelProto()
-        weights = {t.name for t in onnx_model.graph.initializer}  # opset < 9 models list them as inputs
-        inputs_only.graph.input.extend(vi for vi in onnx_model.graph.input if vi.name not in weights)
-    if config.get("input_shapes"):  # a wrong name or rank is a one-line error now, not a failed job later
-        from ..config import parse_input_shapes
-        from ..model.symbolic_dims import fix_symbolic_dims
-
-        fix_symbolic_dims(inputs_only, parse_input_shapes(config["input_shapes"]))
-    if config.get("input_data") and not (config["auto_convert_bf16"] or config["auto_convert_int32"]):
-        # a missing name, a wrong shape or dtype kind is a one-line error now, not a failed
-        # prepare job (with the conversions the model's input types change first: the job checks)
-        from ..reference.model_inputs import load_input_data
-
-        load_input_data(config["input_data"], inputs_only)
-    from ..config import check_save_bf16_path
-
-    check_save_bf16_path(model, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
-    if config["quantize"] and config["calibration_data"]:
-        # bad calibration data is a one-line error now, not a failed job later
-        from ..precision.calibration import calibration_samples
-
-        calibration_samples(onnx_model, n=1, seed=0, data_path=config["calibration_data"])
+    preflight(config)  # the model and the inputs given for it, as the Snakemake form checks them
     return config
 
 

@@ -24,7 +24,6 @@ from .. import backends
 from ..backends import parameters as weights_mode
 from ..config import (
     PRECISION_KEYS,
-    check_save_bf16_path,
     model_name,
     parse_input_shapes,
     resolve_model_path,
@@ -39,6 +38,7 @@ from ..model import tested_layers as layer_test_plan
 from ..model.prepare import model_fingerprint
 from ..model.subgraph import run_names
 from ..model.subgraph import CONFIG_KEYS as SUBGRAPH_KEYS
+from ..preflight import check_model_path
 from . import units
 from .steps import Untracked, untracked
 from .steps import full_model as full_model_steps
@@ -134,15 +134,7 @@ class RunContext:
                 subgraph end is unknown; the input shapes do not parse; no configured executor
                 can run on this machine.
         """
-        model_path = str(resolve_model_path(config["model"]))
-        if model_path.lower().endswith(".tflite"):
-            raise ConfigError(f"{model_path}: TFLite models are not supported; torq-gen-config is ONNX-only")
-        if not os.path.isfile(model_path):
-            raise ConfigError(f"model file not found: {model_path}")
-        if "{" in model_path or "}" in model_path:
-            raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model_path}; "
-                              "rename or copy the file")
-        check_save_bf16_path(model_path, config["save_bf16_model"] if config["auto_convert_bf16"] else None)
+        model_path = check_model_path(config)  # the checks that read the model: preflight (main process)
         out = os.path.normpath(config["output_dir"] or os.path.join("results", model_name(model_path)))
         if "{" in out or "}" in out:
             raise ConfigError(f"output_dir must not contain braces (Snakemake wildcards): {out}")

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from ..config import load_config_file, parse_input_shapes, resolve_model_path
+from ..config import DEFAULT_CONFIG_PATH, load_config_file, parse_input_shapes, validate_config
 from ..core.errors import ConfigError, TorqGenConfigError
 from ..core.lazy import jsonschema
 from ..core.schemas import load_schema
-from ..model.prepare import load_model
+from ..preflight import preflight
 
 #: the columns a sheet may have, in the order they are documented
 COLUMNS = ("name", "model", "input_shapes", "input_data", "config")
@@ -143,16 +143,15 @@ def summary_rows(rows: list[SweepRow], output_dir: str, report_name) -> list[dic
 
 def check_row(model: str, config: Mapping) -> None:
     """What must hold before a row's discovery joins the workflow (its parse would
-    otherwise stop the whole sweep): the model file exists and is ONNX, the input data
-    file exists.
+    otherwise stop the whole sweep): the row's config is valid and passes the checks
+    against its model that a single discovery makes before any job
+    (:func:`torq_gen_config.preflight.preflight`: the model file is ONNX, its input
+    shapes and input data fit the model).
 
     Raises:
         ModelError / ConfigError: one line naming the problem.
     """
-    load_model(resolve_model_path(model), graph_only=True)
-    data = config.get("input_data")
-    if data and not Path(data).is_file():
-        raise ConfigError(f"input_data {data}: no such file")
+    preflight(validate_config({**load_config_file(DEFAULT_CONFIG_PATH), **config, "model": model}))
 
 
 def _rel(base: Path, path: str) -> Path:
