@@ -1,10 +1,10 @@
-"""``run``'s checks before any job (cli/run.py check_runnable): an executor that cannot run
+"""``run``'s checks before any job (commands/run.py check_runnable): an executor that cannot run
 on this machine and a compiler JSON key that names no op are one-line bad input."""
 
 import pytest
 
 from torq_gen_config.backends import iree
-from torq_gen_config.cli.run import check_runnable
+from torq_gen_config.commands.run import check_runnable
 from torq_gen_config.core.errors import ReportError
 
 EXECUTORS = [{"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}},

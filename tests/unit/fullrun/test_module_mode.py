@@ -271,7 +271,7 @@ def test_judge_placement_names_the_layers_that_ran_elsewhere():
 
 @pytest.mark.parametrize("run_mode", ["auto", "module"])
 def test_not_as_assigned_falls_back_to_partitions_only_under_auto(monkeypatch, run_mode):
-    from torq_gen_config.cli.run import run_exit_status
+    from torq_gen_config.commands.run import run_exit_status
     from torq_gen_config.fullrun import module_run
     from torq_gen_config.fullrun.common import NOT_AS_ASSIGNED
 
@@ -311,7 +311,7 @@ def test_not_as_assigned_in_the_html_is_a_caution():
 
 
 def test_run_exit_status():
-    from torq_gen_config.cli.run import run_exit_status
+    from torq_gen_config.commands.run import run_exit_status
 
     assert run_exit_status({"status": "success"}) == 0
     assert run_exit_status({"status": "difference"}) == 1

@@ -4,7 +4,7 @@ reason, which the report's staleness then says (not "a later run did not finish"
 
 from __future__ import annotations
 
-from torq_gen_config.cli.run import settle_outdated_marker
+from torq_gen_config.commands.run import settle_outdated_marker
 from torq_gen_config.core.layout import OUTDATED_MARKER, mark_outdated, work_dir
 from torq_gen_config.report.staleness import layer_files_digest, staleness
 

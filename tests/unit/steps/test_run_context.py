@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from torq_gen_config.cli.options import output_layout
+from torq_gen_config.commands.outputs import output_layout
 from torq_gen_config.config import (
     DEFAULT_CONFIG_PATH,
     load_config_file,

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 
 from ..backends import run_wide_options
+from ..commands.outputs import output_layout, repair_rules
+from ..commands.run import reduce_assigned, run_assigned
 from ..core.errors import EXIT_NOTHING_ASSIGNED, ConfigError, ReportError, TorqGenConfigError
 from ..core.layout import OUTDATED_MARKER, compiler_file, report_file
 from ..core.limits import DEFAULT_TIMEOUT_S
@@ -27,11 +29,8 @@ from .options import (
     add_model_options,
     add_reduce_options,
     build_config,
-    output_layout,
-    repair_rules,
     resolve_execution_options,
 )
-from .run import reduce_assigned, run_assigned
 
 
 def add_parser(sub) -> argparse.ArgumentParser:

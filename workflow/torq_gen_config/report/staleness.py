@@ -73,7 +73,7 @@ def staleness(report_path: str | os.PathLike, report: Mapping, model_path: str |
         if running:
             lines.append(f"a run of {name} is in progress ({running}): this report is from before it and is "
                          "replaced when that run finishes")
-        elif reason.strip():  # set by a run that finished (cli/run.py): its own words
+        elif reason.strip():  # set by a run that finished (commands/run.py): its own words
             lines.append(f"the report is out of date: {reason.strip()} (at {since.strip() or '?'}); rerun discover "
                          "to update the report")
         else:
