@@ -56,7 +56,7 @@ checkpoint plan_full_model:
         compiler_options=config["compiler_options"],
         runtime_options=config["runtime_options"],
         compile_batch=config["compile_batch"],
-        # auto | module | partitions (fullrun/module_mode.py): one IREE module or a chain
+        # auto | module | partitions (fullrun/module/mode.py): one IREE module or a chain
         run_mode=config.get("run_mode", "auto"),
         precision=ctx.layer_precision,
         # weights inline or as IREE parameters (docs/parameters.md), resolved in the job

@@ -1,4 +1,4 @@
-"""The first differing layer of a one module that differs (fullrun/module_bisect.py; issue 22,
+"""The first differing layer of a one module that differs (fullrun/module/bisect.py; issue 22,
 item 5), with real IREE: light SqueezeNet (opset 17) with SEEDED RANDOM weights, a seeded
 random 50/50 llvm-cpu/vmvx assignment, compiled WITHOUT the stream-level split (on this IREE
 version that gives wrong numbers or crashes the compiler: tests/workflow/test_one_module_e2e.py's
@@ -15,7 +15,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from test_one_module_e2e import EXECUTORS, _key, random_squeezenet
-from torq_gen_config.fullrun.module_bisect import locate_first_difference
+from torq_gen_config.fullrun.module.bisect import locate_first_difference
 
 pytestmark = pytest.mark.slow
 TOLERANCE: dict = {}  # the default tolerance, as a run without one

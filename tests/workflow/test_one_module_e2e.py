@@ -1,4 +1,4 @@
-"""One IREE module with per-op devices (fullrun/one_module.py), with real IREE, on light
+"""One IREE module with per-op devices (fullrun/module/program.py), with real IREE, on light
 SqueezeNet prepared as the product prepares it (opset 17) with SEEDED RANDOM weights (the
 shipped ones are all 0.02: every output is 0.001 and no wrong kernel could show): all on
 llvm-cpu, every Conv on vmvx, alternating executors, a seeded random 50/50 assignment, each against ONNX
@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from torq_gen_config.backends.base import StageError
 from torq_gen_config.config import resolve_model_path
-from torq_gen_config.fullrun.one_module import compile_one_module, run_one_module
+from torq_gen_config.fullrun.module.program import compile_one_module, run_one_module
 from torq_gen_config.mlir.importer import import_full_model
 from torq_gen_config.model.prepare import prepare_model
 

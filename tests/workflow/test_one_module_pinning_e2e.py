@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 import pytest
 
-from torq_gen_config.fullrun.one_module import compile_one_module, run_one_module
+from torq_gen_config.fullrun.module.program import compile_one_module, run_one_module
 from torq_gen_config.mlir.importer import import_full_model
 from torq_gen_config.model.prepare import prepare_model
 

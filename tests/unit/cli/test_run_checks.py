@@ -46,7 +46,7 @@ def test_module_mode_with_an_if_body_op_elsewhere_is_refused(tmp_path):
     onnx.save(if_model(), tmp_path / "if.onnx")
     loc = import_full_model(tmp_path / "if.onnx", tmp_path / "full.mlir")
     if_key = f"{loc['nodes'][2]['line']}:{loc['nodes'][2]['col']}"
-    from torq_gen_config.fullrun.module_mode import region_keys_of
+    from torq_gen_config.fullrun.module.mode import region_keys_of
 
     body = region_keys_of(tmp_path / "full.mlir")[if_key][0]
     sel = {"source": "compiler_json", "source_file": "c.json", "layers": None,

@@ -1,4 +1,4 @@
-"""Where a one module that differs first differs (fullrun/module_bisect.py; issue 22, item 5):
+"""Where a one module that differs first differs (fullrun/module/bisect.py; issue 22, item 5):
 the extra results of the placement (the values returned, their types, on the default device),
 which values are exposed, the first output over tolerance, the first differing layer from given
 comparisons, the diagnostic run's outcomes (located, matches once exposed, skipped) with the
@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
-from torq_gen_config.fullrun import module_bisect
-from torq_gen_config.fullrun.module_bisect import (
+from torq_gen_config.fullrun.module import bisect as module_bisect
+from torq_gen_config.fullrun.module.bisect import (
     NOTE_FUSION,
     candidate_ops,
     choose_exposed,
@@ -163,7 +163,7 @@ def _ort_values(path: str, x):
 def _fake_compile_and_run(monkeypatch, small, bad: set[str]) -> dict:
     """compile/run of the diagnostic module faked: the exposed values are ONNX Runtime's, plus 1
     for the tensors ``bad`` (and for the output when any is bad)."""
-    from torq_gen_config.fullrun import one_module
+    from torq_gen_config.fullrun.module import program as one_module
 
     path, _, _, keys = small
     calls: dict = {}
@@ -210,7 +210,7 @@ def test_from_the_module_plan_side_file_and_reference(monkeypatch, small, tmp_pa
     module's comparison and read-back reach the diagnostic run (compile and run faked)."""
     from torq_gen_config.compare import judge
     from torq_gen_config.core.fileio import write_json
-    from torq_gen_config.fullrun.module_run import first_difference_of
+    from torq_gen_config.fullrun.module.run import first_difference_of
     from torq_gen_config.reference import compute_reference, load_reference
 
     path, text, _, _ = small
@@ -278,7 +278,7 @@ FIRST = {"status": "located", "output": "y2", "output_problem": "output 'y2': ma
 
 def test_the_verdict_result_and_report_name_the_first_difference(monkeypatch):
     from test_module_mode import _module_result
-    from torq_gen_config.fullrun import module_run
+    from torq_gen_config.fullrun.module import run as module_run
 
     module_res = {**_module_result(), "status": "difference", "summary": "output 'y2': ... (+1 more problem)"}
     module_res["module"] = {**module_res["module"], "status": "difference"}
@@ -305,7 +305,7 @@ def test_the_verdict_result_and_report_name_the_first_difference(monkeypatch):
 
 def test_partitions_that_differ_too_get_no_bisect(monkeypatch):
     from test_module_mode import _module_result
-    from torq_gen_config.fullrun import module_run
+    from torq_gen_config.fullrun.module import run as module_run
 
     module_res = {**_module_result(), "status": "difference"}
     part_res = {**_module_result(mode="partitions"), "status": "difference"}

@@ -1,4 +1,4 @@
-"""Module mode of the full-model run (fullrun/module_mode.py, module_run.py; issue 22 phase
+"""Module mode of the full-model run (fullrun/module/mode.py, module_run.py; issue 22 phase
 2): the mode decision (auto, module forced, partitions), the If/Loop rule, the line:col
 assignment, the fingerprint, and the full_model section of a synthetic module run in
 the result schema, the report text (`view`), the HTML report and the graph panel."""
@@ -10,13 +10,13 @@ import pytest
 
 from torq_gen_config.core.errors import ConfigError
 from torq_gen_config.fullrun.report_section import full_model_section, render_full_model_text
-from torq_gen_config.fullrun.module_mode import (
+from torq_gen_config.fullrun.module.mode import (
     decide_run_mode,
     module_fingerprint,
     placement_assignment,
     region_conflicts,
 )
-from torq_gen_config.fullrun.module_run import layer_placement
+from torq_gen_config.fullrun.module.run import layer_placement
 from torq_gen_config.core.schemas import load_schema
 
 EXECUTORS = [{"name": "llvm-cpu", "backend": "iree", "options": {"target": "llvm-cpu"}},
@@ -165,7 +165,7 @@ def test_html_and_graph_panel_show_the_placement():
 
 @pytest.mark.parametrize("partitions_status", ["success", "difference"])
 def test_a_module_that_differs_runs_the_partitions_and_keeps_both(monkeypatch, partitions_status):
-    from torq_gen_config.fullrun import module_run
+    from torq_gen_config.fullrun.module import run as module_run
 
     module_res = {**_module_result(), "status": "difference", "summary": "3 of 4 elements over tolerance"}
     module_res["module"] = {**module_res["module"], "status": "difference"}
@@ -194,7 +194,7 @@ def test_a_module_that_differs_runs_the_partitions_and_keeps_both(monkeypatch, p
 
 
 def test_a_module_that_matches_is_the_result(monkeypatch):
-    from torq_gen_config.fullrun import module_run
+    from torq_gen_config.fullrun.module import run as module_run
 
     monkeypatch.setattr(module_run, "run_module", lambda plan, **kw: _module_result())
     monkeypatch.setattr(module_run, "run_partitions", lambda plan, **kw: pytest.fail("partitions ran"))
@@ -210,7 +210,7 @@ def test_region_keys_of_an_imported_if(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from torq_gen_config.fullrun.module_mode import region_keys_of
+    from torq_gen_config.fullrun.module.mode import region_keys_of
     from torq_gen_config.mlir.importer import import_full_model
 
     f = TensorProto.FLOAT
@@ -253,7 +253,7 @@ def test_a_runtime_option_keeps_the_partition_ids():
 
 def test_judge_placement_names_the_layers_that_ran_elsewhere():
     from torq_gen_config.fullrun.common import NOT_AS_ASSIGNED
-    from torq_gen_config.fullrun.module_run import judge_placement
+    from torq_gen_config.fullrun.module.run import judge_placement
 
     res = judge_placement(_module_result())
     assert res["status"] == NOT_AS_ASSIGNED and res["module"]["status"] == NOT_AS_ASSIGNED
@@ -272,7 +272,7 @@ def test_judge_placement_names_the_layers_that_ran_elsewhere():
 @pytest.mark.parametrize("run_mode", ["auto", "module"])
 def test_not_as_assigned_falls_back_to_partitions_only_under_auto(monkeypatch, run_mode):
     from torq_gen_config.commands.run import run_exit_status
-    from torq_gen_config.fullrun import module_run
+    from torq_gen_config.fullrun.module import run as module_run
     from torq_gen_config.fullrun.common import NOT_AS_ASSIGNED
 
     mres = module_run.judge_placement(_module_result())
@@ -302,7 +302,7 @@ def test_not_as_assigned_falls_back_to_partitions_only_under_auto(monkeypatch, r
 
 def test_not_as_assigned_in_the_html_is_a_caution():
     from torq_gen_config.core.statuses import DIFFERENCE, HTML_COLORS
-    from torq_gen_config.fullrun.module_run import judge_placement
+    from torq_gen_config.fullrun.module.run import judge_placement
     from torq_gen_config.report.html import _full_model
 
     section = full_model_section(judge_placement(_module_result()), tolerance={})

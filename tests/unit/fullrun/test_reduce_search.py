@@ -9,7 +9,7 @@ import time
 import pytest
 
 from torq_gen_config.core.errors import ConfigError
-from torq_gen_config.fullrun.reduce import Budget, Outcome, Reducer, _Stop, outcome_of, parse_budget
+from torq_gen_config.fullrun.reduce.search import Budget, Outcome, Reducer, _Stop, outcome_of, parse_budget
 
 COMPILE_ERROR = Outcome("error", "compile", "llvm-cpu", "compile failed")
 

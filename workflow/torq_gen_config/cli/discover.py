@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     ``torq-gen-config run`` does), recorded in the subgraph's report. The status is
     then 1 when that test could not run (the discovery report is kept).
     """
-    from ..fullrun.reduce import parse_budget
+    from ..fullrun.reduce.search import parse_budget
     from ..pipeline.workflow_api import run_workflow
     from ..report.publish import compiler_json_error, read_report_summary
 

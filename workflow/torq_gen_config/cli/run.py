@@ -11,7 +11,7 @@ with ``--torq-executor-map`` and run once (docs/torq_backend.md); torq and
 non-torq executors in one assignment are bad input. ``--run-mode`` (config ``run_mode``):
 ``auto`` compiles an assignment of IREE executors whose devices are here as ONE IREE module with
 per-op devices, ``module`` forces it (impossible: exit 2), ``partitions`` the chain
-(:mod:`torq_gen_config.fullrun.module_mode`). The result goes into the report (``full_model``
+(:mod:`torq_gen_config.fullrun.module.mode`). The result goes into the report (``full_model``
 section and the "--- Full Model Comparison ---" part of ``final_report_text``).
 In subgraph mode (``--subgraph-from``/``--subgraph-to``) the same happens for the
 subgraph, with its own report and work directory. What runs is
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the full model (in subgraph mode, the subgraph); print its comparison.
     Returns the exit status (0/1; bad input raises a TorqGenConfigError, which the
     command turns into status 2)."""
-    from ..fullrun.reduce import parse_budget
+    from ..fullrun.reduce.search import parse_budget
 
     resolve_execution_options(args)
     config = build_config(args)

@@ -116,7 +116,7 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
     mode = check_selection(selection, config["executors"])  # else PARTITIONS_MODE: a whole-model mode (torq)
     check_runnable(selection, config, out / layout["work"])
     if config.get("run_mode") == "module":  # impossible: one line, exit 2, before anything runs
-        from ..fullrun.module_mode import decide_run_mode
+        from ..fullrun.module.mode import decide_run_mode
 
         decide_run_mode("module", list(named_executors(selection)) or [config["executors"][0]["name"]],
                         config["executors"])
@@ -220,7 +220,7 @@ def check_runnable(selection: dict, config: dict, work: Path) -> None:
     keys = list((selection.get("locations") or {}))
     mlir = work / FULL_MLIR_FILE
     if keys and mlir.is_file() and config.get("run_mode") == "module":
-        from ..fullrun.module_mode import REGION_OPS, region_conflicts, region_keys_of
+        from ..fullrun.module.mode import REGION_OPS, region_conflicts, region_keys_of
 
         text = mlir.read_text(encoding="utf-8", errors="replace")
         if any(f'"onnx.{op}"' in text for op in REGION_OPS):
@@ -259,7 +259,7 @@ def finish_work(config: dict, out: Path, layout: dict) -> dict:
 
 def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | None, cores: int, budget) -> dict | None:
     """``run --reduce``: reduce a failing run to the smallest subgraph that fails the same
-    way (:mod:`torq_gen_config.fullrun.reduce`), write the reproducer folder beside the
+    way (:mod:`torq_gen_config.fullrun.reduce.search`), write the reproducer folder beside the
     report (``reduced/``: model, inputs, reference outputs, the compiler JSON of the
     reduced model, ``README.txt``, ``reduce.json``) and add the result to the report's
     ``full_model.reduced``; print what was kept and the command that reproduces it.
@@ -297,8 +297,8 @@ def reduce_assigned(*, config: dict, out: Path, layout: dict, section: dict | No
 
 
 def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, cores: int, budget) -> dict:
-    from ..fullrun.reduce import REDUCE_WORK, Reducer, executor_definitions, outcome_of
-    from ..fullrun.reproducer import raw_commands, save_reduced, write_reduced
+    from ..fullrun.reduce.search import REDUCE_WORK, Reducer, executor_definitions, outcome_of
+    from ..fullrun.reduce.reproducer import raw_commands, save_reduced, write_reduced
     from ..report.publish import publish_report
 
     full = out / layout["work"] / FULL_DIR
@@ -353,16 +353,16 @@ def _reduce_locked(*, config: dict, out: Path, layout: dict, section: dict, core
 
 def write_reproducer_assignment(config: dict, reducer, found: dict, red_dir: Path, cores: int) -> None:
     """The compiler JSON of the reduced model ``red_dir/model.onnx`` (with its
-    ``inputs.npz``, :func:`~torq_gen_config.fullrun.reproducer.write_reduced`): the workflow prepares and
+    ``inputs.npz``, :func:`~torq_gen_config.fullrun.reduce.reproducer.write_reduced`): the workflow prepares and
     imports ``red_dir/model.onnx`` as ``run`` will (rules prepare_model and
     import_full_model, into ``red_dir/work/model``) and each node's executor is keyed by
     the ``line:col`` of its op there.
 
     Raises:
         WorkflowFailed: the preparation or import failed; ValueError: see
-            :func:`~torq_gen_config.fullrun.reproducer.reproducer_compiler_json`.
+            :func:`~torq_gen_config.fullrun.reduce.reproducer.reproducer_compiler_json`.
     """
-    from ..fullrun.reproducer import reproducer_compiler_json
+    from ..fullrun.reduce.reproducer import reproducer_compiler_json
     from ..pipeline.workflow_api import run_workflow
 
     cfg = {k: v for k, v in config.items() if k not in ("subgraph_from", "subgraph_to", "run_input_data")}

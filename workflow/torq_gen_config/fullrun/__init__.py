@@ -51,8 +51,8 @@ Executors of such a backend and others in one assignment are an error; an execut
 whose backend cannot run one partition of a chain (``chain_unavailable``) is never
 a fallback.
 
-Module mode (``run --run-mode``, :mod:`.module_mode`, :mod:`.module_run`): an assignment of
+Module mode (``run --run-mode``, :mod:`.module.mode`, :mod:`.module.run`): an assignment of
 IREE executors whose devices are here compiled as ONE IREE module with per-op devices
-(:mod:`.one_module`), where each layer ran read back from the compiled program; the
+(:mod:`.module.program`), where each layer ran read back from the compiled program; the
 partitions of the same assignment run too when the module fails or differs.
 """

@@ -15,7 +15,7 @@ RUN_RULES = ("prepare_model", "import_full_model", "split_layers", "plan_full_mo
 #: Mode of a plan that runs the model as a chain of partitions (a whole-model plan's
 #: mode is its backend's kind).
 PARTITIONS_MODE = "partitions"
-#: the run mode of one IREE module with per-op devices (module_mode.py)
+#: the run mode of one IREE module with per-op devices (module/mode.py)
 MODULE_MODE = "module"
 #: the status of a one-module run whose outputs match the reference while some layer ran
 #: on another device than assigned (the read-back): not the program the user asked about
@@ -40,7 +40,7 @@ def _round(x: float | None) -> float | None:
 
 def not_as_assigned_summary(placement: dict | None) -> str | None:
     """The summary (after its status, :data:`NOT_AS_ASSIGNED`) of a module result whose
-    outputs match while layers ran elsewhere than assigned (``placement``: :func:`~.module_run.layer_placement`'s record): the count and
+    outputs match while layers ran elsewhere than assigned (``placement``: :func:`~.module.run.layer_placement`'s record): the count and
     the first three layers; None when every layer with a kernel ran as assigned."""
     pl = placement or {}
     away = list(pl.get("elsewhere") or [])

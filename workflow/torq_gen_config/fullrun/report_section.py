@@ -71,7 +71,7 @@ def full_model_section(result: Mapping, *, tolerance: Mapping, result_file: str 
         "warnings": result.get("warnings") or [],
         **({mode: result.get(mode)} if mode not in (PARTITIONS_MODE, MODULE_MODE) else {}),  # the backend's fields
         "mode_reason": result.get("mode_reason"),
-        # module mode (fullrun/module_run.py): the one-module run, also when the partitions ran after it
+        # module mode (fullrun/module/run.py): the one-module run, also when the partitions ran after it
         **({"module": result["module"], "placement": (result["module"] or {}).get("placement")}
            if result.get("module") else {}),
         **({"verdict": result["verdict"]} if result.get("verdict") else {}),
@@ -267,7 +267,7 @@ def module_lines(section: Mapping) -> list[str]:
 
 def first_difference_lines(fd: Mapping | None) -> list[str]:
     """The lines on where a one module that failed or differed first differs
-    (``full_model.module.first_difference``, :mod:`.module_bisect`): the first model output
+    (``full_model.module.first_difference``, :mod:`.module.bisect`): the first model output
     over tolerance, the first differing layer or why it was not located, and the cost."""
     if not fd:
         return []

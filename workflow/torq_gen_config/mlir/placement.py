@@ -122,7 +122,7 @@ def place_module(mlir_text: str, assignment: Mapping[str, Any], targets: Mapping
             ...); default ``"local"``.
         source_name: the file name put into the ``line:col`` locations.
         extra_results: ``line:col`` keys of top-level ops whose tensor results are also
-            returned (a diagnostic module, :mod:`~torq_gen_config.fullrun.module_bisect`):
+            returned (a diagnostic module, :mod:`~torq_gen_config.fullrun.module.bisect`):
             appended to the ``func.return`` and the function type in this order, each
             transferred to the default device (:func:`_expose_results`).
 

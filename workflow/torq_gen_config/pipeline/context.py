@@ -713,7 +713,7 @@ class RunInputs:
             with open(path) as f:
                 plan = json.load(f)
             self._plan.clear()
-            # module mode (fullrun/module_mode.py): the module is a partition of its own too
+            # module mode (fullrun/module/mode.py): the module is a partition of its own too
             parts = plan["partitions"] + ([plan["module"]] if plan.get("module") else [])
             self._plan[key] = ({p["pid"]: p for p in parts}, plan)
         return self._plan[key][1 if whole else 0]

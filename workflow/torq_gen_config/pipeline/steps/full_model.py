@@ -35,8 +35,8 @@ from ...fullrun.common import MODULE_MODE, PARTITIONS_MODE
 from ...core.job_support import in_worker, records_failure
 from ...core.logs import append_record, append_to_shared_log
 from ...core.external_data import load_model
-from ...fullrun.module_mode import module_or_partitions
-from ...fullrun.module_run import compile_module_partition, run_module_plan
+from ...fullrun.module.mode import module_or_partitions
+from ...fullrun.module.run import compile_module_partition, run_module_plan
 from ...reference import compute_reference
 from ...reference.model_inputs import load_input_data, load_model_inputs
 from .quantize import quantized_input_ranges
@@ -172,7 +172,7 @@ def _plan_job(*, assignment: str, prepared: str, manifest: str, locations: str, 
     ``parameters`` (``{"setting", "auto_mb"}``) is resolved with ``prepare_info``
     (:func:`~torq_gen_config.backends.parameters.resolve_from`; the store beside it).
     ``run_mode`` (``auto``/``module``/``partitions``): a partitions plan may become a
-    module plan (:func:`~torq_gen_config.fullrun.module_mode.module_or_partitions`); ``mode_reason`` says why."""
+    module plan (:func:`~torq_gen_config.fullrun.module.mode.module_or_partitions`); ``mode_reason`` says why."""
     t0 = time.perf_counter()
     doc = read_json(assignment, "full-model assignment")
     man = read_json(manifest, "layer manifest")
@@ -365,7 +365,7 @@ def run_full_model_job(*, plan: str, reference: str, result: str, tolerance: dic
 
 def _run_module_plan(p: dict, *, reference: str, compiled: dict, tolerance: dict, timeout_s: float, parts_dir: Path,
                      outputs: str, log: str | None, log_file: str | None, verbose: bool) -> dict:
-    """A module plan run (:func:`torq_gen_config.fullrun.module_run.run_module_plan`); the
+    """A module plan run (:func:`torq_gen_config.fullrun.module.run.run_module_plan`); the
     fallback partitions are compiled here, one at a time, when the module fails or
     differs (a partition compiled by an earlier run is reused)."""
     def compile_one(part: dict) -> dict:

@@ -14,7 +14,7 @@ reduce`` (bisect, then linear) followed by single-node removal:
    be: the result is 1-minimal.
 
 A candidate (any subset of the nodes) is fed every tensor it reads from outside from the
-whole-model reference run (:mod:`.tensor_values`), and its outputs (what a node outside
+whole-model reference run (:mod:`.values`), and its outputs (what a node outside
 it, or the model output, reads) are compared with that run's values with the run's
 tolerance; its nodes run on their executors as a chain of partitions, each compiled alone
 (:func:`~.compile.compile_partition`, no compile batches; :func:`~.execute.run_partitions`).
@@ -39,20 +39,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..core.layout import COMPILED_FILE, MODEL_FILE, PARTITION_RUN_DIR, REFERENCE_FILE, RESULT_FILE
-from ..core.errors import ConfigError
-from ..core.fileio import read_json, save_npz, write_json
-from ..core.limits import DEFAULT_TIMEOUT_S, SUMMARY_CHARS
-from ..model.extract import extract_model
-from ..model.folding import fold_constants
-from ..model.graph import tensor_consumers, value_types
-from .compile import compile_partition, safe_describe
-from .execute import run_partitions
-from .common import PARTITIONS_MODE
-from ..core.external_data import load_model, model_bytes
-from .partition import build_partition_model, compile_definition, partition_id, partition_runs
-from .plan import QDQ_OPS
-from .tensor_values import TensorValues
+from ...core.layout import COMPILED_FILE, MODEL_FILE, PARTITION_RUN_DIR, REFERENCE_FILE, RESULT_FILE
+from ...core.errors import ConfigError
+from ...core.fileio import read_json, save_npz, write_json
+from ...core.limits import DEFAULT_TIMEOUT_S, SUMMARY_CHARS
+from ...model.extract import extract_model
+from ...model.folding import fold_constants
+from ...model.graph import tensor_consumers, value_types
+from ..compile import compile_partition, safe_describe
+from ..execute import run_partitions
+from ..common import PARTITIONS_MODE
+from ...core.external_data import load_model, model_bytes
+from ..partition import build_partition_model, compile_definition, partition_id, partition_runs
+from ..plan import QDQ_OPS
+from .values import TensorValues
 
 #: Folder of the reduction's own files, in the work directory's ``full/`` folder.
 REDUCE_WORK = "reduce"
@@ -221,7 +221,7 @@ class Reducer:
         return h.hexdigest()[:16]
 
     def record_values(self) -> dict:
-        """The whole-model reference run's values (:class:`~.tensor_values.TensorValues`),
+        """The whole-model reference run's values (:class:`~.values.TensorValues`),
         kept for a rerun on the same model and inputs; returns the run's summary."""
         self.values = TensorValues(self.work / "values")
         return self.values.record(self.model, self.reference_npz, self.values_digest, timeout_s=self.timeout_s * 4,

@@ -1,5 +1,5 @@
 """The reproducer folder of ``run --reduce`` (``reduced/`` beside the report): the nodes the
-search kept (:mod:`.reduce`) as a model with its inputs and reference outputs, the compiler
+search kept (:mod:`.search`) as a model with its inputs and reference outputs, the compiler
 JSON that runs them on the same executors, the raw tool command of the failing step,
 ``reduce.json`` and ``README.txt``."""
 
@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 from typing import Mapping
 
-from ..backends import make_backend
-from ..core.fileio import read_json, write_json
-from ..core.external_data import self_contained_bytes
-from ..core.lazy import np
-from ..mlir.importer import write_with_weights
-from .reduce import Outcome, Reducer
-from ..core.layout import CASE_INPUTS_FILE, MODEL_FILE, MODULE_FILE, PARTITIONS_DIR, RESULT_FILE, PartitionFolder
+from ...backends import make_backend
+from ...core.fileio import read_json, write_json
+from ...core.external_data import self_contained_bytes
+from ...core.lazy import np
+from ...mlir.importer import write_with_weights
+from .search import Outcome, Reducer
+from ...core.layout import CASE_INPUTS_FILE, MODEL_FILE, MODULE_FILE, PARTITIONS_DIR, RESULT_FILE, PartitionFolder
 
 def write_reduced(reducer: Reducer, found: Mapping, *, target: Outcome, out_dir: Path) -> dict:
     """Write the data of the reproducer folder: ``model.onnx`` (the nodes found),

@@ -1,11 +1,11 @@
-"""Compile and run a module plan (:mod:`.module_mode`): the assignment as ONE IREE module
-(:mod:`.one_module`), compared with the reference as the partitions are
+"""Compile and run a module plan (:mod:`.mode`): the assignment as ONE IREE module
+(:mod:`.program`), compared with the reference as the partitions are
 (:mod:`.execute`'s comparison: same verdict rules and tolerance), and where each layer
 really ran (``placement``). When the module fails or differs, the partitions of the
 same assignment (the plan's ``partitions``) run too and the result keeps both: the partitions'
 result with the module's under ``module``. When the partitions pass, the first model output
 over tolerance and the first layer whose value differs are looked for
-(:mod:`.module_bisect`: one diagnostic module with the layers' values exposed) and named in
+(:mod:`.bisect`: one diagnostic module with the layers' values exposed) and named in
 the verdict (``module.first_difference``).
 
 Every dispatch is pinned to its executor's device (:func:`~torq_gen_config.mlir.placement.pin_affinities`);
@@ -21,18 +21,18 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from . import one_module
-from ..backends.base import StageError, failure_summary
-from ..core.fileio import read_json, write_json
-from ..core.layout import MODULE_SIDE_FILE, PARTITION_RUN_DIR
-from ..core.lazy import ir
-from ..core.limits import MESSAGE_CHARS, SUMMARY_CHARS
-from ..core.tools import bounded_message, first_error_line
-from ..mlir.importer import import_full_model
-from ..reference import load_reference
-from .common import COMPILED_SCHEMA, MODULE_MODE, NOT_AS_ASSIGNED, PARTITIONS_MODE, _round, not_as_assigned_summary
-from .execute import _compare_and_finish, _new_result, run_partitions
-from .module_bisect import bisect_module, verdict_tail
+from . import program
+from ...backends.base import StageError, failure_summary
+from ...core.fileio import read_json, write_json
+from ...core.layout import MODULE_SIDE_FILE, PARTITION_RUN_DIR
+from ...core.lazy import ir
+from ...core.limits import MESSAGE_CHARS, SUMMARY_CHARS
+from ...core.tools import bounded_message, first_error_line
+from ...mlir.importer import import_full_model
+from ...reference import load_reference
+from ..common import COMPILED_SCHEMA, MODULE_MODE, NOT_AS_ASSIGNED, PARTITIONS_MODE, _round, not_as_assigned_summary
+from ..execute import _compare_and_finish, _new_result, run_partitions
+from .bisect import bisect_module, verdict_tail
 
 #: what the verdict says when the partitions pass and the module does not
 ONE_PROGRAM_BLAME = ("the failure is in compiling the assignment as one program (transfers between devices, "
@@ -67,7 +67,7 @@ def compile_module_partition(*, pid: str, side_file: str, work_dir: str, timeout
     Returns:
         ``compiled.json``'s content (:func:`~.compile.compile_partition`'s shape):
         ``status`` ok with ``compile_ms`` (wall ms of the whole compile), ``artifact``
-        (``path``: ``module.vmfb``) and ``module`` (:func:`~.one_module.compile_one_module`'s
+        (``path``: ``module.vmfb``) and ``module`` (:func:`~.program.compile_one_module`'s
         record, argv left out), or error with ``failure``. With the side file's
         ``debug_ir``, the IR files are copied there (:func:`copy_debug_ir`).
     """
@@ -79,7 +79,7 @@ def compile_module_partition(*, pid: str, side_file: str, work_dir: str, timeout
         side = read_json(side_file, "module placement")
         mlir_path = weighted_mlir(side, work_dir)
         text = Path(mlir_path).read_text(encoding="utf-8")
-        out = one_module.compile_one_module(text, side["assignment"], side["executors"], work_dir=work_dir,
+        out = program.compile_one_module(text, side["assignment"], side["executors"], work_dir=work_dir,
                                             timeout_s=timeout_s, mlir_path=mlir_path, log_path=log_path)
         Path(mlir_path).unlink(missing_ok=True)  # placed.mlir holds it, weights included
     except StageError as e:
@@ -235,7 +235,7 @@ def run_module(plan: Mapping, *, reference_npz: str, compiled: Mapping, toleranc
         f = failure(fr.get("stage") or "compile", fr.get("message") or "no compile result", fr.get("during"))
         return finish("error", f["summary"], f)
     try:
-        outs, run_ms = one_module.run_one_module(mod, p.get("run_executors") or side.get("executors") or [],
+        outs, run_ms = program.run_one_module(mod, p.get("run_executors") or side.get("executors") or [],
                                                  inputs=inputs, input_names=p["inputs"], output_names=p["outputs"],
                                                  work_dir=str(Path(partitions_dir) / p["pid"] / PARTITION_RUN_DIR),
                                                  timeout_s=timeout_s, log_path=log_path)
@@ -285,7 +285,7 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
         why the partitions ran, ``module`` (the module's result, placement included) and,
         when the partitions pass, a verdict that says the failure is in compiling the
         assignment as one program and names the first differing output and layer
-        (``module.first_difference``: :func:`~.module_bisect.bisect_module`).
+        (``module.first_difference``: :func:`~.bisect.bisect_module`).
     """
     mres = run_module(plan, reference_npz=reference_npz, compiled=compiled, tolerance=tolerance,
                       timeout_s=timeout_s, partitions_dir=partitions_dir, log_path=log_path, outputs_npz=outputs_npz)
@@ -323,7 +323,7 @@ def run_module_plan(plan: Mapping, *, reference_npz: str, compiled: Mapping, tol
 
 def first_difference_of(plan: Mapping, mres: Mapping, *, reference_npz: str, tolerance: Mapping, timeout_s: float,
                         partitions_dir: str, log_path: str | None = None) -> dict:
-    """:func:`~.module_bisect.bisect_module` of a module that failed or differed, with its side
+    """:func:`~.bisect.bisect_module` of a module that failed or differed, with its side
     file and :func:`weighted_mlir`; never raises (an unexpected error is a ``failed`` record)."""
     model = (plan.get("module") or {}).get("model")
     try:

@@ -1,5 +1,5 @@
 """Module mode of the full-model run (issue 22, phase 2): whether the assignment runs as
-ONE IREE module with per-op devices (:mod:`.one_module`) or as a chain of partitions,
+ONE IREE module with per-op devices (:mod:`.program`) or as a chain of partitions,
 and the plan of a module run (``plan.json`` with ``mode: "module"``).
 
 ``run_mode`` (config key, ``run --run-mode``): ``auto`` runs one module when every
@@ -17,7 +17,7 @@ layers. The fingerprint hashes ``full.mlir``'s digest, the assignment, the execu
 definitions, the IREE compiler's version (and ``$IREE_COMPILE``) and the debug-IR
 directory: an unchanged assignment keeps its compiled module, a changed one
 recompiles. The plan's ``partitions`` stay the chain of the same assignment (compiled and
-run only when the module fails or differs, :mod:`.module_run`); the module is ``module``.
+run only when the module fails or differs, :mod:`.run`); the module is ``module``.
 """
 
 from __future__ import annotations
@@ -28,15 +28,15 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .. import backends
-from ..backends import effective_executor
-from ..core.errors import ConfigError
-from ..core.fileio import file_digest, write_bytes_if_changed
-from ..core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
-from ..core.lazy import ir, metadata
-from ..mlir.placement import location_key, parse_module
-from .common import MODULE_MODE, PARTITIONS_MODE, PLAN_SCHEMA
-from .partition import compile_definition
+from ... import backends
+from ...backends import effective_executor
+from ...core.errors import ConfigError
+from ...core.fileio import file_digest, write_bytes_if_changed
+from ...core.layout import MODULE_PARTITION_PREFIX, MODULE_SIDE_FILE
+from ...core.lazy import ir, metadata
+from ...mlir.placement import location_key, parse_module
+from ..common import MODULE_MODE, PARTITIONS_MODE, PLAN_SCHEMA
+from ..partition import compile_definition
 
 RUN_MODES = ("auto", MODULE_MODE, PARTITIONS_MODE)
 #: IREE targets whose device is local (one module can hold devices of these)

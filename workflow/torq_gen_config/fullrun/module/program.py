@@ -1,6 +1,6 @@
 """The assignment compiled and run as ONE IREE module with per-op devices
 (docs/toolchain.md, 'Heterogeneous placement in one IREE module'; ``run --run-mode
-module``, :mod:`.module_run`).
+module``, :mod:`.run`).
 
 Steps (:func:`compile_one_module`, then :func:`run_one_module`):
 
@@ -34,16 +34,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..backends import make_backend
-from ..backends.base import CompiledArtifact, StageError, raise_for_tool_failure
-from ..backends.iree_tools import FUNCTION, parse_mlir_signature
-from ..core.errors import ConfigError
-from ..core.layout import MODULE_FILE
-from ..core.lazy import ir
-from ..core.tools import run_tool
-from ..mlir.placement import executor_of, pin_affinities, place_module
-from ..mlir.readback import executable_backends, flow_sites, read_placement
-from ..mlir.stream_split import split_shared_executables, write_bytecode
+from ...backends import make_backend
+from ...backends.base import CompiledArtifact, StageError, raise_for_tool_failure
+from ...backends.iree_tools import FUNCTION, parse_mlir_signature
+from ...core.errors import ConfigError
+from ...core.layout import MODULE_FILE
+from ...core.lazy import ir
+from ...core.tools import run_tool
+from ...mlir.placement import executor_of, pin_affinities, place_module
+from ...mlir.readback import executable_backends, flow_sites, read_placement
+from ...mlir.stream_split import split_shared_executables, write_bytecode
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -1,4 +1,4 @@
-"""Where a one-module run first differs (issue 22, item 5): when the module (:mod:`.module_run`)
+"""Where a one-module run first differs (issue 22, item 5): when the module (:mod:`.run`)
 fails or differs from the reference and the partitions of the same assignment pass, name
 the first model output over tolerance and, where it can be found, the first placed layer
 whose value differs.
@@ -33,17 +33,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import one_module
-from ..backends.base import StageError
-from ..compare import FULL_MODEL_MIN_COSINE, judge, quantized_data_outputs_of_file, status_details
-from ..core.external_data import load_model
-from ..core.lazy import helper, np
-from ..core.tools import first_error_line
-from ..mlir.placement import executor_of
-from ..model.graph import expose_outputs
-from ..reference import judged_reference, load_reference
-from ..reference.reference_run import run_reference
-from ..core.layout import PARTITION_RUN_DIR
+from . import program
+from ...backends.base import StageError
+from ...compare import FULL_MODEL_MIN_COSINE, judge, quantized_data_outputs_of_file, status_details
+from ...core.external_data import load_model
+from ...core.lazy import helper, np
+from ...core.tools import first_error_line
+from ...mlir.placement import executor_of
+from ...model.graph import expose_outputs
+from ...reference import judged_reference, load_reference
+from ...reference.reference_run import run_reference
+from ...core.layout import PARTITION_RUN_DIR
 
 #: at most this many ops' values are exposed (above: boundaries and every N-th op)
 MAX_EXPOSED = 128
@@ -185,7 +185,7 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
 
     Args:
         mlir_text: returns ``full.mlir``'s text with its weights, given a work directory
-            (:func:`~.module_run.weighted_mlir`).
+            (:func:`~.run.weighted_mlir`).
         side: the module's ``placement.json`` (``assignment``, ``executors``, ``key_layer``,
             ``node_keys``).
         prepared_model: the prepared model (the reference and the ONNX names of the values).
@@ -247,7 +247,7 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
     rec["reference_ms"] = round((time.perf_counter() - t) * 1000.0, 1)
     t = time.perf_counter()
     try:
-        c = one_module.compile_one_module(mlir_text(str(work)), side["assignment"], side["executors"], work_dir=work,
+        c = program.compile_one_module(mlir_text(str(work)), side["assignment"], side["executors"], work_dir=work,
                                           timeout_s=timeout_s, split=split, extra_results=[x["key"] for x in chosen], log_path=log_path)
     except StageError as e:
         rec["compile_ms"] = round((time.perf_counter() - t) * 1000.0, 1)
@@ -269,7 +269,7 @@ def locate_first_difference(*, mlir_text: Callable[[str], str], side: Mapping, p
     if not exposed:
         return done("skipped", "not located: no value could be exposed (no top-level tensor op)")
     try:
-        outs, run_ms = one_module.run_one_module(c, side["executors"], inputs=inputs, input_names=input_names,
+        outs, run_ms = program.run_one_module(c, side["executors"], inputs=inputs, input_names=input_names,
                                                  output_names=[*output_names, *[e["slot"] for e in exposed]],
                                                  work_dir=work / PARTITION_RUN_DIR, timeout_s=timeout_s, log_path=log_path)
     except StageError as e:

@@ -9,10 +9,10 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from ..core.fileio import read_json, write_json
-from ..core.lazy import np
-from ..reference import load_reference
-from ..reference.model_run import run_model_by_node, run_summary
+from ...core.fileio import read_json, write_json
+from ...core.lazy import np
+from ...reference import load_reference
+from ...reference.model_run import run_model_by_node, run_summary
 
 
 class TensorValues:
