@@ -156,13 +156,14 @@ def test_ultralytics_metadata_gives_the_image_size():
 
 def test_without_metadata_the_spatial_dims_get_the_smallest_size_the_strides_accept():
     """The default 1 makes ONNX Runtime fail inside the model (the Concat after the
-    upsample); the chosen 32x32 (its total stride) runs, 48 (not a multiple) does not."""
+    upsample), 48 (not a multiple of the total stride 32) too; 32x32 runs, but its last
+    stride-2 Conv gets a 2x2 map (a window larger than its input): the chosen 64x64 runs."""
     user = _yolo_like(metadata=False)
     assert input_stride(user, "images") == (32, 32)
     assert not _ort_runs(user, (1, 3, 1, 1)) and not _ort_runs(user, (1, 3, 48, 48))
     model = onnx.load_from_string(user.SerializeToString())
     fixed = fix_symbolic_dims(model)
-    assert _fixed(model) == (1, 3, 32, 32) and _ort_runs(user, _fixed(model))
+    assert _fixed(model) == (1, 3, 64, 64) and _ort_runs(user, _fixed(model))
     assert [d["source"] for d in fixed] == ["default 1", "the model's stride 32", "the model's stride 32"]
 
 
@@ -193,6 +194,55 @@ def test_each_spatial_axis_gets_a_multiple_of_its_own_stride():
     fixed = fix_symbolic_dims(model)
     assert _fixed(model) == (1, 3, 48, 32) and _ort_runs(user, _fixed(model))
     assert [d["source"] for d in fixed] == ["default 1", "the model's stride 48", "the model's stride 8"]
+
+
+def _detector_like() -> onnx.ModelProto:
+    """A detector head as PaddleOCR exports it (``x: [?, 3, ?, ?]``): four 3x3 stride-2
+    Convs, then a 5x5 stride-2 depthwise-like Conv (total stride 32), and a Resize x2 whose
+    ``roi`` is an empty constant (as Paddle2ONNX writes it)."""
+    nodes, inits, prev = [], [], "x"
+    for i in range(4):
+        inits.append(numpy_helper.from_array(np.full((3, 3, 3, 3), 0.05, np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}"], [f"c{i}"], strides=[2, 2], pads=[1] * 4))
+        prev = f"c{i}"
+    inits += [numpy_helper.from_array(np.full((3, 1, 5, 5), 0.04, np.float32), "w5"),
+              numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")]
+    nodes += [helper.make_node("Conv", [prev, "w5"], ["deep"], strides=[2, 2], pads=[2] * 4, group=3),
+              helper.make_node("Constant", [], ["roi"], value=numpy_helper.from_array(np.zeros(0, np.float32))),
+              helper.make_node("Resize", ["deep", "roi", "scales"], ["up"], mode="nearest")]
+    return make_model(nodes, [_input("x", ["batch", 3, "h", "w"])], [tvi("up", F, ["", "", "", ""])], inits)
+
+
+def test_a_strided_window_larger_than_its_input_is_not_a_size_to_test():
+    """At 32 and 64 the 5x5 stride-2 Conv gets a 2x2 and a 4x4 map (legal with padding,
+    ONNX Runtime runs it, IREE's compile fails on PaddleOCR's detector); 128 gives 8x8.
+    The empty ``roi`` constant is not a zero-size tensor the sizes made."""
+    user = _detector_like()
+    assert _ort_runs(user, (1, 3, 32, 32))
+    model = onnx.load_from_string(user.SerializeToString())
+    fixed = fix_symbolic_dims(model)
+    assert _fixed(model) == (1, 3, 128, 128) and _ort_runs(user, _fixed(model))
+    assert [d["source"] for d in fixed] == ["default 1", "the model's stride 32", "the model's stride 32"]
+    assert not any(d.get("unfit") for d in fixed)
+    assert "the smallest multiple of the model's stride 32, at least 32, that passes the model's shape inference" in \
+        fixed_dims_lines(fixed, {"x": [1, 3, 128, 128]})[0]
+
+
+def test_when_no_size_fits_the_warning_says_so():
+    """The flattened feature map added to a constant of 3 x 20 x 20 values: only H = W = 40
+    fits (not a multiple of the stride 2 that is tried); no size tried passes the shape
+    inference, the dims get the base size and the warning does not claim that it fits."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], strides=[2, 2], pads=[1] * 4),
+             helper.make_node("Flatten", ["c"], ["flat"]),
+             helper.make_node("Add", ["flat", "bias"], ["y"])]
+    inits = [numpy_helper.from_array(np.full((3, 3, 3, 3), 0.05, np.float32), "w"),
+             numpy_helper.from_array(np.zeros((1, 3 * 20 * 20), np.float32), "bias")]
+    model = make_model(nodes, [_input("x", [1, 3, "?", "?"])], [tvi("y", F, ["", ""])], inits)
+    fixed = fix_symbolic_dims(model)
+    assert _fixed(model) == (1, 3, 32, 32) and all(d.get("unfit") for d in fixed)
+    line = fixed_dims_lines(fixed, {"x": [1, 3, 32, 32]})[0]
+    assert "though no size tried (up to 32 times it) passes the model's shape inference" in line
+    assert "that passes the model's shape inference" not in line
 
 
 def test_without_strides_the_smallest_size_the_shapes_accept():

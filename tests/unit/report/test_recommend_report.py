@@ -298,6 +298,19 @@ def test_build_report_rejects_bad_input():
 # ---------------------------------------------------------------- compiler JSON
 
 
+def test_a_critical_layer_the_reference_failed_on_too_says_so():
+    """No executor ran it and no reference engine computed it: the layer may not take these
+    inputs (with sizes the tool chose for dynamic dims, those first): said on its line."""
+    report = _build()
+    report["ops"]["Relu_relu1"]["reference"] = {"status": "error", "used": None, "message": "cannot reshape"}
+    line = next(x for x in render_final_report_text(report).splitlines() if x.startswith("  - Relu_relu1"))
+    assert line == "  - Relu_relu1 (node: 1); the reference failed on it too, so the layer may not take these inputs"
+    report["provenance"] = {"model": {"fixed_dims": [
+        {"input": "x", "axis": 2, "was": "h", "to": 32, "source": "the model's stride 32"}]}}
+    line = next(x for x in render_final_report_text(report).splitlines() if x.startswith("  - Relu_relu1"))
+    assert line.endswith("(input sizes the tool chose: give the model's with --input-shapes)")
+
+
 def test_compiler_json_sorted_numerically_and_filtered():
     comp = build_compiler_json(_build())
     assert comp["model_name"] == "squeezenet"

@@ -158,8 +158,6 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
         for label, rel in (hooks.side_files(section) if hooks is not None else []):
             print(f"{label + ':':<15}{out / rel}")
         print(f"Result:        {out / result_file}")
-        if section.get("outputs_file"):
-            print(f"Outputs:       {out / section['outputs_file']} (the model's outputs of this run)")
         if report is not None:
             print(f"Report:        {report_path} (full_model section)")
         else:

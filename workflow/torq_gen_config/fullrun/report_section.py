@@ -7,7 +7,6 @@ from typing import Mapping
 
 from ..backends import capabilities
 from ..compare import count_over_tolerance, derive_status, engine_widened_tolerances, normalize_tolerance
-from ..core.layout import REFERENCE_FILE
 from .common import MODULE_MODE, NOT_AS_ASSIGNED, PARTITIONS_MODE, TWO_BACKENDS_NOTE, _layer_span, not_as_assigned_summary
 from .execute import full_summary, widened_record
 from .selection import _executor_name
@@ -160,8 +159,7 @@ def render_full_model_text(section: Mapping) -> str:
                          f"batch module(s) (compile_batch): their compile times are shares of their batch's, "
                          f"not measured per partition")
     if section.get("outputs_file"):
-        lines.append(f"Outputs: {section['outputs_file']} (the model's outputs of this run, beside the reference's "
-                     f"in {os.path.join(os.path.dirname(section['outputs_file']), REFERENCE_FILE)})")
+        lines.append(f"Outputs: {section['outputs_file']} (the model's outputs of this run, by output name)")
     ref = section.get("reference") or {}
     second = ref.get("second") or {}
     if ref.get("fallback"):

@@ -305,8 +305,8 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
     (axes >= 2), then on the NHWC ones (axes 1 .. rank - 2); the other dims of
     ``strided`` get 1. ``followers`` (``(dim, record, leader record)``: dims named as a
     strided one) take their leader's value. When no candidate is accepted, the NCHW dims
-    get their base sizes (the whole-model run then says what fails). Each record's
-    ``source`` says which rule gave its size (``default 1`` for a 1)."""
+    get their base sizes (the whole-model run then says what fails) and ``unfit: True``.
+    Each record's ``source`` says which rule gave its size (``default 1`` for a 1)."""
 
     def apply(layout: str, k: int) -> None:
         for d, rec, rank, strides in strided:
@@ -331,13 +331,17 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
             if _shapes_accepted(model):
                 return
     apply("nchw", 1)
+    for _, rec, _, _ in strided:
+        if rec["to"] != 1:
+            rec["unfit"] = True  # said in the warning: no size tried fits the model's shapes
 
 
 def _shapes_accepted(model) -> bool:
     """True when onnx's strict shape inference (with data propagation) finds no
     inconsistency in ``model`` with its current input shapes and infers no negative dim,
     nor a zero-size one unless an input has one (a convolution or pool window larger
-    than its input)."""
+    than its input), and no strided window is larger than its input
+    (:func:`_strided_windows_fit`)."""
     probe = copy_proto(model)
     del probe.graph.value_info[:]
     for out in probe.graph.output:
@@ -348,9 +352,43 @@ def _shapes_accepted(model) -> bool:
         return False
     empty_inputs = any(d.dim_value == 0 for vi in model.graph.input for d in vi.type.tensor_type.shape.dim)
     least = 0 if empty_inputs else 1  # a zero-size tensor from non-empty inputs: a window larger than its input
-    return not any(d.HasField("dim_value") and d.dim_value < least
-                   for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
-                   for d in vi.type.tensor_type.shape.dim)
+    constant = _constant_tensors(inferred)  # empty constants are what the exporter wrote (Resize's roi: [])
+    if any(d.HasField("dim_value") and d.dim_value < least
+           for vi in list(inferred.graph.value_info) + list(inferred.graph.output) if vi.name not in constant
+           for d in vi.type.tensor_type.shape.dim):
+        return False
+    return _strided_windows_fit(inferred)
+
+
+def _constant_tensors(model) -> set[str]:
+    """The tensors of ``model``'s graph computed from constants alone: initializers,
+    Constant nodes' outputs and the outputs of nodes whose inputs are all constant."""
+    constant = {t.name for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" or all(not i or i in constant for i in n.input):
+            constant.update(o for o in n.output if o)
+    return constant
+
+
+def _strided_windows_fit(inferred) -> bool:
+    """No strided convolution or pool (``strides`` > 1) in the shape-inferred model whose
+    window is larger than its input along a spatial axis: legal with padding, but not what
+    the model is for, and IREE's compile of such a window fails (PaddleOCR's detector at
+    32x32: a 5x5 stride-2 depthwise Conv on a 2x2 map; at 128x128 it is 8x8 and compiles)."""
+    shapes = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+              for vi in list(inferred.graph.value_info) + list(inferred.graph.input)}
+    dims = {t.name: list(t.dims) for t in inferred.graph.initializer}
+    for n in inferred.graph.node:
+        attrs = {a.name: a for a in n.attribute}
+        if n.op_type not in _STRIDED_OPS or "strides" not in attrs or max(attrs["strides"].ints, default=1) <= 1:
+            continue
+        weight = n.input[3] if n.op_type == "QLinearConv" and len(n.input) > 3 else n.input[1] if len(n.input) > 1 else ""
+        kernel = list(attrs["kernel_shape"].ints) if "kernel_shape" in attrs else dims.get(weight, [])[2:]
+        shape = shapes.get(n.input[0]) or []
+        spatial = shape[2:2 + len(kernel)]
+        if kernel and len(spatial) == len(kernel) and any(x is not None and x < k for x, k in zip(spatial, kernel)):
+            return False
+    return True
 
 
 def guessed_dims(fixed: list[dict]) -> list[dict]:

@@ -14,6 +14,7 @@ from typing import Mapping
 
 from ..compare import shown_status
 from ..core.statuses import STATUSES
+from ..model.symbolic_dims import guessed_dims
 from ..reference.reference_run import engine_label
 from .recommend import is_reference_fallback
 from .summary import success_note, summarize, trust_lists
@@ -119,8 +120,10 @@ def render_final_report_text(report: Mapping) -> str:
     lines.extend(trust_lines(report))
     if critical:
         lines.append(f"CRITICAL: {len(critical)} layer(s) with ALL executors ERRORS (no executor ran the layer)")
+        chosen = guessed_dims(((report.get("provenance") or {}).get("model") or {}).get("fixed_dims") or [])
         for item in critical:
-            lines.append(f"  - {item.get('layer_id')} (node: {item.get('node_index')})")
+            lines.append(f"  - {item.get('layer_id')} (node: {item.get('node_index')})"
+                         + _no_reference_note((ops.get(item.get("layer_id")) or {}).get("reference"), bool(chosen)))
     elif not ops:
         lines.append("No layers: every node of the model computes a constant (folded above); nothing was tested")
     elif summary.get("not_testable_layers"):
@@ -321,3 +324,13 @@ def _layer_table(ops: Mapping[str, Mapping], executors: list[str]) -> list[str]:
         cells = "".join(_status_cell(execs.get(n) or {}).ljust(col_w[n]) for n in executors)
         out.append(_cut(str(layer_id), LAYER_COLUMN_MAX).ljust(layer_w) + "  " + cells + _recommended_cell(op))
     return out
+
+
+def _no_reference_note(reference: Mapping | None, sizes_chosen: bool) -> str:
+    """For a critical layer whose reference failed too (no engine computed it): the layer
+    itself may not take these inputs, which the executors' errors then only repeat; with
+    input sizes the tool chose (``guessed_dims``), those sizes are the first suspect."""
+    if not reference or reference.get("used") is not None or reference.get("status") in (None, "ok"):
+        return ""
+    return ("; the reference failed on it too, so the layer may not take these inputs"
+            + (" (input sizes the tool chose: give the model's with --input-shapes)" if sizes_chosen else ""))

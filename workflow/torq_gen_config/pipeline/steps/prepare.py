@@ -21,7 +21,7 @@ from ...mlir import importer
 from ...model import prepare as model_prepare
 from ...model.graph import copy_proto
 from ...model.prepare import load_model
-from ...model.symbolic_dims import (DEFAULT_SOURCE, SHAPES_SOURCE, check_run_with_guessed_dims, guessed_dims,
+from ...model.symbolic_dims import (DEFAULT_SOURCE, MIN_SPATIAL, SHAPES_SOURCE, check_run_with_guessed_dims, guessed_dims,
                                    input_shapes_option)
 from ...precision.narrowing import BF16_OPSET, convert_int64_to_int32, convert_to_bf16
 from ...reference.model_inputs import cast_to_model_inputs, input_data_shapes, model_input_values, save_model_inputs
@@ -199,8 +199,12 @@ def fixed_dims_lines(fixed: list[dict], shapes: dict | None = None) -> list[str]
     for name in dict.fromkeys(d["input"] for d in guessed):
         dims = [d for d in guessed if d["input"] == name]
         why = "; ".join(dict.fromkeys(
-            "1 by default" if d["source"] == DEFAULT_SOURCE else d["source"] if d["source"] == SHAPES_SOURCE
-            else f"the smallest multiple of {d['source']} that its shapes accept" for d in dims))
+            "1 by default" if d["source"] == DEFAULT_SOURCE
+            else f"{d['source']}, though no size tried (up to 32 times it) passes the model's shape inference"
+            if d.get("unfit")
+            else d["source"] if d["source"] == SHAPES_SOURCE
+            else f"the smallest multiple of {d['source']}, at least {MIN_SPATIAL}, that passes the model's shape "
+                 "inference" for d in dims))
         option = input_shapes_option({name: shapes[name]}) if name in shapes else "--input-shapes NAME:DIMS"
         lines.append(f"warning: input {name} dim(s) {', '.join(str(d['axis']) for d in dims)} "
                      f"({', '.join(d['was'] for d in dims)}) are dynamic and nothing gives their size: set to "
