@@ -245,6 +245,20 @@ def test_when_no_size_fits_the_warning_says_so():
     assert "that passes the model's shape inference" not in line
 
 
+def test_a_channels_last_input_gets_its_height_and_width():
+    """``[?, ?, ?, 3]`` (TensorFlow's layout, transposed inside the model): read as NCHW, H
+    would be the channels and a 1-pixel-high image would pass the padded Convs; NHWC is
+    tried first for a static last dim."""
+    nodes = [helper.make_node("Transpose", ["x"], ["nchw"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["nchw", "w"], ["c"], strides=[2, 2], pads=[1] * 4),
+             helper.make_node("Conv", ["c", "w"], ["y"], strides=[2, 2], pads=[1] * 4)]
+    inits = [numpy_helper.from_array(np.full((3, 3, 3, 3), 0.05, np.float32), "w")]
+    model = make_model(nodes, [_input("x", ["n", "h", "w", 3])], [tvi("y", F, ["", "", "", ""])], inits)
+    fixed = fix_symbolic_dims(model)
+    assert _fixed(model) == (1, 32, 32, 3)
+    assert [d["source"] for d in fixed] == ["default 1", "the model's stride 4", "the model's stride 4"]
+
+
 def test_without_strides_the_smallest_size_the_shapes_accept():
     """Four unpadded 3x3 Convs need 9x9 at least: 1 (and 8, which leaves 0x0) are refused
     by ONNX Runtime; the sizes tried start at 32 (MIN_SPATIAL), which the shapes accept."""

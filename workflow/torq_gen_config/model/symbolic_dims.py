@@ -152,6 +152,7 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
     strided: list[tuple] = []  # (dim, record, rank, strides): filled from the total strides, decided below
     leaders: dict[str, dict] = {}  # dim name -> the record of its first dim, when its size is chosen below
     followers: list[tuple] = []  # (dim, record, leader record): same-named dims of a strided one
+    channels_last = True  # every strided input is [N, ?, ?, C] with a static C: NHWC is tried first
     for inp in model.graph.input:
         tt = inp.type.tensor_type
         if not tt.HasField("shape"):
@@ -191,8 +192,9 @@ def fix_symbolic_dims(model: "onnx.ModelProto", input_shapes: Mapping[str, list[
             d.dim_value = to
             if chosen:
                 strided.append((d, record, rank, stride))
+                channels_last = channels_last and not is_dynamic(tt.shape.dim[-1]) and is_dynamic(tt.shape.dim[1])
     if strided:
-        _choose_strided_sizes(model, strided, followers)
+        _choose_strided_sizes(model, strided, followers, channels_last=channels_last)
     if changed:
         for vi in list(model.graph.value_info):
             if any(is_dynamic(dd) for dd in vi.type.tensor_type.shape.dim):
@@ -296,7 +298,7 @@ def _spatial_scales(consts: dict, name: str) -> list[Fraction] | None:
     return [Fraction(float(v)).limit_denominator(64) for v in values[2:]]
 
 
-def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -> None:
+def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple], *, channels_last: bool = False) -> None:
     """Set the dims of ``strided`` (``(dim, record, rank, strides)``: ``strides`` the
     input's per-axis total stride, :func:`input_stride`; filled with 1 so far) to the
     first sizes that the model's shapes accept (:func:`_shapes_accepted`): each multiple
@@ -304,8 +306,11 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
     that axis's stride that is at least :data:`MIN_SPATIAL`), on the NCHW spatial dims
     (axes >= 2), then on the NHWC ones (axes 1 .. rank - 2); the other dims of
     ``strided`` get 1. ``followers`` (``(dim, record, leader record)``: dims named as a
-    strided one) take their leader's value. When no candidate is accepted, the NCHW dims
-    get their base sizes (the whole-model run then says what fails) and ``unfit: True``.
+    strided one) take their leader's value. With ``channels_last`` (every input has a static
+    last dim and a dynamic dim 1: ``[N, H, W, 3]``) the NHWC dims are tried first (an NCHW
+    reading would make H the channels and fit a 1-pixel-high image). When no candidate is
+    accepted, the first layout's dims get their base sizes (the whole-model run then says
+    what fails) and ``unfit: True``.
     Each record's ``source`` says which rule gave its size (``default 1`` for a 1)."""
 
     def apply(layout: str, k: int) -> None:
@@ -321,7 +326,8 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
             d.dim_value = rec["to"] = leader["to"]
 
     tried = set()
-    for layout in ("nchw", "nhwc"):
+    layouts = ("nhwc", "nchw") if channels_last else ("nchw", "nhwc")
+    for layout in layouts:
         for k in _STRIDE_MULTIPLES:
             apply(layout, k)
             sizes = tuple(rec["to"] for _, rec, _, _ in strided)
@@ -330,7 +336,7 @@ def _choose_strided_sizes(model, strided: list[tuple], followers: list[tuple]) -
             tried.add(sizes)
             if _shapes_accepted(model):
                 return
-    apply("nchw", 1)
+    apply(layouts[0], 1)
     for _, rec, _, _ in strided:
         if rec["to"] != 1:
             rec["unfit"] = True  # said in the warning: no size tried fits the model's shapes
