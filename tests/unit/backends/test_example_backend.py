@@ -80,7 +80,7 @@ def test_one_real_layer_compiles_runs_compares_and_is_timed(tmp_path, registered
     assert res["status"] == "success", res.get("summary")
     assert res["timing"]["compile_ms"] is not None and res["timing"]["run_ms"] is not None
     assert res["timing"]["runtime"]["runs"] == 3
-    assert res["tool"]["kind"] == "ort-example" and res["tool"]["onnxruntime"]
+    assert res["tool"]["kind"] == "ort-example" and res["tool"]["onnxruntime_version"]
 
 
 def test_it_runs_a_partition_of_a_full_model_chain(tmp_path, registered):
