@@ -224,7 +224,7 @@ def test_a_strided_window_larger_than_its_input_is_not_a_size_to_test():
     assert _fixed(model) == (1, 3, 128, 128) and _ort_runs(user, _fixed(model))
     assert [d["source"] for d in fixed] == ["default 1", "the model's stride 32", "the model's stride 32"]
     assert not any(d.get("unfit") for d in fixed)
-    assert "the smallest multiple of the model's stride 32, at least 32, that passes the model's shape inference" in \
+    assert "the smallest multiple of the model's stride 32, at least 32, that the model's shapes fit" in \
         fixed_dims_lines(fixed, {"x": [1, 3, 128, 128]})[0]
 
 
@@ -241,8 +241,8 @@ def test_when_no_size_fits_the_warning_says_so():
     fixed = fix_symbolic_dims(model)
     assert _fixed(model) == (1, 3, 32, 32) and all(d.get("unfit") for d in fixed)
     line = fixed_dims_lines(fixed, {"x": [1, 3, 32, 32]})[0]
-    assert "though no size tried (up to 32 times it) passes the model's shape inference" in line
-    assert "that passes the model's shape inference" not in line
+    assert "though the model's shapes fit no size tried (up to 32 times it)" in line
+    assert "that the model's shapes fit" not in line
 
 
 def test_a_channels_last_input_gets_its_height_and_width():

@@ -200,11 +200,10 @@ def fixed_dims_lines(fixed: list[dict], shapes: dict | None = None) -> list[str]
         dims = [d for d in guessed if d["input"] == name]
         why = "; ".join(dict.fromkeys(
             "1 by default" if d["source"] == DEFAULT_SOURCE
-            else f"{d['source']}, though no size tried (up to 32 times it) passes the model's shape inference"
-            if d.get("unfit")
+            else f"{d['source']}, though the model's shapes fit no size tried (up to 32 times it)" if d.get("unfit")
             else d["source"] if d["source"] == SHAPES_SOURCE
-            else f"the smallest multiple of {d['source']}, at least {MIN_SPATIAL}, that passes the model's shape "
-                 "inference" for d in dims))
+            else f"the smallest multiple of {d['source']}, at least {MIN_SPATIAL}, that the model's shapes fit"
+            for d in dims))
         option = input_shapes_option({name: shapes[name]}) if name in shapes else "--input-shapes NAME:DIMS"
         lines.append(f"warning: input {name} dim(s) {', '.join(str(d['axis']) for d in dims)} "
                      f"({', '.join(d['was'] for d in dims)}) are dynamic and nothing gives their size: set to "
