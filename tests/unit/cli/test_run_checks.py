@@ -54,3 +54,21 @@ def test_module_mode_with_an_if_body_op_elsewhere_is_refused(tmp_path):
     with pytest.raises(ReportError, match="--run-mode module is impossible: an op with bodies"):
         check_runnable(sel, {**CONFIG, "run_mode": "module"}, tmp_path)
     check_runnable(sel, {**CONFIG, "run_mode": "auto"}, tmp_path)
+
+
+def test_a_run_that_did_not_pass_on_sizes_the_tool_chose_says_so():
+    """run's closing note: the sizes the tool chose for dynamic dims are the first suspect
+    of a failing run (a fresh user's model whose Reshape needed other sizes)."""
+    from torq_gen_config.commands.run import chosen_sizes_note
+
+    chosen = {"provenance": {"model": {"fixed_dims": [
+        {"input": "x", "axis": 0, "was": "batch", "to": 1, "source": "default 1"},
+        {"input": "x", "axis": 2, "was": "h", "to": 64, "source": "the model's stride 32"}]}}}
+    given = {"provenance": {"model": {"fixed_dims": [
+        {"input": "x", "axis": 2, "was": "h", "to": 640, "source": "--input-shapes"}]}}}
+    note = chosen_sizes_note(chosen, {"status": "error"})
+    assert note.startswith("Note: the tool chose the sizes of dynamic input dims (x dim 2 = 64)")
+    assert "--input-shapes" in note
+    assert chosen_sizes_note(chosen, {"status": "success"}) is None
+    assert chosen_sizes_note(given, {"status": "difference"}) is None
+    assert chosen_sizes_note(None, {"status": "error"}) is None

@@ -44,3 +44,4 @@ def test_a_run_that_did_not_finish_keeps_its_words(tmp_path):
     mark_outdated(w / OUTDATED_MARKER)
     lines = staleness(tmp_path / "torq_gen_config_m.json", {"model_name": "m"})
     assert "did not finish (it failed or was stopped)" in lines[0]
+

@@ -53,6 +53,7 @@ from ..fullrun.selection import (
     selection_from_report,
 )
 from ..report.staleness import layer_files_digest
+from ..model.symbolic_dims import guessed_dims
 from .outputs import repair_rules, subgraph_flags
 
 
@@ -166,10 +167,29 @@ def run_assigned(*, config: dict, out: Path, layout: dict, cores: int | None, qu
             pid = (section.get("module") or {}).get("pid")
             print(f"Debug IR:      {debug_ir}/" + (f"{pid} (README.txt)" if pid and section.get("mode") == "module"
                                                     else "<partition id>"))
+        note = chosen_sizes_note(report, section)
+        if note:
+            print(note)
         from ..core.keep_work import size_line
 
         print(size_line(work_sec, out / layout["work"], config.get("keep_work", "minimal")))
     return run_exit_status(section), section
+
+
+def chosen_sizes_note(report: Mapping | None, section: Mapping) -> str | None:
+    """A line for a run that did not pass while some input dims had sizes the tool chose
+    (nothing gave them: :func:`~torq_gen_config.model.symbolic_dims.guessed_dims` of the
+    report's provenance): those sizes are the first suspect, and the option that changes
+    them goes to discover first. None for a success or sizes that were all given."""
+    if section.get("status") == "success" or not report:
+        return None
+    fixed = ((report.get("provenance") or {}).get("model") or {}).get("fixed_dims") or []
+    chosen = guessed_dims(fixed)
+    if not chosen:
+        return None
+    dims = ", ".join(f"{d['input']} dim {d['axis']} = {d.get('to')}" for d in chosen)
+    return (f"Note: the tool chose the sizes of dynamic input dims ({dims}); if the model is used at other sizes, "
+            "give them to discover with --input-shapes (or --input-data), then run again")
 
 
 def settle_outdated_marker(marker: Path, layers_before: str, work: Path) -> None:

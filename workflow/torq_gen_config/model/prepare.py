@@ -309,7 +309,9 @@ def prepare_model(src: str | os.PathLike, *, target_opset: int = 17,
     try:
         _check_beside(model, store)
     except Exception as e:
-        info["warnings"].append(f"prepared model does not pass the ONNX checker: {_one_line(e)}")
+        unknown = (f" ({len(static['unknown'])} tensor(s) have no known shape yet: the whole-model run below fills "
+                   "in what it computes)") if static["unknown"] else ""
+        info["warnings"].append(f"prepared model does not pass the ONNX checker{unknown}: {_one_line(e)}")
     info["shapes"] = {"inferred_after_folding": static["learnt_from_folding"], "observed": [], "conflicts": [],
                       "unknown": static["unknown"]}
     if observe is not None:
