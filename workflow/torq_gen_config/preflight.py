@@ -13,14 +13,13 @@ prepare job checks then), and ``--calibration-data`` with ``--quantize``.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from .config import check_save_bf16_path, parse_input_shapes, resolve_model_path
-from .core.errors import ConfigError, ModelError
+from .core.errors import ConfigError
 from .core.lazy import onnx
-from .model.prepare import load_model
+from .model.prepare import check_model_file, load_model
 from .model.symbolic_dims import fix_symbolic_dims
 from .precision.calibration import calibration_samples
 from .reference.model_inputs import load_input_data, open_input_data
@@ -37,17 +36,12 @@ def check_model_path(config: Mapping[str, Any]) -> str:
     """The model file of ``config`` (``onnx:`` paths resolved), checked without reading it.
 
     Raises:
-        ModelError: a ``.tflite`` model, no such file, a directory.
+        ModelError: a ``.tflite`` model, no such file, a directory, an empty file
+            (:func:`~torq_gen_config.model.prepare.check_model_file`).
         ConfigError: braces in its path, or ``save_bf16_model`` would overwrite it.
     """
     model_path = str(resolve_model_path(config["model"]))
-    if model_path.lower().endswith(".tflite"):
-        raise ModelError(f"{model_path}: TFLite models are not supported; torq-gen-config is ONNX-only (convert the "
-                         "model to ONNX first)")
-    if not os.path.exists(model_path):
-        raise ModelError(f"model file not found: {model_path}")
-    if not os.path.isfile(model_path):
-        raise ModelError(f"model path is a directory, not an ONNX file: {model_path}")
+    check_model_file(model_path)
     if "{" in model_path or "}" in model_path:
         raise ConfigError(f"the model path must not contain braces (Snakemake wildcards): {model_path}; "
                           "rename or copy the file")

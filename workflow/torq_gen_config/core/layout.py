@@ -104,8 +104,9 @@ def full_run_file(name: str, file: str) -> str:
 
 
 def layer_result_file(layers_dir: str | os.PathLike, slug: str, executor: str) -> str:
-    """The verdict file of one (layer, executor) test under a layers directory."""
-    return os.path.join(layers_dir, slug, executor, RESULT_FILE)
+    """The verdict file of one (layer, executor) test under a layers directory (a string:
+    the rules' paths)."""
+    return os.fspath(LayerFolder(Path(layers_dir) / slug).executor(executor).result)
 
 
 def user_choices_file(name: str) -> str:
@@ -142,11 +143,6 @@ class ExecutorFolder:
         return self.path / RESULT_FILE
 
     @property
-    def outputs(self) -> Path:
-        """The executor's outputs, kept where the verdict is not a success."""
-        return self.path / EXECUTOR_OUTPUTS_FILE
-
-    @property
     def module(self) -> Path:
         """The compiled module of the layer alone (IREE)."""
         return self.path / MODULE_FILE
@@ -164,11 +160,6 @@ class LayerFolder:
         return self.path / MODEL_FILE
 
     @property
-    def quantized_model(self) -> Path:
-        """The layer cut from the quantized model (``--quantize``)."""
-        return self.path / QUANTIZED_MODEL_FILE
-
-    @property
     def mlir(self) -> Path:
         """The layer's MLIR (IREE's ONNX importer)."""
         return self.path / MLIR_FILE
@@ -177,11 +168,6 @@ class LayerFolder:
     def imported(self) -> Path:
         """The import's record (status, message)."""
         return self.path / IMPORT_FILE
-
-    @property
-    def inputs(self) -> Path:
-        """The record of the layer's input values (value references)."""
-        return self.path / LAYER_INPUTS_FILE
 
     @property
     def reference(self) -> Path:
@@ -201,45 +187,20 @@ class PartitionFolder:
     path: Path
 
     @property
-    def model(self) -> Path:
-        """The partition's ONNX model."""
-        return self.path / MODEL_FILE
-
-    @property
     def mlir(self) -> Path:
         """The partition's MLIR (IREE)."""
         return self.path / MLIR_FILE
-
-    @property
-    def imported(self) -> Path:
-        """A compile batch member's import record."""
-        return self.path / IMPORT_FILE
 
     @property
     def compiled(self) -> Path:
         """The compile record (status, time, artifact)."""
         return self.path / COMPILED_FILE
 
-    @property
-    def module(self) -> Path:
-        """The module compiled for this partition alone."""
-        return self.path / MODULE_FILE
-
-    @property
-    def side_file(self) -> Path:
-        """The one-module run's placement record (module partitions)."""
-        return self.path / MODULE_SIDE_FILE
-
-    @property
-    def run(self) -> Path:
-        """The folder of the partition's run files."""
-        return self.path / PARTITION_RUN_DIR
-
 
 @dataclass(frozen=True)
 class WorkDir:
-    """The work directory of one report name (``work/<name>/``, :func:`work_dir`) and the
-    folders in it; every path of a discovery or a run is made here."""
+    """The work directory of one report name (``work/<name>/``, :func:`work_dir`) as a
+    reader outside the run context finds it (conformance): its layers and their manifest."""
 
     path: Path
 
@@ -257,21 +218,3 @@ class WorkDir:
     def manifest(self) -> Path:
         """The split's layer manifest."""
         return self.layers / MANIFEST_FILE
-
-    def layer(self, slug: str) -> LayerFolder:
-        """The folder of layer ``slug``."""
-        return LayerFolder(self.layers / slug)
-
-    @property
-    def full(self) -> Path:
-        """The full-model run's folder."""
-        return self.path / FULL_DIR
-
-    @property
-    def partitions(self) -> Path:
-        """The full-model run's partition folders."""
-        return self.full / PARTITIONS_DIR
-
-    def partition(self, pid: str) -> PartitionFolder:
-        """The folder of the full-model run's partition ``pid``."""
-        return PartitionFolder(self.partitions / pid)

@@ -35,6 +35,24 @@ from ..core.weight_store import MIN_EXTERNAL_BYTES, externalize
 from .onnx_file import WireError, read_skeleton
 
 
+def check_model_file(path: str | os.PathLike) -> None:
+    """The checks of a model path that need no reading: not a ``.tflite`` model (the tool
+    is ONNX-only, as the original), a file that exists, is not a directory, not empty.
+
+    Raises:
+        ModelError: one line naming the path and the problem.
+    """
+    p = Path(path)
+    if p.suffix.lower() == ".tflite":
+        raise ModelError(f"{p}: TFLite models are not supported; torq-gen-config is ONNX-only (convert the model to ONNX first)")
+    if not p.exists():
+        raise ModelError(f"model file not found: {p}")
+    if p.is_dir():
+        raise ModelError(f"model path is a directory, not an ONNX file: {p}")
+    if p.stat().st_size == 0:
+        raise ModelError(f"{p}: file is empty, not an ONNX model")
+
+
 def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, *,
                graph_only: bool = False) -> "onnx.ModelProto":  # noqa: F821
     """Load an ONNX model file and check that it really is one.
@@ -64,14 +82,7 @@ def load_model(path: str | os.PathLike, store: str | os.PathLike | None = None, 
             rejects it.
     """
     p = Path(path)
-    if p.suffix.lower() == ".tflite":
-        raise ModelError(f"{p}: TFLite models are not supported; torq-gen-config is ONNX-only (convert the model to ONNX first)")
-    if not p.exists():
-        raise ModelError(f"model file not found: {p}")
-    if p.is_dir():
-        raise ModelError(f"model path is a directory, not an ONNX file: {p}")
-    if p.stat().st_size == 0:
-        raise ModelError(f"{p}: file is empty, not an ONNX model")
+    check_model_file(p)
     try:
         model = onnx.load_from_string(read_skeleton(p, min_bytes=MIN_EXTERNAL_BYTES)[0])
     except (WireError, protobuf_message.DecodeError, RuntimeError, ValueError, UnicodeDecodeError) as e:
